@@ -1,0 +1,279 @@
+/* assay-runner kernel monitor (BCC, tracepoints only).
+ *
+ * Compile-time parameters (set by ebpf/monitor.py):
+ *   RUN_CGROUP_ID, RUN_CGROUP_LEVEL  the run's cgroup v2 id and depth: only
+ *                                    tasks in it or its descendants are seen
+ *   RINGBUF_PAGES                    ring buffer size in pages
+ *   WAKE_EVERY                       records per CPU between reader wakeups
+ *
+ * Design rules (see docs/architecture.md):
+ *   - never read kernel struct fields: tracepoint args and helpers only;
+ *   - filter on the cgroup before touching any map or the ring buffer;
+ *   - one record per syscall: arguments saved at enter, joined at exit, user
+ *     strings read at exit (at enter the page may not be resident yet);
+ *   - every failed ring-buffer write is counted per hook (drops); every
+ *     successful one too (emitted), so loss is a number, never a guess.
+ */
+#include "assay_events.h"
+
+struct inflight_t {
+    u64 ptr;
+    s64 a0;
+    s64 a1;
+    s64 a2;
+    s64 a3;
+    u32 hook;
+};
+
+struct open_how_t {
+    u64 flags;
+    u64 mode;
+    u64 resolve;
+};
+
+struct user_msghdr_head_t {
+    u64 name;
+    s32 namelen;
+};
+
+BPF_RINGBUF_OUTPUT(rb, RINGBUF_PAGES);
+BPF_HASH(inflight, u32, struct inflight_t, 16384);
+BPF_PERCPU_ARRAY(scratch, struct assay_rec, 1);
+BPF_PERCPU_ARRAY(drops, u64, HOOK_MAX);
+BPF_PERCPU_ARRAY(emitted, u64, HOOK_MAX);
+BPF_PERCPU_ARRAY(since_wake, u64, 1);
+/* Never written: lets tests read clang's layout of the header via BCC. */
+BPF_ARRAY(layout_probe, struct assay_hdr, 1);
+
+static __always_inline int in_run(void)
+{
+    return bpf_get_current_ancestor_cgroup_id(RUN_CGROUP_LEVEL) == RUN_CGROUP_ID;
+}
+
+static __always_inline u32 tid_of(u64 id)
+{
+    return (u32)id;
+}
+
+static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret)
+{
+    u32 zero = 0;
+    struct assay_rec *r = scratch.lookup(&zero);
+    if (!r)
+        return 0;
+    u64 id = bpf_get_current_pid_tgid();
+    r->h.ts = bpf_ktime_get_ns();
+    r->h.tgid = id >> 32;
+    r->h.tid = (u32)id;
+    r->h.hook = hook;
+    r->h.data_len = 0;
+    r->h.truncated = 0;
+    r->h.ret = ret;
+    r->h.a0 = 0;
+    r->h.a1 = 0;
+    r->h.a2 = 0;
+    r->h.a3 = 0;
+    return r;
+}
+
+static __always_inline void rec_submit(struct assay_rec *r)
+{
+    u32 hook = r->h.hook;
+    u64 size = sizeof(struct assay_hdr) + (r->h.data_len & (ASSAY_DATA_MAX - 1));
+    if (r->h.data_len >= ASSAY_DATA_MAX)
+        size = sizeof(struct assay_rec);
+    /* BCC 0.26 cannot reference a map from bpf_ringbuf_query(), so wake the
+     * reader every WAKE_EVERY records per CPU instead of by fill level. */
+    u32 zero = 0;
+    u64 flags = BPF_RB_NO_WAKEUP;
+    u64 *n = since_wake.lookup(&zero);
+    if (n && ++(*n) >= WAKE_EVERY) {
+        *n = 0;
+        flags = BPF_RB_FORCE_WAKEUP;
+    }
+    if (rb.ringbuf_output(r, size, flags) == 0)
+        emitted.increment(hook);
+    else
+        drops.increment(hook);
+}
+
+/* Reads a user string at `ptr` into the record payload. */
+static __always_inline void rec_str(struct assay_rec *r, u64 ptr)
+{
+    long n = bpf_probe_read_user_str(r->data, ASSAY_DATA_MAX, (void *)ptr);
+    if (n < 0)
+        n = 0;
+    r->h.data_len = n;
+    r->h.truncated = n >= ASSAY_DATA_MAX;
+}
+
+/* Reads a user sockaddr of `len` bytes (capped at 128) into the payload. */
+static __always_inline void rec_sockaddr(struct assay_rec *r, u64 ptr, s64 len)
+{
+    u64 n = len < 0 ? 0 : (u64)len;
+    if (n > 128)
+        n = 128;
+    /* keep clang from folding the bound away before the verifier sees it */
+    asm volatile("%0 &= 255" : "+r"(n));
+    if (n && bpf_probe_read_user(r->data, n, (void *)ptr) == 0)
+        r->h.data_len = n;
+}
+
+static __always_inline void save(u32 hook, u64 ptr, s64 a0, s64 a1, s64 a2, s64 a3)
+{
+    struct inflight_t f = {};
+    f.hook = hook;
+    f.ptr = ptr;
+    f.a0 = a0;
+    f.a1 = a1;
+    f.a2 = a2;
+    f.a3 = a3;
+    u32 tid = tid_of(bpf_get_current_pid_tgid());
+    inflight.update(&tid, &f);
+}
+
+/* Joins a syscall exit with its saved enter arguments and emits one record. */
+static __always_inline void finish(s64 ret)
+{
+    u32 tid = tid_of(bpf_get_current_pid_tgid());
+    struct inflight_t *f = inflight.lookup(&tid);
+    if (!f)
+        return;
+    struct inflight_t s = *f;
+    inflight.delete(&tid);
+    struct assay_rec *r = rec_begin(s.hook, ret);
+    if (!r)
+        return;
+    r->h.a0 = s.a0;
+    r->h.a1 = s.a1;
+    r->h.a2 = s.a2;
+    r->h.a3 = s.a3;
+    if (s.hook == HOOK_OPEN || s.hook == HOOK_CHDIR)
+        rec_str(r, s.ptr);
+    else if (s.hook == HOOK_CONNECT || s.hook == HOOK_SENDTO || s.hook == HOOK_SENDMSG)
+        rec_sockaddr(r, s.ptr, s.a1);
+    rec_submit(r);
+}
+
+/* ---- opens ---------------------------------------------------------------- */
+
+TRACEPOINT_PROBE(syscalls, sys_enter_openat)
+{
+    if (!in_run())
+        return 0;
+    save(HOOK_OPEN, (u64)args->filename, args->dfd, args->flags, args->mode, 0);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_openat) { if (in_run()) finish(args->ret); return 0; }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
+{
+    if (!in_run())
+        return 0;
+    struct open_how_t how = {};
+    bpf_probe_read_user(&how, sizeof(how), (void *)args->how);
+    save(HOOK_OPEN, (u64)args->filename, args->dfd, how.flags, how.mode, how.resolve);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_openat2) { if (in_run()) finish(args->ret); return 0; }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_open)
+{
+    if (!in_run())
+        return 0;
+    save(HOOK_OPEN, (u64)args->filename, -100 /* AT_FDCWD */, args->flags, args->mode, 0);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_open) { if (in_run()) finish(args->ret); return 0; }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_creat)
+{
+    if (!in_run())
+        return 0;
+    /* creat() is open(O_CREAT|O_WRONLY|O_TRUNC) */
+    save(HOOK_OPEN, (u64)args->pathname, -100, 01101, args->mode, 0);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_creat) { if (in_run()) finish(args->ret); return 0; }
+
+/* ---- network -------------------------------------------------------------- */
+
+TRACEPOINT_PROBE(syscalls, sys_enter_connect)
+{
+    if (!in_run())
+        return 0;
+    save(HOOK_CONNECT, (u64)args->uservaddr, args->fd, args->addrlen, 0, 0);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_connect) { if (in_run()) finish(args->ret); return 0; }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_sendto)
+{
+    if (!in_run() || !args->addr)
+        return 0;
+    save(HOOK_SENDTO, (u64)args->addr, args->fd, args->addr_len, 0, 0);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { if (in_run()) finish(args->ret); return 0; }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
+{
+    if (!in_run())
+        return 0;
+    struct user_msghdr_head_t m = {};
+    if (bpf_probe_read_user(&m, sizeof(m), (void *)args->msg) != 0 || !m.name)
+        return 0;
+    save(HOOK_SENDMSG, m.name, args->fd, m.namelen, 0, 0);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { if (in_run()) finish(args->ret); return 0; }
+
+/* ---- process tree and working directory ----------------------------------- */
+
+TRACEPOINT_PROBE(sched, sched_process_exec)
+{
+    if (!in_run())
+        return 0;
+    struct assay_rec *r = rec_begin(HOOK_EXEC, 0);
+    if (!r)
+        return 0;
+    r->h.a0 = args->old_pid;
+    /* filename is a __data_loc field: low 16 bits are its offset in args */
+    u16 off = args->data_loc_filename & 0xFFFF;
+    long n = bpf_probe_read_kernel_str(r->data, ASSAY_DATA_MAX, (void *)args + off);
+    r->h.data_len = n < 0 ? 0 : n;
+    r->h.truncated = n >= ASSAY_DATA_MAX;
+    rec_submit(r);
+    return 0;
+}
+
+TRACEPOINT_PROBE(task, task_newtask)
+{
+    if (!in_run())
+        return 0;
+    struct assay_rec *r = rec_begin(HOOK_NEWTASK, 0);
+    if (!r)
+        return 0;
+    r->h.a0 = args->pid;
+    r->h.a1 = args->clone_flags;
+    rec_submit(r);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_chdir)
+{
+    if (!in_run())
+        return 0;
+    save(HOOK_CHDIR, (u64)args->filename, 0, 0, 0, 0);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_chdir) { if (in_run()) finish(args->ret); return 0; }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fchdir)
+{
+    if (!in_run())
+        return 0;
+    save(HOOK_FCHDIR, 0, args->fd, 0, 0, 0);
+    return 0;
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_fchdir) { if (in_run()) finish(args->ret); return 0; }

@@ -1,0 +1,159 @@
+"""The v0 evidence archive: deterministic writing and hostile-safe reading.
+
+Writing: `manifest.json` first, then the other members sorted by path, each
+with fixed metadata (mode 0644, uid/gid 0, empty owner names, mtime 0), in a
+gzip stream with mtime 0 and no file name, written to a temp file in the
+target directory and renamed into place. The same members give the same bytes.
+
+Reading never extracts to disk: members are read into memory, and anything
+that is not a plain file with a safe relative name, or that is too big, is
+refused with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+
+import msgspec
+
+from normalizer.artifacts import MANIFEST_SCHEMA, Manifest, ManifestEntry
+
+MANIFEST = "manifest.json"
+MEMBER_ORDER = (
+    "capability-surface.json",
+    "correlation-report.json",
+    "events.ndjson",
+    "layers/kernel.ndjson",
+    "layers/policy.ndjson",
+    "layers/sdk.ndjson",
+    "observation-health.json",
+)
+MAX_MEMBERS = 64
+MAX_MEMBER_BYTES = 1 << 30
+MAX_TOTAL_BYTES = 2 << 30
+
+_json = msgspec.json.Encoder()
+
+
+class ArchiveError(ValueError):
+    """The archive cannot be read safely; the message says why."""
+
+
+def sha256_ref(data: bytes) -> str:
+    """The manifest's digest notation for `data`."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def build_manifest(run_id: str, members: dict[str, bytes]) -> bytes:
+    """Manifest bytes for `members` (which must not include the manifest)."""
+    files = {
+        path: ManifestEntry(path=path, sha256=sha256_ref(data), bytes=len(data))
+        for path, data in sorted(members.items())
+    }
+    return _json.encode(Manifest(schema=MANIFEST_SCHEMA, run_id=run_id, files=files)) + b"\n"
+
+
+def archive_bytes(run_id: str, members: dict[str, bytes]) -> bytes:
+    """The deterministic .tar.gz of `members` plus their manifest."""
+    ordered = [(MANIFEST, build_manifest(run_id, members))]
+    ordered += sorted(members.items())
+    raw = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            dirs_done: set[str] = set()
+            for path, data in ordered:
+                for parent in reversed(PurePosixPath(path).parents[:-1]):
+                    if str(parent) not in dirs_done:
+                        dirs_done.add(str(parent))
+                        tar.addfile(_info(str(parent) + "/", 0, tarfile.DIRTYPE, 0o755))
+                tar.addfile(_info(path, len(data), tarfile.REGTYPE, 0o644), io.BytesIO(data))
+    return raw.getvalue()
+
+
+def _info(name: str, size: int, kind: bytes, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.type = kind
+    info.mode = mode
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temp file in the same directory."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_archive(path: Path, run_id: str, members: dict[str, bytes]) -> None:
+    """Write the archive for `members` to `path` atomically."""
+    write_atomic(path, archive_bytes(run_id, members))
+
+
+def _safe_name(name: str) -> str:
+    p = PurePosixPath(name)
+    if p.is_absolute() or ".." in p.parts or not p.parts or "\\" in name:
+        raise ArchiveError(f"unsafe member name {name!r}")
+    return str(p)
+
+
+def read_archive(path: Path) -> dict[str, bytes]:
+    """Members of the archive at `path` by name; directories are skipped.
+
+    Refuses links, devices, unsafe names, duplicates, and members or totals
+    past the size limits, so a hostile archive cannot write anywhere or
+    exhaust memory.
+    """
+    members: dict[str, bytes] = {}
+    total = 0
+    try:
+        with tarfile.open(path, mode="r:gz") as tar:
+            for count, info in enumerate(tar, start=1):
+                if count > MAX_MEMBERS:
+                    raise ArchiveError(f"more than {MAX_MEMBERS} members")
+                name = _safe_name(info.name)
+                if info.isdir():
+                    continue
+                if not info.isreg():
+                    raise ArchiveError(f"member {name!r} is not a regular file")
+                if name in members:
+                    raise ArchiveError(f"member {name!r} appears twice")
+                if info.size > MAX_MEMBER_BYTES or total + info.size > MAX_TOTAL_BYTES:
+                    raise ArchiveError(f"member {name!r} is too large ({info.size} bytes)")
+                handle = tar.extractfile(info)
+                data = handle.read(info.size + 1) if handle else b""
+                if len(data) != info.size:
+                    raise ArchiveError(f"member {name!r} is truncated")
+                total += info.size
+                members[name] = data
+    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise ArchiveError(f"cannot read {path}: {exc}") from exc
+    return members
+
+
+def load_members(source: Path) -> dict[str, bytes]:
+    """Members from an archive file or from a directory laid out like one."""
+    if source.is_dir():
+        out: dict[str, bytes] = {}
+        for file in sorted(source.rglob("*")):
+            if file.is_file() and not file.is_symlink():
+                out[file.relative_to(source).as_posix()] = file.read_bytes()
+        return out
+    return read_archive(source)

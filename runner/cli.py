@@ -1,0 +1,63 @@
+"""`assay-runner` command line: one module per subcommand.
+
+Each command module exposes `register(subparsers)`, which adds its parser and
+sets `func(args) -> int`. Errors the user can act on are `RunnerError`s and
+come out as one line on stderr with the command's documented exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from runner import __version__
+from runner.errors import EXIT_BAD_INPUT, RunnerError
+from runner.logs import configure_logging
+
+COMMANDS = ("run", "normalize", "validate", "doctor")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser, with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="assay-runner",
+        description=(
+            "Run a command under eBPF observation (openat, connect, exec, datagram "
+            "peers) and write a deterministic, verifiable v0 evidence archive."
+        ),
+        epilog="Run 'assay-runner COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"assay-runner {__version__}")
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "console", "json"),
+        default="auto",
+        help="runner log format on stderr (auto: console on a terminal, JSON otherwise or in CI)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"runner.cmd_{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    configure_logging(args.log_format)
+    try:
+        return args.func(args)
+    except RunnerError as exc:
+        print(f"assay-runner: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("assay-runner: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Runner logs through structlog, on stderr, never mixed into the command's output.
+
+Console rendering on a terminal; JSON lines when asked, when stderr is not a
+terminal, or when CI is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import structlog
+
+
+def configure_logging(fmt: str = "auto", level: int = logging.INFO) -> None:
+    """Set up structlog for the chosen format ('auto', 'console' or 'json')."""
+    if fmt == "auto":
+        fmt = "json" if os.environ.get("CI") or not sys.stderr.isatty() else "console"
+    renderer = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """A logger bound to the component `name`."""
+    return structlog.get_logger().bind(component=name)
