@@ -1,0 +1,129 @@
+"""Stage 4: turn resolved events into contract kinds with their values.
+
+Kinds: 1 openat (open, openat, openat2, creat), 2 connect, 4 exec, and
+datagram peers from sendto/sendmsg as `event_6` / `event_7`. Process-tree
+and working-directory hooks are state for earlier stages, not evidence, and
+stop here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+
+import msgspec
+
+from ebpf.wire import HOOK_CONNECT, HOOK_EXEC, HOOK_OPEN, HOOK_SENDMSG, HOOK_SENDTO
+from normalizer.paths import Resolved
+
+KIND_BY_TYPE = {1: "openat", 2: "connect", 4: "exec", 10: "file_blocked", 20: "connect_blocked"}
+NETWORK_HOOKS = (HOOK_CONNECT, HOOK_SENDTO, HOOK_SENDMSG)
+
+O_ACCMODE = 0o3
+ACCESS_MODES = ("read", "write", "read_write", "unknown")
+O_TMPFILE_BIT = 0o20000000  # __O_TMPFILE, without O_DIRECTORY
+OPERATION_FLAGS = (  # alphabetical: the serialized order
+    ("append", 0o2000),
+    ("create", 0o100),
+    ("directory", 0o200000),
+    ("exclusive", 0o200),
+    ("tmpfile", O_TMPFILE_BIT),
+    ("truncate", 0o1000),
+)
+
+
+def kind_name(event_type: int) -> str:
+    """The contract's kind for a monitor id; unknown ids stay `event_<id>`."""
+    return KIND_BY_TYPE.get(event_type, f"event_{event_type}")
+
+
+class OpenMeta(msgspec.Struct, frozen=True):
+    """Open syscall metadata, as the contract's optional kernel-event fields."""
+
+    flags: int
+    mode: int | None
+    resolve: int | None
+    return_value: int
+    access_mode: str
+    operation_flags: list[str]
+    status: str
+
+
+def open_meta(flags: int, mode: int, resolve: int, ret: int) -> OpenMeta:
+    """Derive the contract's open metadata from raw syscall values."""
+    flags &= 0xFFFFFFFF
+    creates = bool(flags & (0o100 | O_TMPFILE_BIT))
+    return OpenMeta(
+        flags=flags,
+        mode=mode & 0o7777 if creates else None,
+        resolve=resolve or None,
+        return_value=ret,
+        access_mode=ACCESS_MODES[flags & O_ACCMODE],
+        operation_flags=[name for name, bit in OPERATION_FLAGS if flags & bit == bit],
+        status="success" if ret >= 0 else "error",
+    )
+
+
+def endpoint(sockaddr: bytes) -> str | None:
+    """A stable endpoint string: `1.2.3.4:80`, `[::1]:80`, `unix:/p`, `unix:@abstract`.
+
+    None for an address family we do not decode (and for AF_UNSPEC, which
+    dissolves an association rather than naming a peer).
+    """
+    if len(sockaddr) < 2:
+        return None
+    (family,) = struct.unpack_from("<H", sockaddr)
+    if family == socket.AF_INET and len(sockaddr) >= 8:
+        port = struct.unpack_from(">H", sockaddr, 2)[0]
+        return f"{ipaddress.IPv4Address(sockaddr[4:8])}:{port}"
+    if family == socket.AF_INET6 and len(sockaddr) >= 24:
+        port = struct.unpack_from(">H", sockaddr, 2)[0]
+        return f"[{ipaddress.IPv6Address(sockaddr[8:24])}]:{port}"
+    if family == socket.AF_UNIX:
+        path = sockaddr[2:]
+        if not path:
+            return "unix:"
+        if path[0] == 0:
+            return "unix:@" + path[1:].rstrip(b"\0").decode("utf-8", "backslashreplace")
+        return "unix:" + path.split(b"\0", 1)[0].decode("utf-8", "backslashreplace")
+    return None
+
+
+class Classified(msgspec.Struct, frozen=True):
+    """An evidence candidate: contract kind, value, and open metadata if any."""
+
+    event_type: int
+    kind: str
+    value: str | None
+    meta: OpenMeta | None
+    process: int
+    thread_rank: int
+    order: int
+
+
+def classify(resolved: Resolved, order: int) -> Classified | None:
+    """The evidence candidate for one event, or None for state-only hooks."""
+    e = resolved.item.event
+    thread = resolved.item.thread
+    meta = None
+    if e.hook == HOOK_OPEN:
+        value = resolved.path
+        meta = open_meta(e.a1, e.a2, e.a3, e.ret)
+    elif e.hook == HOOK_EXEC:
+        value = resolved.path
+    elif e.hook in NETWORK_HOOKS:
+        if e.data[:2] == b"\0\0":  # AF_UNSPEC
+            return None
+        value = endpoint(e.data)
+    else:
+        return None
+    return Classified(
+        event_type=e.hook,
+        kind=kind_name(e.hook),
+        value=value,
+        meta=meta,
+        process=thread.process.number,
+        thread_rank=thread.rank,
+        order=order,
+    )

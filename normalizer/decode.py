@@ -1,0 +1,55 @@
+"""Stage 1: raw ring-buffer records to typed `RawEvent`s."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from ebpf.wire import HEADER
+
+
+class RawEvent(msgspec.Struct, frozen=True, gc=False):
+    """One kernel record, decoded but not interpreted.
+
+    `arrival` is its position in ring order: the tie-breaker when two CPUs
+    stamp the same nanosecond.
+    """
+
+    ts: int
+    tgid: int
+    tid: int
+    hook: int
+    ret: int
+    a0: int
+    a1: int
+    a2: int
+    a3: int
+    data: bytes
+    truncated: bool
+    arrival: int
+
+
+class DecodeError(ValueError):
+    """A record shorter than its header says."""
+
+
+def decode(records: Iterable[bytes]) -> list[RawEvent]:
+    """Decode records in arrival order."""
+    out: list[RawEvent] = []
+    unpack = HEADER.unpack_from
+    size = HEADER.size
+    for arrival, rec in enumerate(records):
+        if len(rec) < size:
+            raise DecodeError(f"record {arrival} has {len(rec)} bytes, header needs {size}")
+        ts, tgid, tid, hook, data_len, truncated, ret, a0, a1, a2, a3 = unpack(rec)
+        data = rec[size : size + data_len]
+        if len(data) != data_len:
+            raise DecodeError(f"record {arrival} payload is {len(data)} bytes, header says {data_len}")
+        out.append(RawEvent(ts, tgid, tid, hook, ret, a0, a1, a2, a3, data, bool(truncated), arrival))
+    return out
+
+
+def in_time_order(events: list[RawEvent]) -> list[RawEvent]:
+    """Events sorted by runner clock; per-thread syscall order is preserved."""
+    return sorted(events, key=lambda e: (e.ts, e.arrival))

@@ -1,0 +1,115 @@
+"""Observation health: what the capture can and cannot claim.
+
+Rules (contract "observation-health.json", decisions in docs/artifacts.md):
+- `kernel_layer` is `complete` with zero drops, else `partial_ringbuf_drops`.
+  Drops are the kernel's failed ring-buffer writes plus any record the kernel
+  emitted that never reached the spool.
+- `cgroup_correlation` is `clean` when every event of the run's cgroup was
+  attributed to the command's process tree, `partial` when some were not (or
+  a process-creation record was dropped), `failed` when the command's root
+  process was never seen.
+- network coverage comes from the normalized network evidence; drops on a
+  network hook make it `unknown`, since peers may be missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ebpf.wire import HOOK_NAMES, NETWORK_HOOKS
+from normalizer.artifacts import HEALTH_SCHEMA, KernelEvent, ObservationHealth
+
+CONNECT_KINDS = frozenset({"connect", "connect_blocked"})
+DATAGRAM_KINDS = frozenset({"event_6", "event_7"})
+NETWORK_HOOK_NAMES = frozenset(HOOK_NAMES[h] for h in NETWORK_HOOKS)
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """Counters from the capture that health is derived from."""
+
+    drops: dict[str, int]
+    emitted: dict[str, int]
+    captured: int
+    unattributed_events: int
+    root_seen: bool
+    unresolved_paths: int
+    platform: str = "linux"
+
+    @property
+    def lost_in_transit(self) -> int:
+        """Records the kernel emitted that the spool does not hold."""
+        return max(sum(self.emitted.values()) - self.captured, 0)
+
+    @property
+    def total_drops(self) -> int:
+        return sum(self.drops.values()) + self.lost_in_transit
+
+
+def network_coverage(events: list[KernelEvent], facts: CaptureFacts) -> tuple[str, str]:
+    """(network_protocol_coverage, network_endpoint_claim_scope)."""
+    if any(facts.drops.get(name, 0) for name in NETWORK_HOOK_NAMES) or facts.lost_in_transit:
+        return "unknown", "unknown"
+    kinds = {e.kind for e in events}
+    connect = bool(kinds & CONNECT_KINDS)
+    datagram = bool(kinds & DATAGRAM_KINDS)
+    if connect and datagram:
+        return "connect_and_datagram_peer_observed", "diagnostic_only"
+    if connect:
+        return "connect_only", "diagnostic_only"
+    if datagram:
+        return "datagram_peer_observed", "diagnostic_only"
+    return "absent", "not_applicable"
+
+
+def cgroup_correlation(facts: CaptureFacts) -> str:
+    """clean, partial or failed, as the module docstring says."""
+    if not facts.root_seen:
+        return "failed"
+    if facts.unattributed_events or facts.drops.get("newtask", 0):
+        return "partial"
+    return "clean"
+
+
+def observation_health(
+    run_id: str,
+    events: list[KernelEvent],
+    facts: CaptureFacts,
+    extra_notes: list[str],
+    policy_layer: str = "absent",
+    sdk_layer: str = "absent",
+) -> ObservationHealth:
+    """The health artifact for a normalized run."""
+    drops = facts.total_drops
+    coverage, scope = network_coverage(events, facts)
+    notes = [
+        f"s2_kernel_capture: monitor_events={len(events)} ringbuf_drops={drops} "
+        f"network_protocol_coverage={coverage} network_endpoint_claim_scope={scope}"
+    ]
+    if drops:
+        per_hook = " ".join(f"{k}={v}" for k, v in sorted(facts.drops.items()) if v)
+        lost = f" lost_in_transit={facts.lost_in_transit}" if facts.lost_in_transit else ""
+        notes.append(f"s2_kernel_drops: {per_hook}{lost}".rstrip())
+    if facts.unresolved_paths:
+        notes.append(f"s2_path_resolution: unresolved_paths={facts.unresolved_paths}")
+    correlation = cgroup_correlation(facts)
+    if correlation != "clean":
+        notes.append(
+            f"s3_cgroup_correlation: root_seen={str(facts.root_seen).lower()} "
+            f"unattributed_events={facts.unattributed_events} "
+            f"newtask_drops={facts.drops.get('newtask', 0)}"
+        )
+    linux = facts.platform == "linux"
+    return ObservationHealth(
+        schema=HEALTH_SCHEMA,
+        run_id=run_id,
+        platform=facts.platform,
+        kernel_layer=("complete" if not drops else "partial_ringbuf_drops") if linux else "absent",
+        ringbuf_drops=drops,
+        policy_layer=policy_layer,
+        sdk_layer=sdk_layer,
+        cgroup_correlation=correlation,
+        network_protocol_coverage=coverage,
+        network_endpoint_claim_scope=scope,
+        notes=sorted(notes + extra_notes),
+    )

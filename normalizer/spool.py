@@ -1,0 +1,128 @@
+"""The raw spool: what the runner captured, exactly as the kernel handed it over.
+
+A spool is a stream of length-prefixed msgpack frames: one `SpoolHeader`,
+then `Batch`es of raw ring-buffer records and `Phase` markers in arrival
+order, then one `SpoolTrailer`. It keeps runner-clock times and host pids
+(normalized members never do), so any capture can be re-normalized offline
+with `assay-runner normalize SPOOL`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import msgspec
+
+SPOOL_FORMAT = "assay.runner.raw_spool.v1"
+_LEN = struct.Struct("<I")
+MAX_FRAME = 256 << 20
+
+
+class SpoolHeader(msgspec.Struct, tag="header"):
+    """Who ran what, and how the monitor was set up."""
+
+    format: str
+    run_id: str
+    argv: list[str]
+    workdir: str
+    control_pids: list[int]
+    """Host tgids of the runner's own helper processes (pid-namespace parent and init)."""
+    shim_pid: int
+    """Host tgid of the pid-namespace init that forks the command."""
+    ringbuf_pages: int
+    platform: str = "linux"
+
+
+class Batch(msgspec.Struct, tag="batch"):
+    """Raw records drained from the ring buffer in one go, in ring order."""
+
+    records: list[bytes]
+
+
+class Phase(msgspec.Struct, tag="phase"):
+    """A runner phase marker stamped on the runner clock (CLOCK_MONOTONIC ns)."""
+
+    name: str
+    ts: int
+
+
+class SpoolTrailer(msgspec.Struct, tag="trailer"):
+    """Counters read after the final drain."""
+
+    exit_code: int
+    drops: dict[str, int]
+    emitted: dict[str, int]
+
+
+Frame = SpoolHeader | Batch | Phase | SpoolTrailer
+
+
+class SpoolError(ValueError):
+    """The spool is truncated or not a spool."""
+
+
+class Spool(msgspec.Struct):
+    """A whole spool read back."""
+
+    header: SpoolHeader
+    records: list[bytes]
+    phases: list[Phase]
+    trailer: SpoolTrailer
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Frame)
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """One frame, length prefix included."""
+    body = _encoder.encode(frame)
+    return _LEN.pack(len(body)) + body
+
+
+def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
+    """Frames in file order; raises SpoolError on a torn or foreign frame."""
+    while True:
+        head = stream.read(_LEN.size)
+        if not head:
+            return
+        if len(head) != _LEN.size:
+            raise SpoolError("torn frame length at end of spool")
+        (size,) = _LEN.unpack(head)
+        if size > MAX_FRAME:
+            raise SpoolError(f"frame of {size} bytes is too large; not an assay-runner spool?")
+        body = stream.read(size)
+        if len(body) != size:
+            raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
+        try:
+            yield _decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            raise SpoolError(f"undecodable frame: {exc}") from exc
+
+
+def read_spool(path: Path) -> Spool:
+    """Read a complete spool; incomplete or foreign ones raise SpoolError."""
+    header: SpoolHeader | None = None
+    trailer: SpoolTrailer | None = None
+    records: list[bytes] = []
+    phases: list[Phase] = []
+    with open(path, "rb") as f:
+        for frame in iter_frames(f):
+            if isinstance(frame, SpoolHeader):
+                if frame.format != SPOOL_FORMAT:
+                    raise SpoolError(f"spool format {frame.format!r}, expected {SPOOL_FORMAT!r}")
+                header = frame
+            elif isinstance(frame, Batch):
+                records.extend(frame.records)
+            elif isinstance(frame, Phase):
+                phases.append(frame)
+            else:
+                trailer = frame
+    if header is None:
+        raise SpoolError(f"{path} has no spool header; not an assay-runner spool")
+    if trailer is None:
+        raise SpoolError(f"{path} has no trailer: the run was interrupted before it finished")
+    return Spool(header=header, records=records, phases=phases, trailer=trailer)

@@ -1,0 +1,37 @@
+"""Stage 5: drop telemetry that is not an agent capability claim.
+
+The contract's filter table ("Telemetry Versus Evidence") applied to open
+events. Exec and network events are always evidence, and so are policy
+denials (`file_blocked` on a loader path is kept: the decision is the claim).
+"Python bootstrap probes" is not spelled out by the contract; we read it as
+the interpreter's own start-up lookups: its standard library and
+site-packages (`*/lib/python3*/...`, `*/lib/python3*.zip`), `pyvenv.cfg`
+and `pybuilddir.txt` (docs/artifacts.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+from normalizer.classify import Classified
+
+_TELEMETRY = re.compile(
+    r"""^(?:
+        /etc/ld\.so\.(?:cache|preload)$              # dynamic loader
+      | /(?:lib|lib32|lib64|usr/lib)/                # loader and runtime libraries
+      | /usr/share/locale(?:-langpack)?/             # locale
+      | /etc/localtime$
+      | /(?:proc|sys|dev)(?:/|$)                     # kernel and device introspection
+      | .*/lib/python3[^/]*(?:/|\.zip$)              # Python bootstrap: stdlib, site-packages
+      | .*/(?:pyvenv\.cfg|pybuilddir\.txt|[^/]*\._pth)$  # Python bootstrap probes
+      | .*/\.rustup/toolchains/[^/]+/.*\.so[^/]*$     # Rust toolchain loader paths
+      | .*/target/(?:[^/]+/)?(?:build|debug|release)/.*\.so[^/]*$
+      | (?:.*/)?node_modules(?:/|$)                  # runtime dependency trees
+    )""",
+    re.VERBOSE,
+)
+
+
+def is_telemetry(event: Classified) -> bool:
+    """True for an open whose path the contract classes as telemetry."""
+    return event.kind == "openat" and event.value is not None and bool(_TELEMETRY.match(event.value))

@@ -1,0 +1,82 @@
+"""The run's own cgroup v2: created fresh, filtered on in-kernel, removed after.
+
+The cgroup lives under `<cgroup2 mount>/assay-runner/`. Its path is a runner
+control value: it never appears in normalized evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import RunnerError
+from runner.prereqs import cgroup2_mount
+
+PARENT = "assay-runner"
+
+
+@dataclass(frozen=True)
+class RunCgroup:
+    """A leaf cgroup for one run; `id` and `level` are what the BPF filter needs."""
+
+    path: Path
+    id: int
+    level: int
+
+    @classmethod
+    def create(cls, label: str) -> RunCgroup:
+        """Make a fresh, uniquely named cgroup for the run `label`."""
+        mount = cgroup2_mount()
+        path = mount / PARENT / f"{label}-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            raise RunnerError(f"cannot create the run cgroup {path}: {exc.strerror}") from exc
+        level = len(path.relative_to(mount).parts)
+        return cls(path=path, id=path.stat().st_ino, level=level)
+
+    def add(self, pid: int) -> None:
+        """Move `pid` into the cgroup (called by the child for itself before exec)."""
+        (self.path / "cgroup.procs").write_text(f"{pid}\n")
+
+    def pids(self) -> list[int]:
+        """Every pid in the cgroup and its descendants."""
+        out: list[int] = []
+        for procs in self.path.rglob("cgroup.procs"):
+            try:
+                out += [int(p) for p in procs.read_text().split()]
+            except OSError:
+                continue
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL everything left in the cgroup (cgroup.kill, or pid by pid)."""
+        kill_file = self.path / "cgroup.kill"
+        try:
+            kill_file.write_text("1\n")
+            return
+        except OSError:
+            pass
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def remove(self, timeout: float = 5.0) -> None:
+        """Kill leftovers, wait for the cgroup to empty, and remove it bottom-up."""
+        deadline = time.monotonic() + timeout
+        if self.pids():
+            self.kill()
+        while self.pids() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for sub in sorted((p for p in self.path.rglob("*") if p.is_dir()), reverse=True):
+            sub.rmdir()
+        try:
+            self.path.rmdir()
+        except OSError as exc:
+            raise RunnerError(f"cannot remove the run cgroup {self.path}: {exc.strerror}") from exc

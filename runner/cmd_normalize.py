@@ -1,0 +1,42 @@
+"""`assay-runner normalize`: re-run the normalizer on a raw spool, offline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from normalizer.build import normalize
+from normalizer.decode import DecodeError
+from normalizer.spool import SpoolError, read_spool
+from runner.cmd_run import check_run_id
+from runner.errors import EXIT_BAD_INPUT, RunnerError
+from runner.publish import publish
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "normalize",
+        help="rebuild an archive from a raw spool (no root needed)",
+        description="Normalize a raw spool written by 'run' into a v0 archive.",
+    )
+    p.add_argument("spool", type=Path, metavar="SPOOL", help="a RUN_ID.spool file")
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="archive to write (default: the spool's path with .tar.gz)")
+    p.add_argument("--run-id", metavar="ID", help="override the run id recorded in the spool")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if not args.spool.is_file():
+        raise RunnerError(f"no such spool: {args.spool}", EXIT_BAD_INPUT)
+    run_id = check_run_id(args.run_id) if args.run_id else None
+    try:
+        spool = read_spool(args.spool)
+        run = normalize(spool, run_id)
+    except (SpoolError, DecodeError) as exc:
+        raise RunnerError(f"cannot normalize {args.spool}: {exc}", EXIT_BAD_INPUT) from exc
+    out = args.out or args.spool.with_suffix(".tar.gz")
+    publish(run, out)
+    print(f"assay-runner: wrote {out} ({len(run.kernel_events)} kernel events)", file=sys.stderr)
+    return 0

@@ -1,0 +1,131 @@
+"""`assay-runner run`: observe a command and write its evidence archive."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import secrets
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from ebpf.monitor import DEFAULT_RINGBUF_PAGES
+from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
+from runner.logs import get_logger
+from runner.session import RunRequest, execute
+from runner.status import summary
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+log = get_logger("run")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a command under eBPF observation and write its evidence archive",
+        description=(
+            "Run CMD in a fresh cgroup and pid namespace, trace its opens, connects, "
+            "execs and datagram peers in the kernel, and write DIR/RUN_ID.tar.gz "
+            "(plus the raw spool DIR/RUN_ID.spool). The command keeps the terminal; "
+            "the runner exits with the command's exit code (125: runner error, "
+            "126: command not executable, 127: command not found)."
+        ),
+    )
+    add_capture_options(p)
+    p.add_argument("--force", action="store_true",
+                   help="overwrite an archive of the same run id in --out")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
+                   help="the command to observe, after '--'")
+    p.set_defaults(func=main)
+
+
+def add_capture_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by every command that runs something under the monitor."""
+    p.add_argument("--out", type=Path, default=Path("runs"), metavar="DIR",
+                   help="directory for archives and spools, created if missing (default: runs)")
+    p.add_argument("--run-id", metavar="ID",
+                   help="run identifier: letters, digits, '.', '_', '-' (default: run-<time>-<rand>)")
+    p.add_argument("--workdir", type=Path, metavar="DIR",
+                   help="working directory of the command (default: the current directory)")
+    p.add_argument("--ringbuf-pages", type=int, default=DEFAULT_RINGBUF_PAGES, metavar="N",
+                   help=f"ring buffer size in pages, a power of two (default: {DEFAULT_RINGBUF_PAGES})")
+
+
+def check_run_id(run_id: str | None) -> str:
+    """A valid run id, or a generated one when none was given."""
+    if run_id is None:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        return f"run-{stamp}-{secrets.token_hex(2)}"
+    if not RUN_ID_PATTERN.match(run_id):
+        raise RunnerError(
+            f"invalid --run-id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (no path separators)"
+        )
+    return run_id
+
+
+def resolve_command(cmd: list[str], workdir: Path, env: dict[str, str]) -> str:
+    """The absolute executable for `cmd[0]`, as execve will see it from `workdir`."""
+    if not cmd:
+        raise RunnerError("no command given: use assay-runner run [OPTIONS] -- CMD [ARGS...]")
+    name = cmd[0]
+    if "/" in name:
+        path = (workdir / name).resolve() if not name.startswith("/") else Path(name)
+        if not path.exists():
+            raise RunnerError(f"command not found: {name}", EXIT_NOT_FOUND)
+    else:
+        found = shutil.which(name, path=env.get("PATH", os.defpath))
+        if found is None:
+            raise RunnerError(f"command not found: {name} (not on PATH)", EXIT_NOT_FOUND)
+        path = Path(found).absolute()
+    if path.is_dir() or not os.access(path, os.X_OK):
+        raise RunnerError(f"command not executable: {path}", EXIT_NOT_EXECUTABLE)
+    return str(path)
+
+
+def prepare_out_dir(out: Path, run_id: str, force: bool) -> Path:
+    """Create --out if needed and make sure the archive can be written there."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".assay-write-check-"):
+            pass
+    except OSError as exc:
+        raise RunnerError(f"cannot write to --out {out}: {exc.strerror}; choose a writable directory") from exc
+    archive = out / f"{run_id}.tar.gz"
+    if archive.exists() and not force:
+        raise RunnerError(f"{archive} already exists: pass --force to overwrite it, or use another --run-id")
+    return out.resolve()
+
+
+def build_request(args: argparse.Namespace) -> RunRequest:
+    """Check every input before anything is created; raise RunnerError on the first problem."""
+    from runner.prereqs import require_run_prerequisites
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    run_id = check_run_id(args.run_id)
+    workdir = (args.workdir or Path.cwd()).resolve()
+    if not workdir.is_dir():
+        raise RunnerError(f"--workdir {workdir} is not a directory")
+    env = dict(os.environ)
+    exe = resolve_command(cmd, workdir, env)
+    pages = args.ringbuf_pages
+    if pages < 1 or pages & (pages - 1):
+        raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
+    require_run_prerequisites()
+    out = prepare_out_dir(args.out, run_id, getattr(args, "force", False))
+    return RunRequest(run_id=run_id, exe=exe, argv=cmd, workdir=workdir, out_dir=out,
+                      ringbuf_pages=pages, env=env)
+
+
+def main(args: argparse.Namespace) -> int:
+    req = build_request(args)
+    log.info("run.start", run_id=req.run_id, argv=req.argv, workdir=str(req.workdir))
+    result = execute(req)
+    print(summary(result.normalized, result.exit_code, result.elapsed, str(result.archive)),
+          file=sys.stderr)
+    return result.exit_code

@@ -1,0 +1,176 @@
+"""Start the command inside the run's cgroup and a fresh pid namespace.
+
+    runner ──fork──▶ helper (joins the cgroup, unshares CLONE_NEWPID)
+                        └─fork─▶ init (pid 1 of the namespace; waits for "go")
+                                   └─fork─▶ command (chdir, close fds, exec)
+
+The helper joins the cgroup before anything it creates exists, so every task
+of the run is inside the cgroup before it can exec. The init is a small shim
+rather than the command itself, because a namespace's pid 1 ignores signals
+it has no handler for: the shim forwards SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 to
+the command, lets the terminal's SIGINT/SIGQUIT reach it directly, and exits
+with the command's status, which tears the namespace (and any process left
+behind) down. The runner sends "go" only once the monitor is attached and the
+spool header is written. Every helper dies with its parent (PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runner.cgroup import RunCgroup
+from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER_ERROR, RunnerError
+
+CLONE_NEWPID = 0x20000000
+PR_SET_PDEATHSIG = 1
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def exit_code(status: int) -> int:
+    """Shell convention: the exit code, or 128+N when signal N ended the process."""
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _die_with_parent() -> None:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@dataclass
+class Spawned:
+    """The started helper; the command waits for `start()`."""
+
+    helper_pid: int
+    shim_pid: int
+    _go_fd: int
+
+    def start(self) -> None:
+        """Let the init fork and exec the command."""
+        os.write(self._go_fd, b"g")
+        os.close(self._go_fd)
+
+    def abort(self) -> None:
+        """Make the init exit without running the command."""
+        os.close(self._go_fd)
+
+    def poll(self) -> int | None:
+        """The command's exit code once it (and so the helper) has exited."""
+        pid, status = os.waitpid(self.helper_pid, os.WNOHANG)
+        return exit_code(status) if pid else None
+
+    def signal(self, signum: int) -> None:
+        """Forward `signum` to the command through the init."""
+        try:
+            os.kill(self.shim_pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def spawn(
+    exe: str,
+    argv: Sequence[str],
+    cwd: str,
+    env: dict[str, str],
+    cgroup: RunCgroup,
+    keep_fds: Sequence[int] = (),
+) -> Spawned:
+    """Fork the helper chain; returns once the init exists and waits for "go"."""
+    report_r, report_w = os.pipe()
+    go_r, go_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    helper = os.fork()
+    if helper == 0:  # pragma: no cover - runs in the child
+        os.close(report_r)
+        os.close(go_w)
+        _helper(report_w, go_r, exe, list(argv), cwd, env, cgroup, tuple(keep_fds))
+    os.close(report_w)
+    os.close(go_r)
+    with os.fdopen(report_r, "rb") as report:
+        line = report.read().decode(errors="replace")
+    if not line.startswith("ok "):
+        os.waitpid(helper, 0)
+        os.close(go_w)
+        raise RunnerError(f"cannot start the command's namespace: {line.removeprefix('err ')}")
+    return Spawned(helper_pid=helper, shim_pid=int(line.split()[1]), _go_fd=go_w)
+
+
+def _helper(report_w: int, go_r: int, exe: str, argv: list[str], cwd: str,
+            env: dict[str, str], cgroup: RunCgroup, keep_fds: tuple[int, ...]) -> None:
+    """Runs in the helper process; never returns."""
+    try:
+        _die_with_parent()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        cgroup.add(os.getpid())
+        if _libc.unshare(CLONE_NEWPID) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"unshare(CLONE_NEWPID): {os.strerror(err)}")
+        shim = os.fork()
+        if shim == 0:
+            os.close(report_w)
+            _shim(go_r, exe, argv, cwd, env, keep_fds)
+        os.close(go_r)
+        os.write(report_w, f"ok {shim}".encode())
+        os.close(report_w)
+        _, status = os.waitpid(shim, 0)
+        os._exit(exit_code(status))
+    except BaseException as exc:  # report anything, then leave without cleanup handlers
+        try:
+            os.write(report_w, f"err {exc}".encode())
+        finally:
+            os._exit(EXIT_RUNNER_ERROR)
+
+
+def _shim(go_r: int, exe: str, argv: list[str], cwd: str,
+          env: dict[str, str], keep_fds: tuple[int, ...]) -> None:
+    """pid 1 of the namespace: fork the command on "go", forward signals, reap."""
+    try:
+        _die_with_parent()
+        if os.read(go_r, 1) != b"g":
+            os._exit(EXIT_RUNNER_ERROR)
+        os.close(go_r)
+        command = os.fork()
+        if command == 0:
+            _exec_command(exe, argv, cwd, env, keep_fds)
+        for signum in FORWARDED:
+            signal.signal(signum, lambda s, _f: os.kill(command, s))
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == command:
+                os._exit(exit_code(status))
+    except BaseException:
+        os._exit(EXIT_RUNNER_ERROR)
+
+
+def _exec_command(exe: str, argv: list[str], cwd: str,
+                  env: dict[str, str], keep_fds: tuple[int, ...]) -> None:
+    """In the command's process: restore signals, enter the workdir, exec."""
+    try:
+        for signum in (signal.SIGINT, signal.SIGQUIT, *FORWARDED):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.chdir(cwd)
+        _close_fds_except(keep_fds)
+        os.execve(exe, argv, env)
+    except FileNotFoundError as exc:
+        os.write(2, f"assay-runner: cannot execute {exe}: {exc.strerror}\n".encode())
+        os._exit(EXIT_NOT_FOUND)
+    except BaseException as exc:
+        os.write(2, f"assay-runner: cannot execute {exe}: {exc}\n".encode())
+        os._exit(EXIT_NOT_EXECUTABLE)
+
+
+def _close_fds_except(keep: tuple[int, ...]) -> None:
+    """Close every inherited fd above stderr but `keep` (BPF maps must not leak)."""
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))

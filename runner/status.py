@@ -1,0 +1,70 @@
+"""The one-line live status on a terminal, and the end-of-run summary."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from normalizer.build import NormalizedRun
+
+REFRESH_S = 0.25
+
+
+class LiveStatus:
+    """`events · drops · elapsed` on stderr, redrawn in place; silent off a terminal."""
+
+    def __init__(self) -> None:
+        self._enabled = sys.stderr.isatty()
+        self._start = time.monotonic()
+        self._next = self._start + REFRESH_S
+        self._drawn = False
+
+    def update(self, events: int, drops: Callable[[], dict[str, int]]) -> None:
+        now = time.monotonic()
+        if not self._enabled or now < self._next:
+            return
+        self._next = now + REFRESH_S
+        dropped = sum(drops().values())
+        sys.stderr.write(
+            f"\r\033[K[assay-runner] {events} events · {dropped} drops · {now - self._start:.1f}s"
+        )
+        sys.stderr.flush()
+        self._drawn = True
+
+    def clear(self) -> None:
+        if self._drawn:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def _preview(items: list[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return f"{len(items)}" + (f": {shown}{more}" if items else "")
+
+
+def summary(run: NormalizedRun, exit_code: int, elapsed: float, archive: str) -> str:
+    """A short human summary of what the command touched and how well it was seen."""
+    written = sorted({
+        e.value for e in run.kernel_events
+        if e.kind == "openat" and e.value and e.access_mode in ("write", "read_write")
+        and e.status == "success"
+    })
+    blocked = [e for e in run.kernel_events if e.kind in ("file_blocked", "connect_blocked")]
+    h = run.health
+    lines = [
+        f"assay-runner: command exited {exit_code} after {elapsed:.2f}s",
+        f"  files written:     {_preview(written)}",
+        f"  files touched:     {len(run.surface.filesystem_paths)}",
+        f"  endpoints:         {_preview(run.surface.network_endpoints)}",
+        f"  programs executed: {_preview(run.surface.process_execs)}",
+    ]
+    if blocked:
+        lines.append(f"  policy blocks:     {_preview(sorted({str(e.value) for e in blocked}))}")
+    lines += [
+        f"  health:            kernel_layer={h.kernel_layer} drops={h.ringbuf_drops} "
+        f"cgroup_correlation={h.cgroup_correlation} network={h.network_protocol_coverage}",
+        f"  archive:           {archive}",
+    ]
+    return "\n".join(lines)
