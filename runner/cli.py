@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="runner log format on stderr (auto: console on a terminal, JSON otherwise or in CI)",
     )
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the runner's info logs on a terminal too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"runner.cmd_{name}").register(sub)
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
-    configure_logging(args.log_format)
+    configure_logging(args.log_format, args.verbose)
     try:
         return args.func(args)
     except RunnerError as exc:

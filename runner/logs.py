@@ -13,10 +13,15 @@ import sys
 import structlog
 
 
-def configure_logging(fmt: str = "auto", level: int = logging.INFO) -> None:
-    """Set up structlog for the chosen format ('auto', 'console' or 'json')."""
+def configure_logging(fmt: str = "auto", verbose: bool = False) -> None:
+    """Set up structlog for the chosen format ('auto', 'console' or 'json').
+
+    On a terminal only warnings show unless `verbose`: the person is watching
+    their command's output, not ours. JSON (machines, CI) gets info too.
+    """
     if fmt == "auto":
         fmt = "json" if os.environ.get("CI") or not sys.stderr.isatty() else "console"
+    level = logging.INFO if verbose or fmt == "json" else logging.WARNING
     renderer = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
