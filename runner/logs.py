@@ -39,6 +39,11 @@ def configure_logging(fmt: str = "auto", verbose: bool = False) -> None:
     )
 
 
-def get_logger(name: str) -> structlog.stdlib.BoundLogger:
-    """A logger bound to the component `name`."""
-    return structlog.get_logger().bind(component=name)
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    """A lazy logger for the component `name`.
+
+    Lazy on purpose: modules create loggers at import, before
+    `configure_logging` runs; binding eagerly would freeze structlog's
+    default (stdout) configuration into them.
+    """
+    return structlog.get_logger(component=name)

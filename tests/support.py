@@ -1,0 +1,62 @@
+"""Helpers for tests that drive the real `assay-runner` CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from runner.archive import read_archive
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "runner.cli"]
+
+
+def assay(*args: str | Path, cwd: Path | None = None, timeout: float = 300,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would; output captured as text."""
+    return subprocess.run(
+        [*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env=env, stdin=subprocess.DEVNULL,
+    )
+
+
+def run_observed(out: Path, run_id: str, *cmd: str | Path, workdir: Path | None = None,
+                 extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`assay-runner run` with the usual options; fails loudly on runner errors."""
+    args: list[str | Path] = ["run", "--out", out, "--run-id", run_id, "--force", *extra]
+    if workdir is not None:
+        args += ["--workdir", workdir]
+    proc = assay(*args, "--", *cmd, cwd=workdir)
+    assert proc.returncode != 125, proc.stderr
+    return proc
+
+
+class Archive:
+    """A written archive, parsed for assertions."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.members = read_archive(path)
+
+    def json(self, name: str) -> dict:
+        return json.loads(self.members[name])
+
+    def lines(self, name: str) -> list[dict]:
+        return [json.loads(line) for line in self.members[name].decode().splitlines() if line]
+
+    @property
+    def kernel(self) -> list[dict]:
+        return self.lines("layers/kernel.ndjson")
+
+    @property
+    def health(self) -> dict:
+        return self.json("observation-health.json")
+
+    @property
+    def surface(self) -> dict:
+        return self.json("capability-surface.json")
+
+    def values(self, kind: str) -> list[str]:
+        return [e["value"] for e in self.kernel if e["kind"] == kind]

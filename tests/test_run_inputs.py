@@ -1,0 +1,114 @@
+"""Bad input: one clear line, a non-zero exit, and nothing half-written."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.prereqs import cgroup2_mount
+from support import CLI, assay
+
+pytestmark = pytest.mark.kernel
+
+
+def _run_cgroups() -> set[str]:
+    parent = cgroup2_mount() / "assay-runner"
+    return {p.name for p in parent.iterdir() if p.is_dir()} if parent.exists() else set()
+
+
+def _error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("assay-runner: error: "), lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def out(tmp_path: Path):
+    """An --out directory that must stay empty, and no cgroup may be left over."""
+    before = _run_cgroups()
+    d = tmp_path / "out"
+    yield d
+    assert not d.exists() or sorted(p.name for p in d.iterdir()) == [], list(d.iterdir())
+    assert _run_cgroups() <= before
+
+
+def test_no_command(out: Path) -> None:
+    proc = assay("run", "--out", out, "--run-id", "x")
+    assert proc.returncode == 125
+    assert "no command given" in _error_line(proc)
+
+
+def test_missing_binary(out: Path) -> None:
+    proc = assay("run", "--out", out, "--run-id", "x", "--", "no-such-binary-xyz")
+    assert proc.returncode == 127
+    assert "command not found: no-such-binary-xyz" in _error_line(proc)
+
+
+def test_not_executable(out: Path, tmp_path: Path) -> None:
+    script = tmp_path / "plain.txt"
+    script.write_text("echo hi\n")
+    proc = assay("run", "--out", out, "--run-id", "x", "--", script)
+    assert proc.returncode == 126
+    assert "not executable" in _error_line(proc)
+
+
+@pytest.mark.parametrize("run_id", ["a/b", "", "../up", ".hidden"])
+def test_invalid_run_id(out: Path, run_id: str) -> None:
+    proc = assay("run", "--out", out, "--run-id", run_id, "--", "true")
+    assert proc.returncode == 125
+    assert "invalid --run-id" in _error_line(proc)
+
+
+def test_unwritable_out(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = assay("run", "--out", blocker / "sub", "--run-id", "x", "--", "true")
+    assert proc.returncode == 125
+    assert "cannot write to --out" in _error_line(proc)
+    assert blocker.read_text() == ""
+
+
+def test_existing_archive_needs_force(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    existing = out / "x.tar.gz"
+    existing.write_bytes(b"keep me")
+    proc = assay("run", "--out", out, "--run-id", "x", "--", "true")
+    assert proc.returncode == 125
+    assert "already exists" in _error_line(proc) and "--force" in proc.stderr
+    assert existing.read_bytes() == b"keep me"
+    assert sorted(p.name for p in out.iterdir()) == ["x.tar.gz"]
+
+
+def test_bad_ringbuf_pages(out: Path) -> None:
+    proc = assay("run", "--out", out, "--run-id", "x", "--ringbuf-pages", "3", "--", "true")
+    assert proc.returncode == 125
+    assert "power of two" in _error_line(proc)
+
+
+def test_not_root(out: Path) -> None:
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *CLI,
+         "run", "--out", out, "--run-id", "x", "--", "true"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd="/",
+    )
+    assert proc.returncode == 125
+    assert "needs root" in _error_line(proc)
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) missing")
+def test_bpf_unavailable(out: Path) -> None:
+    """Root without CAP_BPF/CAP_SYS_ADMIN/CAP_PERFMON cannot load the monitor."""
+    drop = "-bpf,-sys_admin,-perfmon"
+    proc = subprocess.run(
+        ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", *CLI,
+         "run", "--out", out, "--run-id", "x", "--", "true"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 125
+    line = _error_line(proc)
+    assert "CAP_BPF" in line or "doctor" in line, line
