@@ -110,7 +110,8 @@ def kernel_event(run_id: str, seq: int, c: Classified) -> KernelEvent:
             event.mode = m.mode
         if m.resolve is not None:
             event.resolve = m.resolve
-        event.return_value = m.return_value
+        if m.return_value is not None:
+            event.return_value = m.return_value
         event.access_mode = m.access_mode
         event.operation_flags = m.operation_flags
         event.status = m.status

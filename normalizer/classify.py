@@ -44,21 +44,27 @@ class OpenMeta(msgspec.Struct, frozen=True):
     flags: int
     mode: int | None
     resolve: int | None
-    return_value: int
+    return_value: int | None
     access_mode: str
     operation_flags: list[str]
     status: str
 
 
 def open_meta(flags: int, mode: int, resolve: int, ret: int) -> OpenMeta:
-    """Derive the contract's open metadata from raw syscall values."""
+    """Derive the contract's open metadata from raw syscall values.
+
+    A failed open keeps its return value (-errno: evidence of why). A
+    successful one's fd number is allocation state, not a capability, and
+    races between threads of one process: it stays in the raw spool only,
+    and `status: success` carries the outcome (docs/determinism.md).
+    """
     flags &= 0xFFFFFFFF
     creates = bool(flags & (0o100 | O_TMPFILE_BIT))
     return OpenMeta(
         flags=flags,
         mode=mode & 0o7777 if creates else None,
         resolve=resolve or None,
-        return_value=ret,
+        return_value=ret if ret < 0 else None,
         access_mode=ACCESS_MODES[flags & O_ACCMODE],
         operation_flags=[name for name, bit in OPERATION_FLAGS if flags & bit == bit],
         status="success" if ret >= 0 else "error",

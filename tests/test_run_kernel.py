@@ -46,7 +46,7 @@ def test_relative_write_is_resolved_with_open_metadata(example) -> None:
     assert event["access_mode"] == "write"
     assert event["operation_flags"] == ["create", "truncate"]
     assert event["status"] == "success"
-    assert event["return_value"] >= 0
+    assert "return_value" not in event  # fd numbers are allocation state, not evidence
     assert event["flags"] & 0o3 == 1
     assert event["mode"] == 0o666
 
