@@ -1,0 +1,38 @@
+# assay-runner: `make demo` and `make test` set the machine up first (root).
+# scripts/setup.sh checks every step before acting, so a second run is fast.
+
+# The command `make demo` observes; change it here only.
+DEMO_CMD ?= sh fixtures/agent/demo.sh
+
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup demo test lint schemas bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(VENV)/bin/assay-runner run --out runs --run-id demo --force -- $(DEMO_CMD)
+	$(VENV)/bin/assay-runner validate runs/demo.tar.gz
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+# Lint needs only the venv, not a ready kernel: no root once the venv exists.
+lint: $(VENV)/bin/ruff
+	$(VENV)/bin/ruff check .
+
+schemas: setup
+	$(PY) scripts/gen_schemas.py
+
+bench: setup
+	$(PY) -m bench.run
+
+$(VENV)/bin/ruff:
+	@bash scripts/setup.sh
+
+# Generated files only; the venv stays (rm -rf .venv, then make setup, rebuilds it).
+clean:
+	rm -rf runs build bench/results .pytest_cache .ruff_cache .setup-stamp* *.egg-info
+	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

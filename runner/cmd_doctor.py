@@ -1,0 +1,78 @@
+"""`assay-runner doctor [--fix] [--json]`: is this machine ready for a run?
+
+One line per prerequisite, `ok`/`FAIL`/`warn` and what to do, so a failed
+set-up is diagnosed without reading a BCC traceback. `--fix` applies the safe
+fixes first (tracefs/debugfs mounts, kernel headers) and says what it changed;
+`scripts/setup.sh` calls it, so set-up and doctor share one implementation
+(runner/prereqs.py). Exit 0 when every required check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import TextIO
+
+from runner import prereqs
+from runner.errors import EXIT_CHECK_FAILED
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `doctor` subcommand."""
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check what a run needs from this machine (and fix it with --fix)",
+        description=(
+            "Check the prerequisites of 'assay-runner run': root, bcc, kernel headers, "
+            "tracefs, cgroup v2, a real BPF ring-buffer tracepoint load, pid namespaces "
+            "and Landlock. Exit 0 when every required check passes, 1 otherwise."
+        ),
+    )
+    parser.add_argument(
+        "--fix",
+        action="store_true",
+        help="first mount tracefs/debugfs and install or link kernel headers (needs root)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.set_defaults(func=run_doctor)
+
+
+def _apply_fixes(notes: TextIO) -> list[str]:
+    """Run every safe fix, printing each change as it happens."""
+    if os.geteuid() != 0:
+        skipped = "skipped: --fix needs root (mounts, /lib/modules links, apt-get)"
+        print(f"fix: {skipped}", file=notes)
+        return [skipped]
+    changes: list[str] = []
+    for note in prereqs.apply_fixes():
+        print(f"fix: {note}", file=notes, flush=True)
+        changes.append(note)
+    if not changes:
+        print("fix: nothing to change", file=notes)
+    return changes
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    """Apply fixes when asked, run every check, report; 0 when ready."""
+    # With --json, stdout carries only the JSON document; notes go to stderr.
+    fixes = _apply_fixes(sys.stderr if args.json else sys.stdout) if args.fix else []
+    checks = prereqs.run_checks()
+    ready = all(c.ok or not c.required for c in checks)
+    if args.json:
+        doc = {
+            "ok": ready,
+            "checks": [
+                {"name": c.name, "status": c.status, "ok": c.ok, "required": c.required,
+                 "detail": c.detail, "fix": c.fix}
+                for c in checks
+            ],
+            "fixes": fixes,
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            print(f"{c.status:<4}  {c.name:<{width}}  {c.message}")
+    return 0 if ready else EXIT_CHECK_FAILED

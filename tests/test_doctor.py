@@ -1,0 +1,238 @@
+"""`assay-runner doctor` and the run prerequisites, on the real machine.
+
+The CLI tests are real: they run as root against the running kernel (BPF
+compile and load included). The unprivileged cases drop to uid 65534 in a
+forked child, so they need no file access beyond what is already imported.
+mountinfo and headers selection are pure unit tests on recorded samples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from runner import prereqs
+from runner.errors import EXIT_RUNNER_ERROR, RunnerError
+
+CHECKS = ("root", "bcc", "headers", "tracefs", "cgroup2", "bpf", "pidns", "landlock")
+
+
+def doctor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner.cli", "doctor", *args],
+        capture_output=True, text=True, timeout=180, check=False,
+    )
+
+
+@pytest.mark.kernel
+def test_doctor_passes_and_prints_every_check() -> None:
+    proc = doctor()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split()[1] for line in lines] == list(CHECKS)
+    for line in lines:
+        assert line.split()[0] in ("ok", "warn"), line
+    assert "delivered" in lines[CHECKS.index("bpf")]
+
+
+@pytest.mark.kernel
+def test_doctor_json_is_machine_readable() -> None:
+    proc = doctor("--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is True
+    assert doc["fixes"] == []
+    assert [c["name"] for c in doc["checks"]] == list(CHECKS)
+    for check in doc["checks"]:
+        assert set(check) == {"name", "status", "ok", "required", "detail", "fix"}
+        assert check["status"] == ("ok" if check["ok"] else "warn")
+    assert {c["name"] for c in doc["checks"] if not c["required"]} == {"landlock"}
+
+
+@pytest.mark.kernel
+def test_doctor_fix_changes_nothing_on_a_ready_machine() -> None:
+    proc = doctor("--fix")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0] == "fix: nothing to change"
+
+
+def in_child_as(uid: int, fn: Callable[[], str]) -> str:
+    """Run fn() in a forked child as `uid`; return what it reported."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            report = fn()
+        except BaseException as exc:
+            report = f"{type(exc).__name__}: {exc}"
+        os.write(write_end, report.encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        report = pipe.read()
+    os.waitpid(pid, 0)
+    return report
+
+
+def test_require_run_prerequisites_as_non_root_says_one_line() -> None:
+    def attempt() -> str:
+        try:
+            prereqs.require_run_prerequisites()
+        except RunnerError as exc:
+            return f"{exc.exit_code} {exc}"
+        return "no error"
+
+    report = in_child_as(65534, attempt)
+    assert report == (
+        f"{EXIT_RUNNER_ERROR} not running as root: "
+        "assay-runner run needs root for eBPF; use sudo, or the daemon"
+    )
+
+
+def test_root_without_capabilities_is_named() -> None:
+    code = "from runner.prereqs import check_root; print(check_root().message)"
+    proc = subprocess.run(
+        ["setpriv", "--bounding-set=-sys_admin,-bpf", "--", sys.executable, "-c", code],
+        capture_output=True, text=True, check=True,
+    )
+    assert proc.stdout.startswith("running as root without CAP_SYS_ADMIN")
+    assert "--privileged" in proc.stdout
+
+
+def test_doctor_as_non_root_fails_on_root_first() -> None:
+    def attempt() -> str:
+        return "\n".join(f"{c.status} {c.name}" for c in prereqs.run_checks())
+
+    report = in_child_as(65534, attempt).splitlines()
+    assert report[0] == "FAIL root"
+    assert "FAIL bpf" in report  # not attempted without root
+
+
+def test_landlock_abi_is_reported() -> None:
+    check = prereqs.check_landlock()
+    assert not check.required
+    abi = prereqs.landlock_abi()
+    assert check.ok == (abi is not None)
+    if abi is not None:
+        assert check.detail == f"ABI {abi}"
+
+
+# --- cgroup2_mount on recorded mountinfo ------------------------------------
+
+UNIFIED = """\
+22 1 259:1 / / rw,relatime shared:1 - ext4 /dev/root rw
+25 22 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+26 25 0:24 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:8 - cgroup2 cgroup2 rw,nsdelegate
+27 25 0:7 / /sys/kernel/debug rw,nosuid,nodev,noexec,relatime shared:14 - debugfs debugfs rw
+"""
+
+HYBRID = """\
+23 1 259:1 / / rw,relatime - ext4 /dev/root rw
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+42 23 0:13 / /sys/kernel/tracing rw,relatime - tracefs tracefs rw
+"""
+
+V1_ONLY = """\
+23 1 259:1 / / rw,relatime - ext4 /dev/root rw
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+"""
+
+# A bind-mounted subtree seen before the real hierarchy, and a path with a
+# space (written \\040 by the kernel).
+ODD = """\
+23 1 259:1 / / rw,relatime - ext4 /dev/root rw
+50 23 0:38 /user.slice /srv/my\\040cgroup rw,relatime - cgroup2 cgroup2 rw
+51 23 0:38 / /mnt/cg\\040two rw,relatime - cgroup2 cgroup2 rw
+"""
+
+
+def test_cgroup2_mount_unified() -> None:
+    assert str(prereqs.cgroup2_mount(UNIFIED)) == "/sys/fs/cgroup"
+    assert prereqs.cgroup_layout(UNIFIED) == "unified"
+
+
+def test_cgroup2_mount_hybrid() -> None:
+    assert str(prereqs.cgroup2_mount(HYBRID)) == "/sys/fs/cgroup/unified"
+    assert prereqs.cgroup_layout(HYBRID) == "hybrid"
+
+
+def test_cgroup2_mount_none_is_one_line_error() -> None:
+    with pytest.raises(RunnerError) as info:
+        prereqs.cgroup2_mount(V1_ONLY)
+    assert str(info.value).startswith("no cgroup v2 mount in /proc/self/mountinfo: mount one")
+    assert "\n" not in str(info.value)
+    assert info.value.exit_code == EXIT_RUNNER_ERROR
+
+
+def test_cgroup2_mount_prefers_whole_hierarchy_and_unescapes() -> None:
+    assert str(prereqs.cgroup2_mount(ODD)) == "/mnt/cg two"
+
+
+def test_cgroup2_mount_hidden_by_a_later_mount_is_ignored() -> None:
+    shadowed = UNIFIED + "60 25 0:60 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+    with pytest.raises(RunnerError):
+        prereqs.cgroup2_mount(shadowed)
+
+
+def test_cgroup2_mount_of_this_machine_is_a_cgroup2_directory() -> None:
+    mount = prereqs.cgroup2_mount()
+    assert (mount / "cgroup.controllers").is_file()
+
+
+# --- headers fallback choice ----------------------------------------------------
+
+# What apt offered on a Debian 12 host running 6.18.44 (no headers package).
+APT_BOOKWORM = [
+    "amd64", "cloud-amd64", "rt-amd64", "6.12-cloud-amd64",
+    "6.1.0-28-amd64", "6.1.0-28-cloud-amd64", "6.1.0-28-common",
+    "6.12.111+deb12-amd64", "6.12.111+deb12-cloud-amd64", "6.12.111+deb12-common",
+    "6.12.111+deb12-rt-amd64", "6.12.117+deb12-amd64", "6.12.117+deb12-cloud-amd64",
+    "6.12.117+deb12-common", "6.12.117+deb12-rt-amd64",
+]
+
+
+def test_choose_headers_newest_below_when_no_same_minor() -> None:
+    assert prereqs.choose_headers("6.18.44-fc-v669", APT_BOOKWORM, "x86_64") == (
+        "6.12.117+deb12-cloud-amd64"
+    )
+
+
+def test_choose_headers_prefers_same_major_minor_nearest_patch() -> None:
+    got = prereqs.choose_headers("6.12.112-custom", APT_BOOKWORM, "x86_64")
+    assert got == "6.12.111+deb12-cloud-amd64"
+
+
+def test_choose_headers_plain_flavour_and_abi_numbers() -> None:
+    debian_old = ["6.1.0-27-amd64", "6.1.0-28-amd64", "6.1.0-28-rt-amd64", "6.1.0-28-common"]
+    assert prereqs.choose_headers("6.1.99-x", debian_old, "x86_64") == "6.1.0-28-amd64"
+    ubuntu = ["6.8.0-45", "6.8.0-45-generic", "6.8.0-47-generic", "6.8.0-47-lowlatency"]
+    assert prereqs.choose_headers("6.8.12-custom", ubuntu, "x86_64") == "6.8.0-47-generic"
+
+
+def test_choose_headers_oldest_above_and_none() -> None:
+    assert prereqs.choose_headers("5.15.0", APT_BOOKWORM, "x86_64") == "6.1.0-28-cloud-amd64"
+    assert prereqs.choose_headers("6.18.0", APT_BOOKWORM, "aarch64") is None
+    assert prereqs.choose_headers("6.18.0", ["6.12-cloud-amd64", "amd64"], "x86_64") is None
+
+
+@pytest.mark.kernel
+def test_headers_check_names_a_fallback_tree() -> None:
+    check = prereqs.check_headers()
+    assert check.ok, check.message
+    release = os.uname().release
+    build = prereqs.MODULES / release / "build"
+    tree_release = prereqs._tree_release(build.resolve())
+    assert check.detail.startswith("fallback:") == (tree_release not in (None, release))
