@@ -2,7 +2,7 @@
 # scripts/setup.sh checks every step before acting, so a second run is fast.
 
 # The command `make demo` observes; change it here only.
-DEMO_CMD ?= sh fixtures/agent/demo.sh
+DEMO_CMD ?= --workdir fixtures/agent/workspace -- /usr/bin/python3 -B ../simple_agent.py
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,7 +13,7 @@ setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	$(VENV)/bin/assay-runner run --out runs --run-id demo --force -- $(DEMO_CMD)
+	$(VENV)/bin/assay-runner run --out runs --run-id demo --force $(DEMO_CMD)
 	$(VENV)/bin/assay-runner validate runs/demo.tar.gz
 
 test: setup

@@ -61,11 +61,11 @@ class Monitor:
             "-Wno-macro-redefined",
         ]
         try:
-            self._bpf = BPF(src_file=str(SOURCE_DIR / "monitor.c"), cflags=cflags)
+            self._bpf = BPF(src_file=str(SOURCE_DIR / "monitor.c").encode(), cflags=cflags)
         except Exception as exc:
             raise MonitorError(f"cannot load the eBPF monitor: {exc}") from exc
         self._sink = sink
-        self._bpf["rb"].open_ring_buffer(self._on_record)
+        self._bpf[b"rb"].open_ring_buffer(self._on_record)
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         """Send records to `sink` from now on."""
@@ -84,7 +84,7 @@ class Monitor:
         self._bpf.ring_buffer_consume()
 
     def _per_hook(self, table: str) -> dict[str, int]:
-        values = self._bpf[table]
+        values = self._bpf[table.encode()]
         out: dict[str, int] = {}
         for hook, name in HOOK_NAMES.items():
             out[name] = sum(values[ctypes.c_int(hook)])
@@ -100,7 +100,7 @@ class Monitor:
 
     def header_layout(self) -> list[tuple[str, int, int]]:
         """(field, offset, size) of `struct assay_hdr` as clang laid it out."""
-        leaf = self._bpf["layout_probe"].Leaf
+        leaf = self._bpf[b"layout_probe"].Leaf
         return [(name, getattr(leaf, name).offset, getattr(leaf, name).size)
                 for name, _ in leaf._fields_]
 
@@ -133,4 +133,4 @@ class Monitor:
         os.close(done_w)
 
 
-assert HOOK_MAX > max(HOOK_NAMES)
+assert max(HOOK_NAMES) < HOOK_MAX

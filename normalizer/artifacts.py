@@ -42,7 +42,9 @@ NetworkCoverage = Literal[
 ]
 EndpointClaimScope = Literal["diagnostic_only", "not_applicable", "unknown"]
 Note = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]+: ")]
-KindName = Annotated[str, msgspec.Meta(pattern=r"^(openat|connect|exec|file_blocked|connect_blocked|event_[0-9]+)$")]
+KindName = Annotated[
+    str, msgspec.Meta(pattern=r"^(openat|connect|exec|file_blocked|connect_blocked|event_[0-9]+)$")
+]
 
 
 class _Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

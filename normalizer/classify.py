@@ -85,7 +85,10 @@ def endpoint(sockaddr: bytes) -> str | None:
         return f"{ipaddress.IPv4Address(sockaddr[4:8])}:{port}"
     if family == socket.AF_INET6 and len(sockaddr) >= 24:
         port = struct.unpack_from(">H", sockaddr, 2)[0]
-        return f"[{ipaddress.IPv6Address(sockaddr[8:24])}]:{port}"
+        addr = ipaddress.IPv6Address(sockaddr[8:24])
+        # spelled out: str() of a v4-mapped address changed in Python 3.13
+        text = f"::ffff:{addr.ipv4_mapped}" if addr.ipv4_mapped else addr.compressed
+        return f"[{text}]:{port}"
     if family == socket.AF_UNIX:
         path = sockaddr[2:]
         if not path:

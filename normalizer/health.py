@@ -87,9 +87,10 @@ def observation_health(
         f"network_protocol_coverage={coverage} network_endpoint_claim_scope={scope}"
     ]
     if drops:
-        per_hook = " ".join(f"{k}={v}" for k, v in sorted(facts.drops.items()) if v)
-        lost = f" lost_in_transit={facts.lost_in_transit}" if facts.lost_in_transit else ""
-        notes.append(f"s2_kernel_drops: {per_hook}{lost}".rstrip())
+        parts = [f"{k}={v}" for k, v in sorted(facts.drops.items()) if v]
+        if facts.lost_in_transit:
+            parts.append(f"lost_in_transit={facts.lost_in_transit}")
+        notes.append("s2_kernel_drops: " + " ".join(parts))
     if facts.unresolved_paths:
         notes.append(f"s2_path_resolution: unresolved_paths={facts.unresolved_paths}")
     correlation = cgroup_correlation(facts)

@@ -64,15 +64,17 @@ def archive_bytes(run_id: str, members: dict[str, bytes]) -> bytes:
     ordered = [(MANIFEST, build_manifest(run_id, members))]
     ordered += sorted(members.items())
     raw = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
-        with tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-            dirs_done: set[str] = set()
-            for path, data in ordered:
-                for parent in reversed(PurePosixPath(path).parents[:-1]):
-                    if str(parent) not in dirs_done:
-                        dirs_done.add(str(parent))
-                        tar.addfile(_info(str(parent) + "/", 0, tarfile.DIRTYPE, 0o755))
-                tar.addfile(_info(path, len(data), tarfile.REGTYPE, 0o644), io.BytesIO(data))
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar,
+    ):
+        dirs_done: set[str] = set()
+        for path, data in ordered:
+            for parent in reversed(PurePosixPath(path).parents[:-1]):
+                if str(parent) not in dirs_done:
+                    dirs_done.add(str(parent))
+                    tar.addfile(_info(str(parent) + "/", 0, tarfile.DIRTYPE, 0o755))
+            tar.addfile(_info(path, len(data), tarfile.REGTYPE, 0o644), io.BytesIO(data))
     return raw.getvalue()
 
 

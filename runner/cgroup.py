@@ -6,6 +6,7 @@ control value: it never appears in normalized evidence.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -62,10 +63,8 @@ class RunCgroup:
         except OSError:
             pass
         for pid in self.pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def remove(self, timeout: float = 5.0) -> None:
         """Kill leftovers, wait for the cgroup to empty, and remove it bottom-up."""

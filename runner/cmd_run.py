@@ -93,7 +93,9 @@ def prepare_out_dir(out: Path, run_id: str, force: bool) -> Path:
         with tempfile.NamedTemporaryFile(dir=out, prefix=".assay-write-check-"):
             pass
     except OSError as exc:
-        raise RunnerError(f"cannot write to --out {out}: {exc.strerror}; choose a writable directory") from exc
+        raise RunnerError(
+            f"cannot write to --out {out}: {exc.strerror}; choose a writable directory"
+        ) from exc
     archive = out / f"{run_id}.tar.gz"
     if archive.exists() and not force:
         raise RunnerError(f"{archive} already exists: pass --force to overwrite it, or use another --run-id")

@@ -16,6 +16,7 @@ spool header is written. Every helper dies with its parent (PDEATHSIG).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -66,10 +67,8 @@ class Spawned:
 
     def signal(self, signum: int) -> None:
         """Forward `signum` to the command through the init."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.shim_pid, signum)
-        except ProcessLookupError:
-            pass
 
 
 def spawn(

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import ROOT, Archive, run_observed
 
 from normalizer.decode import decode
 from normalizer.spool import read_spool
 from runner.prereqs import cgroup2_mount
-from support import ROOT, Archive, run_observed
 
 pytestmark = pytest.mark.kernel
 

@@ -7,16 +7,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import CLI, assay
 
 from runner.prereqs import cgroup2_mount
-from support import CLI, assay
 
 pytestmark = pytest.mark.kernel
 
 
 def _run_cgroups() -> set[str]:
+    """Cgroups of runs with the run id these tests use ('x'); other runs may be live."""
     parent = cgroup2_mount() / "assay-runner"
-    return {p.name for p in parent.iterdir() if p.is_dir()} if parent.exists() else set()
+    if not parent.exists():
+        return set()
+    return {p.name for p in parent.iterdir() if p.is_dir() and p.name.startswith("x-")}
 
 
 def _error_line(proc: subprocess.CompletedProcess[str]) -> str:

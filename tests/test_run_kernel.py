@@ -6,13 +6,14 @@ import re
 from pathlib import Path
 
 import pytest
-
 from support import Archive, assay, run_observed
 
 pytestmark = pytest.mark.kernel
 
 PY = "/usr/bin/python3"
-NOISE = re.compile(r"^(/etc/ld\.so\.cache|/lib|/usr/lib/|/usr/share/locale/|/etc/localtime|/proc/|/sys/|/dev/)")
+NOISE = re.compile(
+    r"^(/etc/ld\.so\.cache|/lib|/usr/lib/|/usr/share/locale/|/etc/localtime|/proc/|/sys/|/dev/)"
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,10 @@
 """Open N distinct missing files, as fast as Python can: a ring-buffer flood."""
 
+import contextlib
 import os
 import sys
 
 n = int(sys.argv[1])
 for i in range(n):
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.open(f"flood-{i}", os.O_RDONLY)
-    except FileNotFoundError:
-        pass

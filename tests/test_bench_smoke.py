@@ -1,0 +1,106 @@
+"""Smoke test of the benchmark workloads: they build, and they make exactly the
+operations they claim, counted by an independent witness (strace) or by what
+they leave on disk. No timing is asserted anywhere: the benchmark numbers
+come from `python -m bench.run`, never from tests.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.build import Tools, build
+from bench.report import Expectation, check_events, parse_report
+from bench.suite import by_name
+
+pytestmark = pytest.mark.bench
+
+needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
+
+
+@pytest.fixture(scope="module")
+def tools(tmp_path_factory: pytest.TempPathFactory) -> Tools:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc not installed")
+    return build(tmp_path_factory.mktemp("bench-bin"))
+
+
+def traced(argv: list[str], syscalls: str, log: Path) -> tuple[str, list[str]]:
+    """Runs `argv` under `strace -f`; returns its stdout and strace's lines."""
+    done = subprocess.run(
+        ["strace", "-f", "-qq", "-e", f"trace={syscalls}", "-o", str(log), "--", *argv],
+        capture_output=True, text=True, check=True, timeout=60,
+    )
+    return done.stdout, log.read_text().splitlines()
+
+
+@needs_strace
+def test_open_heavy_makes_exactly_n_marked_opens(tools: Tools, tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    argv = by_name("open_heavy").argv(tools, scratch, (600,))
+    stdout, lines = traced(argv, "openat", tmp_path / "strace.log")
+    report = parse_report(stdout)
+    marked = [ln for ln in lines if "abench-" in ln]
+    assert len(marked) == 600 == report.ops["openat"]
+    assert report.ops["existing"] + report.ops["missing"] + report.ops["created"] == 600
+    assert sum("ENOENT" in ln for ln in marked) == report.ops["missing"]
+    # "created" counts the 100 files set up first and then every create/truncate;
+    # below 1000 iterations each create uses a new name, so all of them are on disk
+    names = [p.name for p in scratch.iterdir()]
+    assert sum(n.startswith("abench-e-") for n in names) == 100
+    assert sum(n.startswith("abench-c-") for n in names) == report.ops["created"] - 100
+    assert report.expect == (Expectation("openat", "abench-", 600),)
+
+
+@needs_strace
+def test_exec_heavy_execs_n_times(tools: Tools, tmp_path: Path) -> None:
+    argv = by_name("exec_heavy").argv(tools, tmp_path, (7,))
+    stdout, lines = traced(argv, "execve", tmp_path / "strace.log")
+    assert sum('execve("/bin/true"' in ln for ln in lines) == 7
+    assert parse_report(stdout).ops == {"execve": 7, "fork": 7}
+
+
+@needs_strace
+def test_network_connects_and_sends_to_its_own_ports(tools: Tools, tmp_path: Path) -> None:
+    argv = by_name("network").argv(tools, tmp_path, (25, 75))
+    stdout, lines = traced(argv, "connect,sendto", tmp_path / "strace.log")
+    ops = parse_report(stdout).ops
+    assert sum(f"htons({ops['tcp_port']})" in ln for ln in lines if "connect(" in ln) == 25
+    assert sum(f"htons({ops['udp_port']})" in ln for ln in lines if "sendto(" in ln) == 75
+
+
+def test_dev_job_commits_twice_and_runs_every_step(tools: Tools, tmp_path: Path) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    argv = by_name("dev_job").argv(tools, tmp_path, (40,))
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
+    assert parse_report(done.stdout).ops == {"files": 40, "commands": 11}
+    count = subprocess.run(["git", "-C", str(tmp_path / "repo"), "rev-list", "--count", "HEAD"],
+                           capture_output=True, text=True, check=True)
+    assert count.stdout.strip() == "2"
+    tracked = subprocess.run(["git", "-C", str(tmp_path / "repo"), "ls-files"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert len(tracked) == 40 + 3  # the sources plus three test files
+
+
+def test_report_line_and_event_check() -> None:
+    stdout = "noise\nABENCH " + (
+        '{"workload":"w","elapsed_s":0.5,"ops":{"openat":2},'
+        '"expect":[{"kind":"openat","contains":"abench-","count":2}],"realtime_ns":7}\n'
+    )
+    report = parse_report(stdout)
+    assert (report.elapsed_s, report.extra) == (0.5, {"realtime_ns": 7})
+    records = [("openat", "/s/abench-e-000"), ("openat", "/etc/ld.so.cache"),
+               ("connect", "abench-"), ("openat", "/s/abench-m-4")]
+    [check] = check_events(report.expect, records)
+    assert (check.seen, check.ok) == (2, True)
+
+
+def test_start_stamp_prints_a_realtime_stamp(tools: Tools) -> None:
+    done = subprocess.run([tools.program("start_stamp")], capture_output=True, text=True,
+                          check=True)
+    assert parse_report(done.stdout).extra["realtime_ns"] > 0
