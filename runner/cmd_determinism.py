@@ -1,0 +1,177 @@
+"""`assay-runner determinism`: run a command N times; the archives must be identical.
+
+The three-run gate of design section 4. The working directory is copied
+aside first and restored at the same path before every run (and at the end),
+so each run starts from the same state; each run is observed exactly like
+`run` would, then every member of the archives, manifest included, is
+compared byte for byte with run 1. Differing members are named with their
+first differing lines. Each run must also pass health (kernel_layer=complete,
+ringbuf_drops=0, cgroup_correlation=clean) and exit with the same code.
+
+Writes --out/run-1/RUN_ID.tar.gz (+ .spool), run-2/, ... and
+--out/determinism-report.json; prints the readable report on stdout and
+progress on stderr. Ctrl-C ends the current run and stops the check (the
+workdir is restored).
+
+Exit codes:
+  0    every run byte-identical, same exit code, health passing
+  1    members differ, exit codes differ, or a run's health is not passing
+       (health is reported but not failed with --allow-unhealthy)
+  2    unusable input: bad options, command not found, workdir cannot be
+       snapshotted, --out not writable or holding archives (use --force)
+  125  the runner failed during a run (as for 'run')
+  130  interrupted
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from runner.archive import load_members, sha256_ref, write_atomic
+from runner.cmd_run import add_capture_options, build_request, prepare_out_dir
+from runner.compare import RunInput, build_report, render_text
+from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
+from runner.session import RunRequest, execute
+from runner.snapshot import Snapshot, SnapshotError
+
+REPORT_NAME = "determinism-report.json"
+SCRATCH_ROOTS = (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `determinism` subcommand."""
+    p = sub.add_parser(
+        "determinism",
+        help="run a command several times and require byte-identical archives",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--runs", type=int, default=3, metavar="N",
+                   help="number of runs, at least 2 (default: 3)")
+    add_capture_options(p)
+    p.add_argument("--force", action="store_true",
+                   help="overwrite archives of the same run id in --out/run-N/")
+    p.add_argument("--allow-unhealthy", action="store_true",
+                   help="report but do not fail runs whose health is not passing")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
+                   help="the command to run, after '--'")
+    p.set_defaults(func=main)
+
+
+def progress(message: str) -> None:
+    """One progress line on stderr, so stdout keeps only the report."""
+    print(f"assay-runner: determinism: {message}", file=sys.stderr, flush=True)
+
+
+def scratch_dir(workdir: Path) -> Path:
+    """A fresh temp dir outside the workdir, for the snapshot and staged archives.
+
+    Outside, because restoring the workdir deletes whatever is inside it.
+    """
+    for root in SCRATCH_ROOTS:
+        root = root.resolve()
+        if root.is_dir() and not root.is_relative_to(workdir):
+            return Path(tempfile.mkdtemp(prefix="assay-determinism-", dir=root))
+    raise RunnerError(f"no temp directory outside --workdir {workdir}: choose a smaller workdir",
+                      EXIT_BAD_INPUT)
+
+
+def prepare(args: argparse.Namespace, scratch: Path) -> tuple[RunRequest, list[Path]]:
+    """Check every input like `run` does; RunnerError (exit 2) before anything runs."""
+    if args.runs < 2:
+        raise RunnerError(f"--runs must be at least 2, got {args.runs}", EXIT_BAD_INPUT)
+    staged = argparse.Namespace(**{**vars(args), "out": scratch / "run-1", "force": True})
+    try:
+        req = build_request(staged)
+        out = args.out.resolve()
+        targets = [prepare_out_dir(out / f"run-{i}", req.run_id, args.force)
+                   for i in range(1, args.runs + 1)]
+    except RunnerError as exc:
+        raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc
+    return req, targets
+
+
+def publish_staged(scratch: Path, targets: list[Path]) -> None:
+    """Move each run's staged archive and spool into --out/run-N/."""
+    for number, target in enumerate(targets, start=1):
+        staged = scratch / f"run-{number}"
+        if staged.is_dir():
+            for file in staged.iterdir():
+                shutil.move(file, target / file.name)
+
+
+def run_all(req: RunRequest, runs: int, snapshot: Snapshot, scratch: Path) -> list[int]:
+    """Restore the workdir and run the command, `runs` times; the exit codes."""
+    codes: list[int] = []
+    for number in range(1, runs + 1):
+        progress(f"run {number}/{runs}: restoring {req.workdir} and running {shlex.join(req.argv)}")
+        snapshot.restore()
+        staged = scratch / f"run-{number}"
+        staged.mkdir(exist_ok=True)
+        result = execute(dataclasses.replace(req, out_dir=staged))
+        h = result.normalized.health
+        progress(f"run {number}/{runs}: exit {result.exit_code}, "
+                 f"{len(result.normalized.kernel_events)} kernel events, "
+                 f"kernel_layer={h.kernel_layer} ringbuf_drops={h.ringbuf_drops} "
+                 f"cgroup_correlation={h.cgroup_correlation}")
+        if result.exit_code == 128 + signal.SIGINT:
+            # Ctrl-C reaches the command, not the runner: stop here rather than
+            # start the next run (the workdir is still restored on the way out).
+            raise KeyboardInterrupt
+        codes.append(result.exit_code)
+    return codes
+
+
+def main(args: argparse.Namespace) -> int:
+    workdir = (args.workdir or Path.cwd()).resolve()
+    if not workdir.is_dir():
+        raise RunnerError(f"--workdir {workdir} is not a directory", EXIT_BAD_INPUT)
+    scratch = scratch_dir(workdir)
+    keep_scratch = False
+    snapshot: Snapshot | None = None
+    targets: list[Path] = []
+    try:
+        req, targets = prepare(args, scratch)
+        out = args.out.resolve()
+        excluded = frozenset({out}) if out != workdir and out.is_relative_to(workdir) else frozenset()
+        try:
+            snapshot = Snapshot.take(workdir, scratch / "snapshot", excluded)
+        except SnapshotError as exc:
+            raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc
+        codes = run_all(req, args.runs, snapshot, scratch)
+    finally:
+        if snapshot is not None:
+            try:
+                snapshot.restore()
+            except SnapshotError as exc:
+                keep_scratch = True
+                print(f"assay-runner: error: {exc}", file=sys.stderr)
+        publish_staged(scratch, targets)
+        if not keep_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return report(req, out, targets, codes, args.allow_unhealthy)
+
+
+def report(req: RunRequest, out: Path, targets: list[Path], codes: list[int],
+           allow_unhealthy: bool) -> int:
+    """Compare the published archives, write the JSON report, print the readable one."""
+    inputs = []
+    for target, code in zip(targets, codes, strict=True):
+        archive = target / f"{req.run_id}.tar.gz"
+        inputs.append(RunInput(str(archive), sha256_ref(archive.read_bytes()), code,
+                               load_members(archive)))
+    result = build_report(req.run_id, req.argv, str(req.workdir), inputs, allow_unhealthy)
+    path = out / REPORT_NAME
+    write_atomic(path, msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
+    print(render_text(result))
+    print(f"report: {path}")
+    return 0 if result.passed else EXIT_CHECK_FAILED
