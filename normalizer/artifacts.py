@@ -151,3 +151,48 @@ class Manifest(_Strict):
     schema: Literal["assay.runner.archive_manifest.v0"]
     run_id: RunId
     files: dict[str, ManifestEntry]
+
+
+PolicySource = Literal["filesystem", "network", "tool"]
+Decision = Literal["allow", "deny"]
+
+
+class PolicyEvent(_Strict):
+    """One line of `layers/policy.ndjson`: a policy decision the run hit.
+
+    `summary` is the decision's entry in `capability-surface.json`'s
+    `policy_decisions` (format in docs/policy.md), e.g. `allow:read_file`,
+    `deny:shell`, `deny:file_write:/etc/hosts`, `deny:connect:10.0.0.1:443`.
+    """
+
+    schema: Literal["assay.runner.policy_event.v0"]
+    run_id: RunId
+    seq: NonNegative
+    source: PolicySource
+    decision: Decision
+    target: str
+    access: str
+    rule: str
+    tool_call_id: str | None
+    summary: Annotated[str, msgspec.Meta(pattern=r"^(allow|deny):.+$")]
+
+
+SdkEventName = Literal["sdk_hello", "tool_call_started", "tool_call_finished"]
+
+
+class SdkEvent(_Strict):
+    """One line of `layers/sdk.ndjson`: what the agent reported over the SDK channel.
+
+    Self-reported by the agent's runtime (`sdk_layer: self_reported`); order
+    is the runner's receipt order. SDK-side timestamps are never recorded.
+    """
+
+    schema: Literal["assay.runner.sdk_event.v0"]
+    run_id: RunId
+    seq: NonNegative
+    event: SdkEventName
+    sdk_name: str
+    sdk_version: str
+    tool: str | None
+    tool_call_id: str | None
+    status: str | None

@@ -109,6 +109,8 @@ class Classified(msgspec.Struct, frozen=True):
     process: int
     thread_rank: int
     order: int
+    ts: int
+    """Runner-clock capture time (syscall exit): only for correlation windows."""
 
 
 def classify(resolved: Resolved, order: int) -> Classified | None:
@@ -135,4 +137,5 @@ def classify(resolved: Resolved, order: int) -> Classified | None:
         process=thread.process.number,
         thread_rank=thread.rank,
         order=order,
+        ts=e.ts,
     )

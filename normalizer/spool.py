@@ -49,6 +49,26 @@ class Phase(msgspec.Struct, tag="phase"):
     ts: int
 
 
+class SdkMessage(msgspec.Struct, tag="sdk"):
+    """One message from the agent's SDK channel, stamped on receipt.
+
+    `ts` is the runner clock when the message arrived; the agent waits for
+    the runner's reply, so a `tool_call_started` stamp precedes the tool's
+    work and a `tool_call_finished` stamp follows it. `decision`/`rule` are
+    the runner's tool-policy answer to a `tool_call_started`.
+    """
+
+    ts: int
+    event: str
+    sdk_name: str = ""
+    sdk_version: str = ""
+    tool: str | None = None
+    tool_call_id: str | None = None
+    status: str | None = None
+    decision: str | None = None
+    rule: str | None = None
+
+
 class SpoolTrailer(msgspec.Struct, tag="trailer"):
     """Counters read after the final drain."""
 
@@ -57,7 +77,7 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     emitted: dict[str, int]
 
 
-Frame = SpoolHeader | Batch | Phase | SpoolTrailer
+Frame = SpoolHeader | Batch | Phase | SdkMessage | SpoolTrailer
 
 
 class SpoolError(ValueError):
@@ -71,6 +91,7 @@ class Spool(msgspec.Struct):
     records: list[bytes]
     phases: list[Phase]
     trailer: SpoolTrailer
+    sdk: list[SdkMessage] = msgspec.field(default_factory=list)
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -109,6 +130,7 @@ def read_spool(path: Path) -> Spool:
     trailer: SpoolTrailer | None = None
     records: list[bytes] = []
     phases: list[Phase] = []
+    sdk: list[SdkMessage] = []
     with open(path, "rb") as f:
         for frame in iter_frames(f):
             if isinstance(frame, SpoolHeader):
@@ -119,10 +141,12 @@ def read_spool(path: Path) -> Spool:
                 records.extend(frame.records)
             elif isinstance(frame, Phase):
                 phases.append(frame)
+            elif isinstance(frame, SdkMessage):
+                sdk.append(frame)
             else:
                 trailer = frame
     if header is None:
         raise SpoolError(f"{path} has no spool header; not an assay-runner spool")
     if trailer is None:
         raise SpoolError(f"{path} has no trailer: the run was interrupted before it finished")
-    return Spool(header=header, records=records, phases=phases, trailer=trailer)
+    return Spool(header=header, records=records, phases=phases, trailer=trailer, sdk=sdk)
