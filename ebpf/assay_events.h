@@ -19,7 +19,8 @@
 #define HOOK_NEWTASK 32  /* task_newtask: process/thread creation */
 #define HOOK_CHDIR 33    /* chdir: joined enter+exit */
 #define HOOK_FCHDIR 34   /* fchdir: joined enter+exit */
-#define HOOK_MAX 35      /* size of the per-hook counter array */
+#define HOOK_NET_BLOCK 40 /* network policy denial (cgroup sock_addr program) */
+#define HOOK_MAX 41      /* size of the per-hook counter array */
 
 #define ASSAY_DATA_MAX 4096 /* PATH_MAX; sockaddrs are far smaller */
 
@@ -30,6 +31,7 @@
  *   EXEC:    a0 tid seen by the kernel before exec (old_pid)
  *   NEWTASK: a0 new task id, a1 clone flags
  *   CHDIR:   (none); FCHDIR: a0 fd
+ *   NET_BLOCK: a0 HOOK_CONNECT or HOOK_SENDMSG (what was denied), a1 IP protocol
  */
 struct assay_hdr {
     unsigned long long ts;   /* bpf_ktime_get_ns() at syscall exit: the runner clock */

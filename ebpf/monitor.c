@@ -5,6 +5,8 @@
  *                                    tasks in it or its descendants are seen
  *   RINGBUF_PAGES                    ring buffer size in pages
  *   WAKE_EVERY                       records per CPU between reader wakeups
+ * With a network policy, ebpf/netpolicy.c is appended to this source (BCC
+ * only exports programs defined in the main file), sharing its ring buffer.
  *
  * Design rules (see docs/architecture.md):
  *   - never read kernel struct fields: tracepoint args and helpers only;

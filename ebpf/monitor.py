@@ -22,6 +22,40 @@ DEFAULT_RINGBUF_PAGES = 1024  # 4 MiB: zero drops on our open-heavy benchmark
 TYPICAL_RECORD_BYTES = 128  # header, a short path and the ring's own record header
 
 
+NET_RULES_MAX = 64
+AF_INET = 2
+AF_INET6 = 10
+
+
+@dataclass(frozen=True)
+class NetRuleSpec:
+    """One allow rule for the cgroup sock_addr programs (ebpf/netpolicy.h)."""
+
+    family: int  # AF_INET or AF_INET6
+    address: bytes  # 4 or 16 bytes, network order
+    prefixlen: int
+    port_lo: int
+    port_hi: int
+    protocol: int  # 0 any, 6 tcp, 17 udp
+
+    def words(self) -> tuple[list[int], list[int]]:
+        """(masked address, mask) as four native-endian u32 words of network-order bytes."""
+        size = len(self.address)
+        mask_int = ((1 << self.prefixlen) - 1) << (size * 8 - self.prefixlen) if self.prefixlen else 0
+        mask = mask_int.to_bytes(size, "big").ljust(16, b"\0")
+        addr = bytes(a & m for a, m in zip(self.address.ljust(16, b"\0"), mask, strict=True))
+        return ([int.from_bytes(addr[i:i + 4], "little") for i in range(0, 16, 4)],
+                [int.from_bytes(mask[i:i + 4], "little") for i in range(0, 16, 4)])
+
+
+@dataclass(frozen=True)
+class NetPolicySpec:
+    """Network enforcement for the run's cgroup: allow rules plus a default."""
+
+    rules: tuple[NetRuleSpec, ...]
+    default_allow: bool
+
+
 @dataclass(frozen=True)
 class MonitorConfig:
     """What the compiled program is specialised for."""
@@ -29,6 +63,8 @@ class MonitorConfig:
     cgroup_id: int
     cgroup_level: int
     ringbuf_pages: int = DEFAULT_RINGBUF_PAGES
+    net_policy: NetPolicySpec | None = None
+    cgroup_path: str = ""
 
     @property
     def wake_every(self) -> int:
@@ -60,12 +96,51 @@ class Monitor:
             "-Wno-ignored-attributes",
             "-Wno-macro-redefined",
         ]
+        net = config.net_policy
+        if net is not None:
+            if len(net.rules) > NET_RULES_MAX:
+                raise MonitorError(f"at most {NET_RULES_MAX} network rules, got {len(net.rules)}")
+            cflags += [f"-DNET_RULES_MAX={NET_RULES_MAX}",
+                       f"-DN_NET_RULES={len(net.rules)}", f"-DNET_DEFAULT_ALLOW={int(net.default_allow)}"]
         try:
-            self._bpf = BPF(src_file=str(SOURCE_DIR / "monitor.c").encode(), cflags=cflags)
+            source = (SOURCE_DIR / "monitor.c").read_text()
+            if net is not None:
+                source += (SOURCE_DIR / "netpolicy.c").read_text()
+            self._bpf = BPF(text=source.encode(), cflags=cflags)
         except Exception as exc:
             raise MonitorError(f"cannot load the eBPF monitor: {exc}") from exc
         self._sink = sink
         self._bpf[b"rb"].open_ring_buffer(self._on_record)
+        if net is not None:
+            self._attach_net_policy(net, config.cgroup_path)
+
+    def _attach_net_policy(self, net: NetPolicySpec, cgroup_path: str) -> None:
+        """Fill the rule table and attach connect/sendmsg programs to the run's cgroup."""
+        from bcc import BPF, BPFAttachType
+
+        table = self._bpf[b"net_rules"]
+        for i, rule in enumerate(net.rules):
+            leaf = table.Leaf()
+            leaf.family, leaf.proto = rule.family, rule.protocol
+            leaf.port_lo, leaf.port_hi = rule.port_lo, rule.port_hi
+            addr, mask = rule.words()
+            for j in range(4):
+                leaf.addr[j], leaf.mask[j] = addr[j], mask[j]
+            table[table.Key(i)] = leaf
+        fd = os.open(cgroup_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for name, kind in (
+                (b"net_connect4", BPFAttachType.CGROUP_INET4_CONNECT),
+                (b"net_connect6", BPFAttachType.CGROUP_INET6_CONNECT),
+                (b"net_sendmsg4", BPFAttachType.CGROUP_UDP4_SENDMSG),
+                (b"net_sendmsg6", BPFAttachType.CGROUP_UDP6_SENDMSG),
+            ):
+                fn = self._bpf.load_func(name, BPF.CGROUP_SOCK_ADDR, attach_type=kind)
+                BPF.attach_func(fn, fd, kind)
+        except Exception as exc:
+            raise MonitorError(f"cannot attach the network policy programs: {exc}") from exc
+        finally:
+            os.close(fd)
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         """Send records to `sink` from now on."""

@@ -23,7 +23,8 @@ HOOK_SENDMSG = 7
 HOOK_NEWTASK = 32
 HOOK_CHDIR = 33
 HOOK_FCHDIR = 34
-HOOK_MAX = 35
+HOOK_NET_BLOCK = 40
+HOOK_MAX = 41
 
 HOOK_NAMES = {
     HOOK_OPEN: "open",
@@ -34,6 +35,7 @@ HOOK_NAMES = {
     HOOK_NEWTASK: "newtask",
     HOOK_CHDIR: "chdir",
     HOOK_FCHDIR: "fchdir",
+    HOOK_NET_BLOCK: "net_block",
 }
 """Hooks the monitor attaches, by id: the keys of drop counters and notes."""
 

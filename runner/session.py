@@ -21,7 +21,7 @@ from runner.cgroup import RunCgroup
 from runner.errors import RunnerError
 from runner.logs import get_logger
 from runner.publish import publish
-from runner.spawn import Spawned, spawn
+from runner.spawn import CommandSpec, Spawned, spawn
 from runner.spooler import Spooler
 from runner.status import LiveStatus
 
@@ -97,7 +97,7 @@ def execute(req: RunRequest) -> RunResult:
             raise RunnerError(f"{exc}; run 'assay-runner doctor' to see what is missing") from exc
         log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
                  ringbuf_pages=req.ringbuf_pages, cgroup=str(cgroup.path))
-        spawned = spawn(req.exe, req.argv, str(req.workdir), req.env, cgroup)
+        spawned = spawn(CommandSpec(req.exe, req.argv, str(req.workdir), req.env), cgroup)
         header = SpoolHeader(
             format=SPOOL_FORMAT,
             run_id=req.run_id,

@@ -5,7 +5,10 @@
                                    └─fork─▶ command (chdir, close fds, exec)
 
 The helper joins the cgroup before anything it creates exists, so every task
-of the run is inside the cgroup before it can exec. The init is a small shim
+of the run is inside the cgroup before it can exec; with `--net isolated` it
+also moves into a fresh network namespace with only loopback up. The
+command's process applies the Landlock ruleset and drops to `--user`'s
+credentials last, right before exec. The init is a small shim
 rather than the command itself, because a namespace's pid 1 ignores signals
 it has no handler for: the shim forwards SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 to
 the command, lets the terminal's SIGINT/SIGQUIT reach it directly, and exits
@@ -21,13 +24,14 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runner.cgroup import RunCgroup
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER_ERROR, RunnerError
+from runner.landlock import Ruleset
 
 CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -41,6 +45,29 @@ def exit_code(status: int) -> int:
 
 def _die_with_parent() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Who the command runs as when it must not run as root."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """Everything the command's process needs to become the command."""
+
+    exe: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    keep_fds: tuple[int, ...] = ()
+    ruleset: Ruleset | None = None
+    user: Credentials | None = None
+    isolate_net: bool = False
 
 
 @dataclass
@@ -71,14 +98,7 @@ class Spawned:
             os.kill(self.shim_pid, signum)
 
 
-def spawn(
-    exe: str,
-    argv: Sequence[str],
-    cwd: str,
-    env: dict[str, str],
-    cgroup: RunCgroup,
-    keep_fds: Sequence[int] = (),
-) -> Spawned:
+def spawn(spec: CommandSpec, cgroup: RunCgroup) -> Spawned:
     """Fork the helper chain; returns once the init exists and waits for "go"."""
     report_r, report_w = os.pipe()
     go_r, go_w = os.pipe()
@@ -88,7 +108,7 @@ def spawn(
     if helper == 0:  # pragma: no cover - runs in the child
         os.close(report_r)
         os.close(go_w)
-        _helper(report_w, go_r, exe, list(argv), cwd, env, cgroup, tuple(keep_fds))
+        _helper(report_w, go_r, spec, cgroup)
     os.close(report_w)
     os.close(go_r)
     with os.fdopen(report_r, "rb") as report:
@@ -100,21 +120,20 @@ def spawn(
     return Spawned(helper_pid=helper, shim_pid=int(line.split()[1]), _go_fd=go_w)
 
 
-def _helper(report_w: int, go_r: int, exe: str, argv: list[str], cwd: str,
-            env: dict[str, str], cgroup: RunCgroup, keep_fds: tuple[int, ...]) -> None:
+def _helper(report_w: int, go_r: int, spec: CommandSpec, cgroup: RunCgroup) -> None:
     """Runs in the helper process; never returns."""
     try:
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGQUIT, signal.SIG_IGN)
         cgroup.add(os.getpid())
-        if _libc.unshare(CLONE_NEWPID) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"unshare(CLONE_NEWPID): {os.strerror(err)}")
+        if spec.isolate_net:
+            isolate_network()
+        _unshare(CLONE_NEWPID, "CLONE_NEWPID")
         shim = os.fork()
         if shim == 0:
             os.close(report_w)
-            _shim(go_r, exe, argv, cwd, env, keep_fds)
+            _shim(go_r, spec)
         os.close(go_r)
         os.write(report_w, f"ok {shim}".encode())
         os.close(report_w)
@@ -127,8 +146,23 @@ def _helper(report_w: int, go_r: int, exe: str, argv: list[str], cwd: str,
             os._exit(EXIT_RUNNER_ERROR)
 
 
-def _shim(go_r: int, exe: str, argv: list[str], cwd: str,
-          env: dict[str, str], keep_fds: tuple[int, ...]) -> None:
+def _unshare(flag: int, name: str) -> None:
+    if _libc.unshare(flag) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare({name}): {os.strerror(err)}")
+
+
+def isolate_network() -> None:
+    """Move the calling process into a new network namespace with only loopback, up."""
+    from pyroute2 import IPRoute
+
+    _unshare(CLONE_NEWNET, "CLONE_NEWNET")
+    with IPRoute() as ipr:
+        (lo,) = ipr.link_lookup(ifname="lo")
+        ipr.link("set", index=lo, state="up")
+
+
+def _shim(go_r: int, spec: CommandSpec) -> None:
     """pid 1 of the namespace: fork the command on "go", forward signals, reap."""
     try:
         _die_with_parent()
@@ -137,7 +171,7 @@ def _shim(go_r: int, exe: str, argv: list[str], cwd: str,
         os.close(go_r)
         command = os.fork()
         if command == 0:
-            _exec_command(exe, argv, cwd, env, keep_fds)
+            _exec_command(spec)
         for signum in FORWARDED:
             signal.signal(signum, lambda s, _f: os.kill(command, s))
         while True:
@@ -148,21 +182,26 @@ def _shim(go_r: int, exe: str, argv: list[str], cwd: str,
         os._exit(EXIT_RUNNER_ERROR)
 
 
-def _exec_command(exe: str, argv: list[str], cwd: str,
-                  env: dict[str, str], keep_fds: tuple[int, ...]) -> None:
-    """In the command's process: restore signals, enter the workdir, exec."""
+def _exec_command(spec: CommandSpec) -> None:
+    """In the command's process: restore signals, confine, drop privileges, exec."""
     try:
         for signum in (signal.SIGINT, signal.SIGQUIT, *FORWARDED):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        os.chdir(cwd)
-        _close_fds_except(keep_fds)
-        os.execve(exe, argv, env)
+        os.chdir(spec.cwd)
+        if spec.ruleset is not None:
+            spec.ruleset.restrict_self()
+        if spec.user is not None:
+            os.setgroups(list(spec.user.groups))
+            os.setresgid(spec.user.gid, spec.user.gid, spec.user.gid)
+            os.setresuid(spec.user.uid, spec.user.uid, spec.user.uid)
+        _close_fds_except(spec.keep_fds)
+        os.execve(spec.exe, spec.argv, spec.env)
     except FileNotFoundError as exc:
-        os.write(2, f"assay-runner: cannot execute {exe}: {exc.strerror}\n".encode())
+        os.write(2, f"assay-runner: cannot execute {spec.exe}: {exc.strerror}\n".encode())
         os._exit(EXIT_NOT_FOUND)
     except BaseException as exc:
-        os.write(2, f"assay-runner: cannot execute {exe}: {exc}\n".encode())
+        os.write(2, f"assay-runner: cannot execute {spec.exe}: {exc}\n".encode())
         os._exit(EXIT_NOT_EXECUTABLE)
 
 

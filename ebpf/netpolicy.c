@@ -1,0 +1,91 @@
+/* Network policy: cgroup sock_addr programs attached to the run's cgroup.
+ *
+ * Appended to monitor.c by ebpf/monitor.py when the run has a network
+ * policy (BCC exports programs from the main source only), so a denial is written
+ * to the same ring buffer as the syscall records (HOOK_NET_BLOCK) and shows
+ * up as kernel evidence. Returning 0 makes connect()/sendmsg() fail with
+ * EPERM in the agent; TCP and UDP, IPv4 and IPv6 all pass through here.
+ *
+ * Parameters: N_NET_RULES (rules in `net_rules`, filled by ebpf/monitor.py),
+ * NET_DEFAULT_ALLOW (0 or 1) for addresses no rule matches.
+ */
+
+struct net_rule {
+    u32 family;   /* 2 (AF_INET) or 10 (AF_INET6) */
+    u32 proto;    /* 0 any, IPPROTO_TCP, IPPROTO_UDP */
+    u32 port_lo;  /* host order */
+    u32 port_hi;
+    u32 addr[4];  /* network order, already masked */
+    u32 mask[4];  /* network order */
+};
+
+BPF_ARRAY(net_rules, struct net_rule, NET_RULES_MAX);
+
+static __always_inline int rule_matches(struct net_rule *r, u32 family, u32 proto, u32 port,
+                                        u32 ip[4])
+{
+    if (r->family != family || (r->proto && r->proto != proto))
+        return 0;
+    if (port < r->port_lo || port > r->port_hi)
+        return 0;
+    for (int i = 0; i < 4; i++)
+        if ((ip[i] & r->mask[i]) != r->addr[i])
+            return 0;
+    return 1;
+}
+
+#define ASSAY_AF_INET 2
+#define ASSAY_AF_INET6 10
+
+static __always_inline int net_decide(struct bpf_sock_addr *ctx, u32 family, u32 via)
+{
+    u32 ip[4] = {};
+    if (family == ASSAY_AF_INET) {
+        ip[0] = ctx->user_ip4;
+    } else {
+        ip[0] = ctx->user_ip6[0];
+        ip[1] = ctx->user_ip6[1];
+        ip[2] = ctx->user_ip6[2];
+        ip[3] = ctx->user_ip6[3];
+    }
+    u32 port = __builtin_bswap16((u16)ctx->user_port);
+    u32 proto = ctx->protocol;
+    int allow = NET_DEFAULT_ALLOW;
+    for (u32 i = 0; i < N_NET_RULES && i < NET_RULES_MAX; i++) {
+        u32 key = i;
+        struct net_rule *r = net_rules.lookup(&key);
+        if (r && rule_matches(r, family, proto, port, ip)) {
+            allow = 1;
+            break;
+        }
+    }
+    if (allow)
+        return 1;
+    struct assay_rec *rec = rec_begin(HOOK_NET_BLOCK, -1 /* EPERM */);
+    if (rec) {
+        rec->h.a0 = via;
+        rec->h.a1 = proto;
+        /* a sockaddr_in / sockaddr_in6 image, decoded like connect()'s */
+        u16 fam = family;
+        u16 nport = (u16)ctx->user_port;
+        __builtin_memcpy(rec->data, &fam, 2);
+        __builtin_memcpy(rec->data + 2, &nport, 2);
+        if (family == ASSAY_AF_INET) {
+            __builtin_memcpy(rec->data + 4, &ip[0], 4);
+            __builtin_memset(rec->data + 8, 0, 8);
+            rec->h.data_len = 16;
+        } else {
+            __builtin_memset(rec->data + 4, 0, 4);
+            __builtin_memcpy(rec->data + 8, ip, 16);
+            __builtin_memset(rec->data + 24, 0, 4);
+            rec->h.data_len = 28;
+        }
+        rec_submit(rec);
+    }
+    return 0;
+}
+
+int net_connect4(struct bpf_sock_addr *ctx) { return net_decide(ctx, ASSAY_AF_INET, HOOK_CONNECT); }
+int net_connect6(struct bpf_sock_addr *ctx) { return net_decide(ctx, ASSAY_AF_INET6, HOOK_CONNECT); }
+int net_sendmsg4(struct bpf_sock_addr *ctx) { return net_decide(ctx, ASSAY_AF_INET, HOOK_SENDMSG); }
+int net_sendmsg6(struct bpf_sock_addr *ctx) { return net_decide(ctx, ASSAY_AF_INET6, HOOK_SENDMSG); }
