@@ -23,6 +23,7 @@ from normalizer.artifacts import (
     ObservationHealth,
     PhaseEvent,
 )
+from normalizer.blocks import merge_net_blocks
 from normalizer.classify import Classified, classify
 from normalizer.decode import decode, in_time_order
 from normalizer.health import CaptureFacts, observation_health
@@ -76,7 +77,7 @@ def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts]:
     events = in_time_order(decode(spool.records))
     tree = TreeBuilder(spool.header.control_pids, spool.header.shim_pid)
     resolver = PathResolver(spool.header.workdir)
-    resolved = [resolver.resolve(item) for item in tree.attribute(events)]
+    resolved = merge_net_blocks([resolver.resolve(item) for item in tree.attribute(events)])
     number_tree(tree.root)
     classified = [c for i, r in enumerate(resolved) if (c := classify(r, i)) is not None]
     classified.sort(key=lambda c: (c.process, c.thread_rank, c.order))

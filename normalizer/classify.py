@@ -14,10 +14,12 @@ import struct
 
 import msgspec
 
-from ebpf.wire import HOOK_CONNECT, HOOK_EXEC, HOOK_OPEN, HOOK_SENDMSG, HOOK_SENDTO
+from ebpf.wire import HOOK_CONNECT, HOOK_EXEC, HOOK_NET_BLOCK, HOOK_OPEN, HOOK_SENDMSG, HOOK_SENDTO
 from normalizer.paths import Resolved
 
 KIND_BY_TYPE = {1: "openat", 2: "connect", 4: "exec", 10: "file_blocked", 20: "connect_blocked"}
+FILE_BLOCKED = 10
+CONNECT_BLOCKED = 20
 NETWORK_HOOKS = (HOOK_CONNECT, HOOK_SENDTO, HOOK_SENDMSG)
 
 O_ACCMODE = 0o3
@@ -113,16 +115,25 @@ class Classified(msgspec.Struct, frozen=True):
     """Runner-clock capture time (syscall exit): only for correlation windows."""
 
 
-def classify(resolved: Resolved, order: int) -> Classified | None:
-    """The evidence candidate for one event, or None for state-only hooks."""
+def classify(resolved: Resolved, order: int, file_blocked: bool = False) -> Classified | None:
+    """The evidence candidate for one event, or None for state-only hooks.
+
+    `file_blocked` marks an open the policy denied (normalizer/blocks.py).
+    """
     e = resolved.item.event
     thread = resolved.item.thread
     meta = None
+    event_type = e.hook
     if e.hook == HOOK_OPEN:
         value = resolved.path
         meta = open_meta(e.a1, e.a2, e.a3, e.ret)
+        if file_blocked:
+            event_type = FILE_BLOCKED
     elif e.hook == HOOK_EXEC:
         value = resolved.path
+    elif e.hook == HOOK_NET_BLOCK:
+        value = endpoint(e.data)
+        event_type = CONNECT_BLOCKED
     elif e.hook in NETWORK_HOOKS:
         if e.data[:2] == b"\0\0":  # AF_UNSPEC
             return None
@@ -130,8 +141,8 @@ def classify(resolved: Resolved, order: int) -> Classified | None:
     else:
         return None
     return Classified(
-        event_type=e.hook,
-        kind=kind_name(e.hook),
+        event_type=event_type,
+        kind=kind_name(event_type),
         value=value,
         meta=meta,
         process=thread.process.number,

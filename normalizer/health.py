@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ebpf.wire import HOOK_NAMES, NETWORK_HOOKS
+from ebpf.wire import HOOK_NAMES, HOOK_NET_BLOCK, NETWORK_HOOKS
 from normalizer.artifacts import HEALTH_SCHEMA, KernelEvent, ObservationHealth
 
 CONNECT_KINDS = frozenset({"connect", "connect_blocked"})
 DATAGRAM_KINDS = frozenset({"event_6", "event_7"})
-NETWORK_HOOK_NAMES = frozenset(HOOK_NAMES[h] for h in NETWORK_HOOKS)
+NETWORK_HOOK_NAMES = frozenset(HOOK_NAMES[h] for h in (*NETWORK_HOOKS, HOOK_NET_BLOCK))
 
 
 @dataclass(frozen=True)
