@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -16,6 +17,7 @@ from ebpf.monitor import DEFAULT_RINGBUF_PAGES
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
 from runner.logs import get_logger
 from runner.session import RunRequest, execute
+from runner.spawn import Credentials
 from runner.status import summary
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -52,6 +54,10 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                    help="working directory of the command (default: the current directory)")
     p.add_argument("--ringbuf-pages", type=int, default=DEFAULT_RINGBUF_PAGES, metavar="N",
                    help=f"ring buffer size in pages, a power of two (default: {DEFAULT_RINGBUF_PAGES})")
+    p.add_argument("--user", metavar="USER",
+                   help="run the command as this user (name or uid) instead of root")
+    p.add_argument("--net", choices=("host", "isolated"), default="host",
+                   help="'isolated': a fresh network namespace with only loopback up (default: host)")
 
 
 def check_run_id(run_id: str | None) -> str:
@@ -102,6 +108,18 @@ def prepare_out_dir(out: Path, run_id: str, force: bool) -> Path:
     return out.resolve()
 
 
+def credentials(user: str | None) -> Credentials | None:
+    """The uid, gid and groups of `--user` (a name or a numeric uid)."""
+    if user is None:
+        return None
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, OverflowError):
+        raise RunnerError(f"--user {user}: no such user on this machine") from None
+    groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid))))
+    return Credentials(uid=entry.pw_uid, gid=entry.pw_gid, groups=groups)
+
+
 def build_request(args: argparse.Namespace) -> RunRequest:
     """Check every input before anything is created; raise RunnerError on the first problem."""
     from runner.prereqs import require_run_prerequisites
@@ -121,7 +139,8 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     require_run_prerequisites()
     out = prepare_out_dir(args.out, run_id, getattr(args, "force", False))
     return RunRequest(run_id=run_id, exe=exe, argv=cmd, workdir=workdir, out_dir=out,
-                      ringbuf_pages=pages, env=env)
+                      ringbuf_pages=pages, env=env, user=credentials(args.user),
+                      isolate_net=args.net == "isolated")
 
 
 def main(args: argparse.Namespace) -> int:

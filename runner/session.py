@@ -21,7 +21,7 @@ from runner.cgroup import RunCgroup
 from runner.errors import RunnerError
 from runner.logs import get_logger
 from runner.publish import publish
-from runner.spawn import CommandSpec, Spawned, spawn
+from runner.spawn import CommandSpec, Credentials, Spawned, spawn
 from runner.spooler import Spooler
 from runner.status import LiveStatus
 
@@ -40,6 +40,8 @@ class RunRequest:
     out_dir: Path
     ringbuf_pages: int = DEFAULT_RINGBUF_PAGES
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    user: Credentials | None = None
+    isolate_net: bool = False
 
     @property
     def archive_path(self) -> Path:
@@ -97,7 +99,9 @@ def execute(req: RunRequest) -> RunResult:
             raise RunnerError(f"{exc}; run 'assay-runner doctor' to see what is missing") from exc
         log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
                  ringbuf_pages=req.ringbuf_pages, cgroup=str(cgroup.path))
-        spawned = spawn(CommandSpec(req.exe, req.argv, str(req.workdir), req.env), cgroup)
+        spec = CommandSpec(req.exe, req.argv, str(req.workdir), req.env,
+                           user=req.user, isolate_net=req.isolate_net)
+        spawned = spawn(spec, cgroup)
         header = SpoolHeader(
             format=SPOOL_FORMAT,
             run_id=req.run_id,
