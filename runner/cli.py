@@ -15,7 +15,7 @@ from runner import __version__
 from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.logs import configure_logging
 
-COMMANDS = ("run", "normalize", "validate", "diff", "determinism", "doctor")
+COMMANDS = ("run", "normalize", "validate", "diff", "determinism", "doctor", "policy")
 
 
 def build_parser() -> argparse.ArgumentParser:
