@@ -17,9 +17,10 @@ failed `openat`: we never claim a block we cannot attribute.
 
 from __future__ import annotations
 
-from ebpf.wire import HOOK_NET_BLOCK, NETWORK_HOOKS
+from ebpf.wire import HOOK_NET_BLOCK, HOOK_OPEN, NETWORK_HOOKS
 from normalizer.paths import Resolved
 from normalizer.tree import Thread
+from runner.policy.model import ResolvedPolicy
 
 EPERM = 1
 
@@ -38,3 +39,39 @@ def merge_net_blocks(resolved: list[Resolved]) -> list[Resolved]:
                 continue
         out.append(r)
     return out
+
+
+EACCES = 13
+
+
+def dac_key(access: str, path: str) -> str:
+    """The DacVerdicts key for one access."""
+    return f"{access}:{path}"
+
+
+class FileBlockJudge:
+    """Decides which failed opens were the policy's doing (see the module docstring)."""
+
+    def __init__(self, policy: ResolvedPolicy | None, uid: int, dac: dict[str, bool]) -> None:
+        self._policy = policy
+        self._root = uid == 0
+        self._dac = dac
+        self.unattributed: list[tuple[str, str]] = []
+        """(access, path) of policy-refused EACCES opens with no DAC verdict yet."""
+
+    def denied_access(self, r: Resolved) -> str | None:
+        """The access a policy-refused EACCES open asked for, or None."""
+        e = r.item.event
+        if self._policy is None or e.hook != HOOK_OPEN or e.ret != -EACCES or r.path is None:
+            return None
+        return self._policy.open_denial(r.path, e.a1)
+
+    def blocked_access(self, r: Resolved) -> str | None:
+        """The refused access when this open was a policy block, else None."""
+        access = self.denied_access(r)
+        if access is None or r.path is None or self._root:
+            return access
+        verdict = self._dac.get(dac_key(access, r.path))
+        if verdict is None:
+            self.unattributed.append((access, r.path))
+        return access if verdict else None

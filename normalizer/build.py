@@ -8,33 +8,40 @@ thread's own syscall order: never arrival order across CPUs.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import msgspec
 
 from normalizer.artifacts import (
-    CORRELATION_SCHEMA,
     KERNEL_EVENT_SCHEMA,
     PHASE_EVENT_SCHEMA,
+    POLICY_EVENT_SCHEMA,
     SURFACE_SCHEMA,
     CapabilitySurface,
     CorrelationReport,
     KernelEvent,
     ObservationHealth,
     PhaseEvent,
+    PolicyEvent,
+    SdkEvent,
 )
-from normalizer.blocks import merge_net_blocks
+from normalizer.blocks import FileBlockJudge, merge_net_blocks
 from normalizer.classify import Classified, classify
+from normalizer.correlate import correlate, window_markers
 from normalizer.decode import decode, in_time_order
 from normalizer.health import CaptureFacts, observation_health
 from normalizer.paths import PathResolver
+from normalizer.sdk import ToolCall, sdk_layer
 from normalizer.spool import Spool
 from normalizer.telemetry import is_telemetry
 from normalizer.tree import TreeBuilder, number_tree
+from runner.policy.model import decision_summary
 
 _encoder = msgspec.json.Encoder()
 
 FILE_KINDS = frozenset({"openat", "file_blocked"})
+BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
 ENDPOINT_KINDS = frozenset({"connect", "connect_blocked"})
 
 
@@ -48,6 +55,8 @@ class NormalizedRun:
     surface: CapabilitySurface
     correlation: CorrelationReport
     phases: list[PhaseEvent]
+    policy_events: list[PolicyEvent]
+    sdk_events: list[SdkEvent]
 
     def members(self) -> dict[str, bytes]:
         """Archive members (all but the manifest) as deterministic bytes."""
@@ -56,8 +65,8 @@ class NormalizedRun:
             "correlation-report.json": json_member(self.correlation),
             "events.ndjson": ndjson_member(self.phases),
             "layers/kernel.ndjson": ndjson_member(self.kernel_events),
-            "layers/policy.ndjson": b"",
-            "layers/sdk.ndjson": b"",
+            "layers/policy.ndjson": ndjson_member(self.policy_events),
+            "layers/sdk.ndjson": ndjson_member(self.sdk_events),
             "observation-health.json": json_member(self.health),
         }
 
@@ -72,14 +81,20 @@ def ndjson_member(items: list[msgspec.Struct]) -> bytes:
     return b"".join(_encoder.encode(i) + b"\n" for i in items)
 
 
-def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts]:
-    """All evidence candidates in canonical order, and the capture's facts."""
+def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJudge]:
+    """All evidence candidates in canonical order, the capture's facts, and the block judge."""
+    header = spool.header
     events = in_time_order(decode(spool.records))
-    tree = TreeBuilder(spool.header.control_pids, spool.header.shim_pid)
-    resolver = PathResolver(spool.header.workdir)
+    tree = TreeBuilder(header.control_pids, header.shim_pid)
+    resolver = PathResolver(header.workdir)
     resolved = merge_net_blocks([resolver.resolve(item) for item in tree.attribute(events)])
     number_tree(tree.root)
-    classified = [c for i, r in enumerate(resolved) if (c := classify(r, i)) is not None]
+    judge = FileBlockJudge(header.policy, header.uid, spool.dac)
+    classified = []
+    for i, r in enumerate(resolved):
+        c = classify(r, i, judge.blocked_access(r))
+        if c is not None:
+            classified.append(c)
     classified.sort(key=lambda c: (c.process, c.thread_rank, c.order))
     facts = CaptureFacts(
         drops=spool.trailer.drops,
@@ -88,9 +103,15 @@ def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts]:
         unattributed_events=tree.stats.unattributed_events,
         root_seen=tree.stats.root_seen,
         unresolved_paths=resolver.unresolved,
-        platform=spool.header.platform,
+        platform=header.platform,
     )
-    return classified, facts
+    return classified, facts, judge
+
+
+def dac_questions(spool: Spool) -> list[tuple[str, str]]:
+    """(access, path) pairs the runner must check as the command's user (sorted, unique)."""
+    _, _, judge = candidates(spool)
+    return sorted(set(judge.unattributed))
 
 
 def kernel_event(run_id: str, seq: int, c: Classified) -> KernelEvent:
@@ -136,23 +157,65 @@ def capability_surface(run_id: str, events: list[KernelEvent]) -> CapabilitySurf
     )
 
 
+def block_policy_events(run_id: str, evidence: list[Classified],
+                        calls: list[ToolCall]) -> list[PolicyEvent]:
+    """Policy lines for file and network blocks, in kernel-layer order (seq set later)."""
+    out = []
+    for c in evidence:
+        if c.kind not in BLOCK_KINDS or c.value is None or c.denied is None:
+            continue
+        source = "filesystem" if c.kind == "file_blocked" else "network"
+        access = c.denied
+        out.append(PolicyEvent(
+            schema=POLICY_EVENT_SCHEMA, run_id=run_id, seq=0, source=source, decision="deny",
+            target=c.value, access=access,
+            rule=f"filesystem.{access}" if source == "filesystem" else "network.default",
+            tool_call_id=enclosing_call(calls, c.ts),
+            summary=decision_summary(source, "deny", c.value, access if source == "filesystem" else None),
+        ))
+    return out
+
+
+def enclosing_call(calls: list[ToolCall], ts: int) -> str | None:
+    """The id of the one finished tool call whose window holds `ts`, if exactly one does."""
+    inside = [c.tool_call_id for c in calls
+              if c.finished_ts is not None and c.started_ts <= ts <= c.finished_ts]
+    return inside[0] if len(inside) == 1 else None
+
+
 def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     """Normalize a complete spool; `run_id` overrides the spool's own."""
     run_id = run_id or spool.header.run_id
-    classified, facts = candidates(spool)
+    classified, facts, _ = candidates(spool)
     evidence = [c for c in classified if not is_telemetry(c)]
     kernel = [kernel_event(run_id, seq, c) for seq, c in enumerate(evidence)]
-    phases = [
-        PhaseEvent(schema=PHASE_EVENT_SCHEMA, run_id=run_id, seq=i, phase=p.name)
-        for i, p in enumerate(sorted(spool.phases, key=lambda p: p.ts))
+    sdk = sdk_layer(spool.sdk, run_id)
+    policy_present = spool.header.policy is not None
+    policy_events = [
+        msgspec.structs.replace(p, seq=seq)
+        for seq, p in enumerate(block_policy_events(run_id, evidence, sdk.tool_calls)
+                                + sdk.tool_policy_events)
     ]
+    markers = sorted([*spool.phases, *window_markers(sdk.tool_calls)], key=lambda p: p.ts)
+    phases = [PhaseEvent(schema=PHASE_EVENT_SCHEMA, run_id=run_id, seq=i, phase=p.name)
+              for i, p in enumerate(markers)]
+    notes = [n for n in (sdk.note,) if n]
+    if policy_present:
+        blocks = Counter(c.kind for c in evidence if c.kind in BLOCK_KINDS)
+        notes.append(f"s4_policy_capture: policy_events={len(policy_events)} "
+                     f"file_blocked={blocks['file_blocked']} connect_blocked={blocks['connect_blocked']}")
+    surface = capability_surface(run_id, kernel)
+    surface.mcp_tools = sdk.mcp_tools
+    surface.policy_decisions = sorted({p.summary for p in policy_events})
     return NormalizedRun(
         run_id=run_id,
         kernel_events=kernel,
-        health=observation_health(run_id, kernel, facts, extra_notes=[]),
-        surface=capability_surface(run_id, kernel),
-        correlation=CorrelationReport(
-            schema=CORRELATION_SCHEMA, run_id=run_id, status="clean", bindings=[], ambiguities=[]
-        ),
+        health=observation_health(
+            run_id, kernel, facts, extra_notes=notes,
+            policy_layer="present" if policy_present else "absent", sdk_layer=sdk.status),
+        surface=surface,
+        correlation=correlate(sdk.tool_calls, evidence, run_id, policy_present),
         phases=phases,
+        policy_events=policy_events,
+        sdk_events=sdk.sdk_events,
     )

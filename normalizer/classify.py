@@ -113,27 +113,32 @@ class Classified(msgspec.Struct, frozen=True):
     order: int
     ts: int
     """Runner-clock capture time (syscall exit): only for correlation windows."""
+    denied: str | None = None
+    """For blocks: the access the policy refused (read, write, connect, send)."""
 
 
-def classify(resolved: Resolved, order: int, file_blocked: bool = False) -> Classified | None:
+def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> Classified | None:
     """The evidence candidate for one event, or None for state-only hooks.
 
-    `file_blocked` marks an open the policy denied (normalizer/blocks.py).
+    `file_denied` is the access the policy refused to this open, when the
+    open was a policy block (normalizer/blocks.py).
     """
     e = resolved.item.event
     thread = resolved.item.thread
     meta = None
     event_type = e.hook
+    denied = None
     if e.hook == HOOK_OPEN:
         value = resolved.path
         meta = open_meta(e.a1, e.a2, e.a3, e.ret)
-        if file_blocked:
-            event_type = FILE_BLOCKED
+        if file_denied is not None:
+            event_type, denied = FILE_BLOCKED, file_denied
     elif e.hook == HOOK_EXEC:
         value = resolved.path
     elif e.hook == HOOK_NET_BLOCK:
         value = endpoint(e.data)
         event_type = CONNECT_BLOCKED
+        denied = "connect" if e.a0 == HOOK_CONNECT else "send"
     elif e.hook in NETWORK_HOOKS:
         if e.data[:2] == b"\0\0":  # AF_UNSPEC
             return None
@@ -149,4 +154,5 @@ def classify(resolved: Resolved, order: int, file_blocked: bool = False) -> Clas
         thread_rank=thread.rank,
         order=order,
         ts=e.ts,
+        denied=denied,
     )

@@ -16,6 +16,8 @@ from typing import BinaryIO
 
 import msgspec
 
+from runner.policy.model import ResolvedPolicy
+
 SPOOL_FORMAT = "assay.runner.raw_spool.v1"
 _LEN = struct.Struct("<I")
 MAX_FRAME = 256 << 20
@@ -34,6 +36,10 @@ class SpoolHeader(msgspec.Struct, tag="header"):
     """Host tgid of the pid-namespace init that forks the command."""
     ringbuf_pages: int
     platform: str = "linux"
+    uid: int = 0
+    """The uid the command ran as: root bypasses file permission checks."""
+    policy: ResolvedPolicy | None = None
+    """The policy the run enforced, as resolved for this run."""
 
 
 class Batch(msgspec.Struct, tag="batch"):
@@ -69,6 +75,18 @@ class SdkMessage(msgspec.Struct, tag="sdk"):
     rule: str | None = None
 
 
+class DacVerdicts(msgspec.Struct, tag="dac"):
+    """Would ordinary file permissions have allowed these accesses? (runner-checked)
+
+    Keys are `read:<path>` / `write:<path>` for failed opens the policy also
+    refuses; the runner checks them as the command's user after the run, so
+    the normalizer can tell a Landlock denial from a permission denial
+    (normalizer/blocks.py).
+    """
+
+    allowed: dict[str, bool]
+
+
 class SpoolTrailer(msgspec.Struct, tag="trailer"):
     """Counters read after the final drain."""
 
@@ -77,7 +95,7 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     emitted: dict[str, int]
 
 
-Frame = SpoolHeader | Batch | Phase | SdkMessage | SpoolTrailer
+Frame = SpoolHeader | Batch | Phase | SdkMessage | DacVerdicts | SpoolTrailer
 
 
 class SpoolError(ValueError):
@@ -92,6 +110,7 @@ class Spool(msgspec.Struct):
     phases: list[Phase]
     trailer: SpoolTrailer
     sdk: list[SdkMessage] = msgspec.field(default_factory=list)
+    dac: dict[str, bool] = msgspec.field(default_factory=dict)
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -131,6 +150,7 @@ def read_spool(path: Path) -> Spool:
     records: list[bytes] = []
     phases: list[Phase] = []
     sdk: list[SdkMessage] = []
+    dac: dict[str, bool] = {}
     with open(path, "rb") as f:
         for frame in iter_frames(f):
             if isinstance(frame, SpoolHeader):
@@ -143,10 +163,12 @@ def read_spool(path: Path) -> Spool:
                 phases.append(frame)
             elif isinstance(frame, SdkMessage):
                 sdk.append(frame)
+            elif isinstance(frame, DacVerdicts):
+                dac.update(frame.allowed)
             else:
                 trailer = frame
     if header is None:
         raise SpoolError(f"{path} has no spool header; not an assay-runner spool")
     if trailer is None:
         raise SpoolError(f"{path} has no trailer: the run was interrupted before it finished")
-    return Spool(header=header, records=records, phases=phases, trailer=trailer, sdk=sdk)
+    return Spool(header=header, records=records, phases=phases, trailer=trailer, sdk=sdk, dac=dac)

@@ -16,6 +16,8 @@ from pathlib import Path
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
 from runner.logs import get_logger
+from runner.policy.load import PRESETS, host_variables, load_policy, load_preset
+from runner.policy.model import ResolvedPolicy, resolve
 from runner.session import RunRequest, execute
 from runner.spawn import Credentials
 from runner.status import summary
@@ -58,6 +60,11 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                    help="run the command as this user (name or uid) instead of root")
     p.add_argument("--net", choices=("host", "isolated"), default="host",
                    help="'isolated': a fresh network namespace with only loopback up (default: host)")
+    policy = p.add_mutually_exclusive_group()
+    policy.add_argument("--policy", type=Path, metavar="FILE",
+                        help="enforce this policy file (TOML, see 'assay-runner policy check')")
+    policy.add_argument("--sandbox", choices=PRESETS,
+                        help="enforce a built-in policy preset")
 
 
 def check_run_id(run_id: str | None) -> str:
@@ -120,6 +127,25 @@ def credentials(user: str | None) -> Credentials | None:
     return Credentials(uid=entry.pw_uid, gid=entry.pw_gid, groups=groups)
 
 
+def run_policy(args: argparse.Namespace, workdir: Path, user: Credentials | None) -> ResolvedPolicy | None:
+    """The policy named by --policy or --sandbox, resolved for this run (or None)."""
+    if args.policy is None and args.sandbox is None:
+        return None
+    doc = load_policy(args.policy) if args.policy is not None else load_preset(args.sandbox)
+    variables = host_variables(workdir, uid=user.uid if user else None)
+    try:
+        return resolve(doc, **variables)
+    except ValueError as exc:  # PolicyError names the field
+        raise RunnerError(f"policy {doc.name}: {exc}") from exc
+
+
+def warn_if_evidence_writable(policy: ResolvedPolicy | None, out: Path) -> None:
+    """Landlock cannot carve exceptions: an --out the agent may write is evidence it may tamper with."""
+    if policy is not None and policy.allows_path(str(out), "write"):
+        log.warning("run.evidence_writable", out=str(out),
+                    hint="the policy lets the command write --out; choose an --out outside its write trees")
+
+
 def build_request(args: argparse.Namespace) -> RunRequest:
     """Check every input before anything is created; raise RunnerError on the first problem."""
     from runner.prereqs import require_run_prerequisites
@@ -136,11 +162,14 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     pages = args.ringbuf_pages
     if pages < 1 or pages & (pages - 1):
         raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
+    user = credentials(args.user)
+    policy = run_policy(args, workdir, user)
     require_run_prerequisites()
     out = prepare_out_dir(args.out, run_id, getattr(args, "force", False))
+    warn_if_evidence_writable(policy, out)
     return RunRequest(run_id=run_id, exe=exe, argv=cmd, workdir=workdir, out_dir=out,
-                      ringbuf_pages=pages, env=env, user=credentials(args.user),
-                      isolate_net=args.net == "isolated")
+                      ringbuf_pages=pages, env=env, user=user,
+                      isolate_net=args.net == "isolated", policy=policy)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -14,13 +14,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES, Monitor, MonitorConfig, MonitorError
-from normalizer.build import NormalizedRun, normalize
-from normalizer.spool import SPOOL_FORMAT, SpoolHeader, SpoolTrailer, read_spool
+from normalizer.build import NormalizedRun, dac_questions, normalize
+from normalizer.spool import SPOOL_FORMAT, DacVerdicts, Spool, SpoolHeader, SpoolTrailer, read_spool
+from runner import enforce
 from runner.cgroup import RunCgroup
+from runner.dac import check_as
 from runner.errors import RunnerError
 from runner.logs import get_logger
+from runner.policy.model import ResolvedPolicy
 from runner.publish import publish
+from runner.sdk_server import SdkServer
 from runner.spawn import CommandSpec, Credentials, Spawned, spawn
 from runner.spooler import Spooler
 from runner.status import LiveStatus
@@ -42,6 +48,7 @@ class RunRequest:
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     user: Credentials | None = None
     isolate_net: bool = False
+    policy: ResolvedPolicy | None = None
 
     @property
     def archive_path(self) -> Path:
@@ -86,60 +93,84 @@ class _Signals:
 def execute(req: RunRequest) -> RunResult:
     """Run the command under observation and write its archive."""
     started = time.monotonic()
+    enforcement = enforce.prepare(req.policy)  # fails before anything exists
     cgroup = RunCgroup.create(req.run_id)
     monitor: Monitor | None = None
     spooler: Spooler | None = None
+    sdk = SdkServer(req.policy.tool_decision if req.policy else None)
     try:
-        t0 = time.monotonic()
-        try:
-            config = MonitorConfig(cgroup.id, cgroup.level, req.ringbuf_pages)
-            spooler_sink: list[bytes] = []
-            monitor = Monitor(config, spooler_sink.append)
-        except MonitorError as exc:
-            raise RunnerError(f"{exc}; run 'assay-runner doctor' to see what is missing") from exc
-        log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
-                 ringbuf_pages=req.ringbuf_pages, cgroup=str(cgroup.path))
-        spec = CommandSpec(req.exe, req.argv, str(req.workdir), req.env,
+        monitor, early = _attach(req, cgroup, enforcement)
+        spec = CommandSpec(req.exe, req.argv, str(req.workdir), {**req.env, **sdk.env()},
+                           keep_fds=(sdk.child_fd,), ruleset=enforcement.ruleset,
                            user=req.user, isolate_net=req.isolate_net)
+        sdk.start()
         spawned = spawn(spec, cgroup)
-        header = SpoolHeader(
-            format=SPOOL_FORMAT,
-            run_id=req.run_id,
-            argv=req.argv,
-            workdir=str(req.workdir),
-            control_pids=[spawned.helper_pid],
-            shim_pid=spawned.shim_pid,
-            ringbuf_pages=req.ringbuf_pages,
-        )
-        spooler = Spooler(req.spool_path, header)
-        # Records arrive through the sink list until the spooler exists.
-        for rec in spooler_sink:
+        sdk.close_child_end()
+        enforcement.close()
+        spooler = Spooler(req.spool_path, SpoolHeader(
+            format=SPOOL_FORMAT, run_id=req.run_id, argv=req.argv, workdir=str(req.workdir),
+            control_pids=[spawned.helper_pid], shim_pid=spawned.shim_pid,
+            ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
+            policy=req.policy,
+        ))
+        for rec in early:  # the helper's first records arrived before the spooler existed
             spooler.add(rec)
         monitor.set_sink(spooler.add)
         spooler.phase("run_started")
         spawned.start()
-        exit_code = _drain_until_exit(monitor, spooler, spawned, cgroup)
+        exit_code = _drain_until_exit(monitor, spooler, spawned, cgroup, sdk)
         spooler.phase("command_exited")
         monitor.drain()
+        sdk.stop()
+        spooler.sdk(sdk.take_messages())
         spooler.phase("run_finished")
         spool_path = spooler.finish(
             SpoolTrailer(exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted())
         )
         spooler = None
     finally:
+        sdk.stop()
         if spooler is not None:
             spooler.discard()
         if monitor is not None:
             monitor.close()
         cgroup.remove()
-    normalized = normalize(read_spool(spool_path), req.run_id)
+    spool = _with_dac_verdicts(read_spool(spool_path), spool_path, req.user)
+    normalized = normalize(spool, req.run_id)
     publish(normalized, req.archive_path)
     return RunResult(exit_code, req.archive_path, spool_path, normalized,
                      time.monotonic() - started)
 
 
+def _attach(req: RunRequest, cgroup: RunCgroup,
+            enforcement: enforce.Enforcement) -> tuple[Monitor, list[bytes]]:
+    """Compile and attach the monitor; records land in the returned list until a sink is set."""
+    t0 = time.monotonic()
+    early: list[bytes] = []
+    config = MonitorConfig(cgroup.id, cgroup.level, req.ringbuf_pages,
+                           net_policy=enforcement.net, cgroup_path=str(cgroup.path))
+    try:
+        monitor = Monitor(config, early.append)
+    except MonitorError as exc:
+        raise RunnerError(f"{exc}; run 'assay-runner doctor' to see what is missing") from exc
+    log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
+             ringbuf_pages=req.ringbuf_pages, cgroup=str(cgroup.path),
+             net_policy=enforcement.net is not None, landlock=enforcement.ruleset is not None)
+    return monitor, early
+
+
+def _with_dac_verdicts(spool: Spool, path: Path, user: Credentials | None) -> Spool:
+    """Add permission verdicts for policy-refused failed opens of a non-root command."""
+    questions = dac_questions(spool) if user is not None and user.uid != 0 else []
+    if not questions:
+        return spool
+    verdicts = DacVerdicts(allowed=check_as(user, questions))
+    Spooler.append(path, verdicts)
+    return msgspec.structs.replace(spool, dac={**spool.dac, **verdicts.allowed})
+
+
 def _drain_until_exit(monitor: Monitor, spooler: Spooler, spawned: Spawned,
-                      cgroup: RunCgroup) -> int:
+                      cgroup: RunCgroup, sdk: SdkServer) -> int:
     """Drain the ring buffer on a short timer until the command exits."""
     signals = _Signals()
     status = LiveStatus()
@@ -149,6 +180,7 @@ def _drain_until_exit(monitor: Monitor, spooler: Spooler, spawned: Spawned,
             monitor.wait(POLL_MS)
             monitor.drain()
             spooler.flush()
+            spooler.sdk(sdk.take_messages())
             code = spawned.poll()
             if code is not None:
                 return code

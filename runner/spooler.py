@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from normalizer.spool import Batch, Phase, SpoolHeader, SpoolTrailer, encode_frame
+from normalizer.spool import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, encode_frame
 
 
 class Spooler:
@@ -38,6 +38,11 @@ class Spooler:
             self.records += count
         return count
 
+    def sdk(self, messages: list[SdkMessage]) -> None:
+        """Write SDK channel messages (already stamped on receipt)."""
+        for message in messages:
+            self._file.write(encode_frame(message))
+
     def phase(self, name: str) -> None:
         """Stamp a runner phase marker on the runner clock."""
         self.flush()
@@ -52,6 +57,14 @@ class Spooler:
         self._file.close()
         os.replace(self._partial, self.path)
         return self.path
+
+    @staticmethod
+    def append(path: Path, frame: Frame) -> None:
+        """Add a frame to a published spool (frames after the trailer are fine)."""
+        with open(path, "ab") as f:
+            f.write(encode_frame(frame))
+            f.flush()
+            os.fsync(f.fileno())
 
     def discard(self) -> None:
         """Drop an unfinished spool."""

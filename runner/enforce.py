@@ -1,0 +1,43 @@
+"""Turn a resolved policy into what the kernel enforces for one run.
+
+Files: a Landlock ruleset (runner/landlock.py), only when the policy limits
+reads or writes. Network: the cgroup sock_addr programs' rule table
+(ebpf/netpolicy.c), only when the default is deny. Tools are answered on the
+SDK channel (runner/sdk_server.py) from `ResolvedPolicy.tool_decision`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from ebpf.monitor import NetPolicySpec, NetRuleSpec
+from runner.landlock import FilePolicy, Ruleset
+from runner.policy.model import ResolvedPolicy
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    """The kernel-side pieces of a policy; both None without a policy."""
+
+    ruleset: Ruleset | None = None
+    net: NetPolicySpec | None = None
+
+    def close(self) -> None:
+        """Release the runner's copy of the ruleset once the command has it."""
+        if self.ruleset is not None:
+            self.ruleset.close()
+
+
+def prepare(policy: ResolvedPolicy | None) -> Enforcement:
+    """Build what `policy` needs; a policy the kernel cannot enforce raises RunnerError."""
+    if policy is None:
+        return Enforcement()
+    files = FilePolicy(read=tuple(policy.filesystem.read), write=tuple(policy.filesystem.write))
+    ruleset = Ruleset(files) if files.restricts_reads or files.restricts_writes else None
+    net = None
+    if policy.network.default == "deny":
+        rules = tuple(NetRuleSpec(**msgspec.structs.asdict(r)) for r in policy.net_rules_for_bpf())
+        net = NetPolicySpec(rules=rules, default_allow=False)
+    return Enforcement(ruleset=ruleset, net=net)
