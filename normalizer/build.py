@@ -9,7 +9,7 @@ thread's own syscall order: never arrival order across CPUs.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -55,8 +55,8 @@ class NormalizedRun:
     surface: CapabilitySurface
     correlation: CorrelationReport
     phases: list[PhaseEvent]
-    policy_events: list[PolicyEvent]
-    sdk_events: list[SdkEvent]
+    policy_events: list[PolicyEvent] = field(default_factory=list)
+    sdk_events: list[SdkEvent] = field(default_factory=list)
 
     def members(self) -> dict[str, bytes]:
         """Archive members (all but the manifest) as deterministic bytes."""

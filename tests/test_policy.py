@@ -11,6 +11,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from support import assay
 
 from runner.policy.load import PRESETS, PolicyInvalid, load_policy, load_preset, parse_policy, preset_text
 from runner.policy.model import (
@@ -26,7 +27,6 @@ from runner.policy.model import (
     resolve,
     split_endpoint,
 )
-from tests.support import assay
 
 VARS = {"workspace": "/work/ws", "home": "/home/u", "tmpdir": "/tmp"}
 
