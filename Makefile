@@ -1,8 +1,13 @@
 # assay-runner: `make demo` and `make test` set the machine up first (root).
 # scripts/setup.sh checks every step before acting, so a second run is fast.
 
-# The command `make demo` observes; change it here only.
-DEMO_CMD ?= --workdir fixtures/agent/workspace -- /usr/bin/python3 -B ../simple_agent.py
+# The command `make demo` observes; change it here only. The OpenAI Agents SDK
+# fixture under its policy (docs/sdk.md): the workdir becomes the command's cwd,
+# so the fixture script is `../openai_agent.py`; the interpreter is given as an
+# absolute path, because a command path with a slash is resolved against the workdir.
+DEMO_WORKSPACE := fixtures/agent/workspace
+DEMO_CMD ?= --policy fixtures/agent/policy.toml --workdir $(DEMO_WORKSPACE) \
+	-- $(CURDIR)/$(VENV)/bin/python -B ../openai_agent.py
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -12,7 +17,10 @@ PY := $(VENV)/bin/python
 setup:
 	@bash scripts/setup.sh
 
+# The fixture writes notes/ into the workspace: removed first, so every demo run starts the same.
+# The runner prints its summary (what was touched and blocked, health) on stderr.
 demo: setup
+	rm -rf $(DEMO_WORKSPACE)/notes
 	$(VENV)/bin/assay-runner run --out runs --run-id demo --force $(DEMO_CMD)
 	$(VENV)/bin/assay-runner validate runs/demo.tar.gz
 

@@ -82,16 +82,19 @@ else
   say "venv: $what from /usr/bin/python3 --system-site-packages"
 fi
 
-# 3. pip install -e '.[dev]', skipped while pyproject.toml is unchanged. The
-#    stamp lives inside the venv, so a new venv always gets a fresh install.
+# 3. pip install -e '.[dev,sdk]' (sdk: the OpenAI Agents SDK fixture that
+#    `make demo` runs), skipped while pyproject.toml and the extras are
+#    unchanged. The stamp hashes both, so changing EXTRAS reinstalls once; it
+#    lives inside the venv, so a new venv always gets a fresh install.
+EXTRAS=dev,sdk
 stamp="$VENV/.assay-setup-stamp"
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$({ cat pyproject.toml; echo "extras=$EXTRAS"; } | sha256sum | cut -d' ' -f1)
 if [ -x "$VENV/bin/assay-runner" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-  say "pip install -e .[dev]: already done (pyproject.toml unchanged)"
+  say "pip install -e .[$EXTRAS]: already done (pyproject.toml and extras unchanged)"
 else
-  quiet "$VENV/bin/pip" install --no-input -e '.[dev]'
+  quiet "$VENV/bin/pip" install --no-input -e ".[$EXTRAS]"
   echo "$want" >"$stamp"
-  say "pip install -e .[dev]: installed"
+  say "pip install -e .[$EXTRAS]: installed"
 fi
 
 # 4. Kernel side: tracefs/debugfs mounts and kernel headers (exact package,
