@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import pwd
@@ -14,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES
+from runner import enforce
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
 from runner.logs import get_logger
 from runner.policy.load import PRESETS, host_variables, load_policy, load_preset
@@ -164,6 +166,7 @@ def build_request(args: argparse.Namespace) -> RunRequest:
         raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
     user = credentials(args.user)
     policy = run_policy(args, workdir, user)
+    enforce.check(policy)
     require_run_prerequisites()
     out = prepare_out_dir(args.out, run_id, getattr(args, "force", False))
     warn_if_evidence_writable(policy, out)
@@ -173,9 +176,16 @@ def build_request(args: argparse.Namespace) -> RunRequest:
 
 
 def main(args: argparse.Namespace) -> int:
+    out_existed = os.path.isdir(args.out)  # never raises, even where we may not look
     req = build_request(args)
     log.info("run.start", run_id=req.run_id, argv=req.argv, workdir=str(req.workdir))
-    result = execute(req)
+    try:
+        result = execute(req)
+    except BaseException:
+        if not out_existed:  # leave no empty --out behind when the run never got going
+            with contextlib.suppress(OSError):
+                req.out_dir.rmdir()
+        raise
     print(summary(result.normalized, result.exit_code, result.elapsed, str(result.archive)),
           file=sys.stderr)
     return result.exit_code

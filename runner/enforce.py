@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ebpf.monitor import NetPolicySpec, NetRuleSpec
-from runner.landlock import FilePolicy, Ruleset
+from runner.landlock import FilePolicy, Ruleset, kernel_abi, require_enforceable
 from runner.policy.model import ResolvedPolicy
 
 
@@ -30,11 +30,21 @@ class Enforcement:
             self.ruleset.close()
 
 
+def _files(policy: ResolvedPolicy) -> FilePolicy:
+    return FilePolicy(read=tuple(policy.filesystem.read), write=tuple(policy.filesystem.write))
+
+
+def check(policy: ResolvedPolicy | None) -> None:
+    """Fail early, before anything is created, when the kernel cannot enforce `policy`."""
+    if policy is not None:
+        require_enforceable(_files(policy), kernel_abi())
+
+
 def prepare(policy: ResolvedPolicy | None) -> Enforcement:
     """Build what `policy` needs; a policy the kernel cannot enforce raises RunnerError."""
     if policy is None:
         return Enforcement()
-    files = FilePolicy(read=tuple(policy.filesystem.read), write=tuple(policy.filesystem.write))
+    files = _files(policy)
     ruleset = Ruleset(files) if files.restricts_reads or files.restricts_writes else None
     net = None
     if policy.network.default == "deny":

@@ -82,6 +82,22 @@ class FilePolicy:
         return "/" not in self.write
 
 
+def require_enforceable(policy: FilePolicy, abi: int) -> None:
+    """Raise RunnerError when this kernel's Landlock cannot enforce `policy` (fail closed)."""
+    if not (policy.restricts_reads or policy.restricts_writes):
+        return
+    if abi < 1:
+        raise RunnerError(
+            "the policy needs Landlock, which this kernel does not offer "
+            "(enable CONFIG_SECURITY_LANDLOCK and lsm=landlock); refusing to run unconfined"
+        )
+    if policy.restricts_writes and abi < 3:
+        raise RunnerError(
+            f"the policy restricts writes, but this kernel's Landlock ABI {abi} cannot restrict "
+            "truncate(2) (needs ABI 3, Linux 6.2); refusing to run with an unenforceable policy"
+        )
+
+
 class Ruleset:
     """A Landlock ruleset fd, ready for the child to apply."""
 
@@ -89,16 +105,7 @@ class Ruleset:
         abi = kernel_abi() if abi is None else abi
         self.abi = abi
         self.skipped: list[str] = []
-        if abi < 1:
-            raise RunnerError(
-                "the policy needs Landlock, which this kernel does not offer "
-                "(enable CONFIG_SECURITY_LANDLOCK and lsm=landlock); refusing to run unconfined"
-            )
-        if policy.restricts_writes and abi < 3:
-            raise RunnerError(
-                f"the policy restricts writes, but this kernel's Landlock ABI {abi} cannot restrict "
-                "truncate(2) (needs ABI 3, Linux 6.2); refusing to run with an unenforceable policy"
-            )
+        require_enforceable(policy, abi)
         write = write_rights(abi)
         handled = READ_RIGHTS | write
         attr = struct.pack("<Q", handled)

@@ -55,11 +55,14 @@ def test_exit_code_is_the_commands(tmp_path: Path, script: str, code: int) -> No
 
 def test_background_leftovers_are_killed_and_cgroup_removed(tmp_path: Path) -> None:
     parent = cgroup2_mount() / "assay-runner"
-    before = {p.name for p in parent.iterdir()} if parent.exists() else set()
+
+    def bg_cgroups() -> set[str]:  # other runs (benchmarks, ...) may be live: only ours count
+        return {p.name for p in parent.glob("bg-*")} if parent.exists() else set()
+
+    before = bg_cgroups()
     proc = run_observed(tmp_path, "bg", "sh", "-c", "sleep 600 & echo started", workdir=tmp_path)
     assert proc.returncode == 0 and proc.stdout == "started\n"
-    after = {p.name for p in parent.iterdir()} if parent.exists() else set()
-    assert after <= before
+    assert bg_cgroups() <= before
     leftover = [p for p in Path("/proc").glob("[0-9]*")
                 if (p / "cmdline").exists() and (p / "cmdline").read_bytes() == b"sleep\x00600\x00"]
     assert leftover == []
