@@ -5,6 +5,7 @@
  *                                    tasks in it or its descendants are seen
  *   RINGBUF_PAGES                    ring buffer size in pages
  *   WAKE_EVERY                       records per CPU between reader wakeups
+ *   SYS_EXIT_RET_OFFSET              offset of `ret` in sys_exit_* records
  * With a network policy, ebpf/netpolicy.c is appended to this source (BCC
  * only exports programs defined in the main file), sharing its ring buffer.
  *
@@ -157,6 +158,18 @@ static __always_inline void finish(s64 ret)
     rec_submit(r);
 }
 
+/* One program for every traced sys_exit_* tracepoint (ebpf/monitor.py
+ * attaches it to each): they share one layout, `long ret` at
+ * SYS_EXIT_RET_OFFSET, which the loader reads from tracefs at run time and
+ * checks is the same for all of them. One copy instead of nine also keeps the
+ * compile short. */
+int on_sys_exit(void *ctx)
+{
+    if (in_run())
+        finish(*(long *)(ctx + SYS_EXIT_RET_OFFSET));
+    return 0;
+}
+
 /* ---- opens ---------------------------------------------------------------- */
 
 TRACEPOINT_PROBE(syscalls, sys_enter_openat)
@@ -166,7 +179,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_openat)
     save(HOOK_OPEN, (u64)args->filename, args->dfd, args->flags, args->mode, 0);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_openat) { if (in_run()) finish(args->ret); return 0; }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
 {
@@ -177,7 +189,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
     save(HOOK_OPEN, (u64)args->filename, args->dfd, how.flags, how.mode, how.resolve);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_openat2) { if (in_run()) finish(args->ret); return 0; }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_open)
 {
@@ -186,7 +197,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_open)
     save(HOOK_OPEN, (u64)args->filename, -100 /* AT_FDCWD */, args->flags, args->mode, 0);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_open) { if (in_run()) finish(args->ret); return 0; }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_creat)
 {
@@ -196,7 +206,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_creat)
     save(HOOK_OPEN, (u64)args->pathname, -100, 01101, args->mode, 0);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_creat) { if (in_run()) finish(args->ret); return 0; }
 
 /* ---- network -------------------------------------------------------------- */
 
@@ -207,7 +216,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_connect)
     save(HOOK_CONNECT, (u64)args->uservaddr, args->fd, args->addrlen, 0, 0);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_connect) { if (in_run()) finish(args->ret); return 0; }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_sendto)
 {
@@ -216,7 +224,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_sendto)
     save(HOOK_SENDTO, (u64)args->addr, args->fd, args->addr_len, 0, 0);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { if (in_run()) finish(args->ret); return 0; }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
 {
@@ -228,7 +235,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
     save(HOOK_SENDMSG, m.name, args->fd, m.namelen, 0, 0);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { if (in_run()) finish(args->ret); return 0; }
 
 /* ---- process tree and working directory ----------------------------------- */
 
@@ -269,7 +275,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_chdir)
     save(HOOK_CHDIR, (u64)args->filename, 0, 0, 0, 0);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_chdir) { if (in_run()) finish(args->ret); return 0; }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_fchdir)
 {
@@ -278,4 +283,3 @@ TRACEPOINT_PROBE(syscalls, sys_enter_fchdir)
     save(HOOK_FCHDIR, 0, args->fd, 0, 0, 0);
     return 0;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_fchdir) { if (in_run()) finish(args->ret); return 0; }

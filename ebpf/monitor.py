@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,9 @@ from pathlib import Path
 from ebpf.wire import HOOK_MAX, HOOK_NAMES
 
 SOURCE_DIR = Path(__file__).resolve().parent
+TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
+JOINED_SYSCALLS = ("openat", "openat2", "open", "creat", "connect", "sendto", "sendmsg", "chdir", "fchdir")
+"""Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 DEFAULT_RINGBUF_PAGES = 1024  # 4 MiB: zero drops on our open-heavy benchmark
 TYPICAL_RECORD_BYTES = 128  # header, a short path and the ring's own record header
@@ -76,6 +80,29 @@ class MonitorError(RuntimeError):
     """The program could not be compiled or attached."""
 
 
+_RET_FIELD = re.compile(r"field:long ret;\s*offset:(\d+);\s*size:8;")
+
+
+def sys_exit_ret_offset(events: Path = TRACEFS_EVENTS) -> int:
+    """Offset of `ret` in the sys_exit_* records, read from tracefs, the same for all of ours.
+
+    This is how the shared exit program avoids hard-coding a kernel layout.
+    """
+    offsets = set()
+    for name in JOINED_SYSCALLS:
+        fmt = events / "syscalls" / f"sys_exit_{name}" / "format"
+        try:
+            match = _RET_FIELD.search(fmt.read_text())
+        except OSError as exc:
+            raise MonitorError(f"cannot read {fmt}: {exc.strerror}; is tracefs mounted?") from exc
+        if match is None:
+            raise MonitorError(f"{fmt} has no 'long ret' field: unexpected tracepoint layout")
+        offsets.add(int(match.group(1)))
+    if len(offsets) != 1:
+        raise MonitorError(f"sys_exit_* tracepoints disagree on where 'ret' is: {sorted(offsets)}")
+    return offsets.pop()
+
+
 class Monitor:
     """A loaded monitor: records go to `sink` as raw bytes, in ring order."""
 
@@ -93,6 +120,7 @@ class Monitor:
             f"-DRUN_CGROUP_LEVEL={config.cgroup_level}",
             f"-DRINGBUF_PAGES={pages}",
             f"-DWAKE_EVERY={config.wake_every}",
+            f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
             "-Wno-ignored-attributes",
             "-Wno-macro-redefined",
             "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
@@ -111,6 +139,11 @@ class Monitor:
         except Exception as exc:
             raise MonitorError(f"cannot load the eBPF monitor: {exc}") from exc
         self._sink = sink
+        try:
+            for name in JOINED_SYSCALLS:
+                self._bpf.attach_tracepoint(tp=f"syscalls:sys_exit_{name}".encode(), fn_name=b"on_sys_exit")
+        except Exception as exc:
+            raise MonitorError(f"cannot attach the syscall exit program: {exc}") from exc
         self._bpf[b"rb"].open_ring_buffer(self._on_record)
         if net is not None:
             self._attach_net_policy(net, config.cgroup_path)
