@@ -1,0 +1,202 @@
+"""`python -m bench.run`: the whole benchmark suite in one session.
+
+Builds the workloads, runs each overhead workload under every variant
+(interleaved, medians), then the start-to-exec, sustained-rate and memory
+probes, prints two tables and writes every number to bench/results/.
+Progress goes to stderr, the tables to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench import probes
+from bench.build import BuildError, Tools, build
+from bench.overhead import RUNNER, WorkloadResult, bench_workload
+from bench.procs import Cgroup, Tmpfs
+from bench.session import Session
+from bench.suite import WORKLOADS
+from bench.table import ratio, render, seconds
+from bench.variants import Bare, Bpftrace, Runner, Strace, Variant
+
+REPO = Path(__file__).resolve().parent.parent
+PROBES = ("start", "rate", "memory")
+PEERS = ("strace", "bpftrace", "floor")
+BUSY_LOAD = 0.5
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    names = [w.name for w in WORKLOADS] + list(PROBES)
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: a tenth of the sizes, 2 repetitions, short probes")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help=f"run only these (repeatable or comma-separated): {', '.join(names)}")
+    p.add_argument("--reps", type=int, help="repetitions per variant (default 5, quick 2)")
+    p.add_argument("--runner", default=_default_runner(), help="assay-runner executable")
+    p.add_argument("--work", type=Path, default=Path("/tmp/assay-bench"),
+                   help="build, archive and spool directory (default /tmp/assay-bench)")
+    p.add_argument("--scratch", type=Path, default=Path("/tmp/assay-bench/scratch"),
+                   help="where workloads create files, emptied before every run "
+                        "(default /tmp/assay-bench/scratch; not under /dev)")
+    p.add_argument("--scratch-tmpfs", action="store_true",
+                   help="mount a tmpfs over the scratch directory: steadier numbers, but a "
+                        "cheaper bare open, so higher ratios than the targets assume")
+    p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "latest.json",
+                   help="where to write the JSON results")
+    args = p.parse_args(argv)
+    chosen = [n.strip() for item in args.only or names for n in item.split(",") if n.strip()]
+    if unknown := sorted(set(chosen) - set(names)):
+        p.error(f"unknown --only name(s): {', '.join(unknown)}; choose from {', '.join(names)}")
+    args.only = chosen
+    args.reps = args.reps or (2 if args.quick else 5)
+    return args
+
+
+def _default_runner() -> str:
+    beside = Path(sys.executable).parent / "assay-runner"
+    return str(beside) if beside.exists() else (shutil.which("assay-runner") or "assay-runner")
+
+
+def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Variant], dict[str, str]]:
+    """Every variant that can run here, and why the others cannot."""
+    candidates: list[Variant] = [
+        Bare(),
+        Runner(args.runner, args.work / "runs"),
+        Strace(),
+        Bpftrace("bpftrace", "monitor.bt", cgroup, args.work, check=True),
+        Bpftrace("floor", "floor.bt", cgroup, args.work, check=False),
+    ]
+    usable, skipped = [], {}
+    for v in candidates:
+        if why := v.unavailable():
+            skipped[v.name] = why
+        else:
+            usable.append(v)
+    return usable, skipped
+
+
+def overhead_table(results: list[WorkloadResult]) -> str:
+    """workload, bare time, ratios, target, runner against peers, status."""
+    headers = ["workload", "bare s", "runner", *PEERS, "target", "runner/strace",
+               "runner/bpftrace", "status"]
+    rows = [[r.workload, seconds(r.medians.get("bare")), ratio(r.ratios.get(RUNNER)),
+             *(ratio(r.ratios.get(p)) for p in PEERS), f"<= {r.target:.2f}x",
+             ratio(r.runner_vs.get("strace")), ratio(r.runner_vs.get("bpftrace")), r.status]
+            for r in results]
+    return render(headers, rows)
+
+
+def probe_table(results: list[probes.ProbeResult]) -> str:
+    """metric, value, target, status."""
+    return render(["metric", "value", "target", "status"],
+                  [[p.metric, p.value, p.target, p.status] for p in results])
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    def first_line(cmd: list[str]) -> str:
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        except OSError:
+            return "unavailable"
+        return (done.stdout or done.stderr).strip().splitlines()[0] if done.returncode == 0 \
+            else "unavailable"
+    return {"kernel": platform.release(), "cpus": os.cpu_count(),
+            "bpftrace": first_line(["bpftrace", "--version"]),
+            "strace": first_line(["strace", "-V"]),
+            "commit": first_line(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the selected benchmarks; exit 0 when everything ran (pass or fail)."""
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench: needs root (BPF, cgroups); run it with sudo", file=sys.stderr)
+        return 2
+    args.work.mkdir(parents=True, exist_ok=True)
+    try:
+        tools = build(args.work / "bin")
+    except BuildError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    with contextlib.ExitStack() as stack:
+        if args.scratch_tmpfs:
+            stack.enter_context(Tmpfs(args.scratch))
+        overhead, probe_results, skipped = run_session(args, tools)
+    print(overhead_table(overhead) if overhead else "(no overhead workloads selected)")
+    for r in overhead:
+        for note in r.notes:
+            print(f"  {r.workload}: {note}")
+    print()
+    print(probe_table(probe_results) if probe_results else "(no probes run)")
+    write_results(args, overhead, probe_results, skipped)
+    return 0
+
+
+def run_session(args: argparse.Namespace, tools: Tools) -> tuple[
+        list[WorkloadResult], list[probes.ProbeResult], dict[str, str]]:
+    """Overhead workloads, then probes, in one cgroup for the bpftrace peers."""
+    session = Session(tools=tools, scratch=args.scratch, quick=args.quick)
+    args.load_before = os.getloadavg()[0]
+    if args.load_before > BUSY_LOAD:
+        session.log(f"warning: load average {args.load_before:.2f} before starting: "
+                    "other work on this machine will make the ratios noisy")
+    cgroup = Cgroup(f"assay-bench-{os.getpid()}")
+    try:
+        variants, skipped = make_variants(args, cgroup)
+        for name, why in skipped.items():
+            session.log(f"skipping {name}: {why}")
+        workloads = [w for w in WORKLOADS if w.name in args.only]
+        overhead = [bench_workload(session, w, variants, args.reps, skipped) for w in workloads]
+        probe_results = run_probes(session, args, variants, skipped)
+    finally:
+        cgroup.remove()
+    return overhead, probe_results, skipped
+
+
+def run_probes(session: Session, args: argparse.Namespace, variants: list[Variant],
+               skipped: dict[str, str]) -> list[probes.ProbeResult]:
+    """Start-to-exec, sustained rate and memory: all need the runner."""
+    chosen = [p for p in PROBES if p in args.only]
+    by_name = {v.name: v for v in variants}
+    runner = by_name.get(RUNNER)
+    if runner is None:
+        why = skipped.get(RUNNER, "runner unavailable")
+        return [probes.ProbeResult(p, "n/a", "", "n/a", {"skipped": why}) for p in chosen]
+    out = []
+    if "start" in chosen:
+        out.append(probes.start_to_exec(session, runner, by_name["bare"], args.reps))
+    if "rate" in chosen:
+        out.append(probes.sustained_rate(session, runner, seconds=1 if args.quick else 2))
+    if "memory" in chosen:
+        out.append(probes.peak_memory(session, runner))
+    return out
+
+
+def write_results(args: argparse.Namespace, overhead: list[WorkloadResult],
+                  probe_results: list[probes.ProbeResult], skipped: dict[str, str]) -> None:
+    """Every measurement, median and verdict as JSON."""
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"machine": machine(), "quick": args.quick, "reps": args.reps, "skipped": skipped,
+           "scratch": {"path": str(args.scratch), "tmpfs": args.scratch_tmpfs},
+           "load_average": {"before": args.load_before, "after": os.getloadavg()[0]},
+           "workloads": [asdict(r) for r in overhead],
+           "probes": [asdict(p) for p in probe_results]}
+    args.results.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"\nresults: {args.results}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
