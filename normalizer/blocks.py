@@ -17,6 +17,8 @@ failed `openat`: we never claim a block we cannot attribute.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from ebpf.wire import HOOK_NET_BLOCK, HOOK_OPEN, NETWORK_HOOKS
 from normalizer.paths import Resolved
 from normalizer.tree import Thread
@@ -25,10 +27,9 @@ from runner.policy.model import ResolvedPolicy
 EPERM = 1
 
 
-def merge_net_blocks(resolved: list[Resolved]) -> list[Resolved]:
+def merge_net_blocks(resolved: Iterable[Resolved]) -> Iterator[Resolved]:
     """Drop each failed connect/send that a preceding NET_BLOCK of its thread stands for."""
     awaiting: set[Thread] = set()
-    out: list[Resolved] = []
     for r in resolved:
         e, thread = r.item.event, r.item.thread
         if e.hook == HOOK_NET_BLOCK:
@@ -37,8 +38,7 @@ def merge_net_blocks(resolved: list[Resolved]) -> list[Resolved]:
             awaiting.discard(thread)
             if e.ret == -EPERM:
                 continue
-        out.append(r)
-    return out
+        yield r
 
 
 EACCES = 13

@@ -1,15 +1,23 @@
 """The normalizer pipeline: a spool in, the archive's members out.
 
-decode -> time order -> attribute to the process tree -> resolve paths ->
-number the tree -> classify -> drop telemetry -> canonical order + seq ->
-artifacts. Canonical order is by process number, then thread rank, then the
-thread's own syscall order: never arrival order across CPUs.
+Stage A streams the spool in ring order: decode -> attribute to the process
+tree -> resolve paths -> merge network blocks -> judge file blocks ->
+classify -> drop telemetry -> file the evidence under its thread. Stage B
+numbers the tree and writes the kernel layer in canonical order (process
+number, then thread rank, then the thread's own syscall order: never arrival
+order across CPUs), gathering what the other members need.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
+from bisect import bisect_right
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO, NamedTuple
 
 import msgspec
 
@@ -29,16 +37,21 @@ from normalizer.artifacts import (
 from normalizer.blocks import FileBlockJudge, merge_net_blocks
 from normalizer.classify import Classified, classify
 from normalizer.correlate import correlate, window_markers
-from normalizer.decode import decode, in_time_order
+from normalizer.decode import iter_decode
 from normalizer.health import CaptureFacts, observation_health
 from normalizer.paths import PathResolver
 from normalizer.sdk import ToolCall, sdk_layer
-from normalizer.spool import Spool
+from normalizer.spool import Spool, SpoolTrailer
 from normalizer.telemetry import is_telemetry
-from normalizer.tree import TreeBuilder, number_tree
+from normalizer.tree import Process, Thread, TreeBuilder, number_tree
 from runner.policy.model import decision_summary
 
 _encoder = msgspec.json.Encoder()
+_msgpack = msgspec.msgpack.Encoder()
+_classified = msgspec.msgpack.Decoder(list[Classified])
+_kernel_line = msgspec.json.Decoder(KernelEvent)
+SPILL_EVERY = 50_000
+"""Evidence events held in memory before they are spilled to disk."""
 
 FILE_KINDS = frozenset({"openat", "file_blocked"})
 BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
@@ -50,21 +63,30 @@ class NormalizedRun:
     """Everything the archive and the human summary need."""
 
     run_id: str
-    kernel_events: list[KernelEvent]
+    kernel: KernelLayer
     health: ObservationHealth
     surface: CapabilitySurface
     correlation: CorrelationReport
     phases: list[PhaseEvent]
     policy_events: list[PolicyEvent] = field(default_factory=list)
     sdk_events: list[SdkEvent] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    """Files the command opened for writing, successfully (for the summary)."""
+    blocked: list[str] = field(default_factory=list)
+    """Paths and endpoints the policy denied (for the summary)."""
 
-    def members(self) -> dict[str, bytes]:
-        """Archive members (all but the manifest) as deterministic bytes."""
+    @property
+    def kernel_events(self) -> list[KernelEvent]:
+        """The kernel layer decoded (reads it back: for tests and small runs)."""
+        return self.kernel.events()
+
+    def members(self) -> dict[str, bytes | KernelLayer]:
+        """Archive members (all but the manifest); the kernel layer stays a stream."""
         return {
             "capability-surface.json": json_member(self.surface),
             "correlation-report.json": json_member(self.correlation),
             "events.ndjson": ndjson_member(self.phases),
-            "layers/kernel.ndjson": ndjson_member(self.kernel_events),
+            "layers/kernel.ndjson": self.kernel,
             "layers/policy.ndjson": ndjson_member(self.policy_events),
             "layers/sdk.ndjson": ndjson_member(self.sdk_events),
             "observation-health.json": json_member(self.health),
@@ -81,46 +103,125 @@ def ndjson_member(items: list[msgspec.Struct]) -> bytes:
     return b"".join(_encoder.encode(i) + b"\n" for i in items)
 
 
+class _Scan:
+    """Stage A over the spool in ring order: attribute, resolve, judge, classify."""
+
+    def __init__(self, spool: Spool) -> None:
+        header = spool.header
+        self.tree = TreeBuilder(header.control_pids, header.shim_pid)
+        self.resolver = PathResolver(header.workdir)
+        self.judge = FileBlockJudge(header.policy, header.uid, spool.dac)
+        self.captured = 0
+        self._records = spool.records
+
+    def _counted(self) -> Iterator[bytes]:
+        for record in self._records:
+            self.captured += 1
+            yield record
+
+    def __iter__(self) -> Iterator[tuple[Thread, Classified]]:
+        """Evidence candidates with their threads, in ring order.
+
+        Ring order is causal: a task's creation record is written before the
+        task runs, and a thread's records in its own syscall order, so path
+        and process-tree state are always up to date when an event needs it.
+        """
+        items = self.tree.attribute(iter_decode(self._counted()))
+        resolved = merge_net_blocks(self.resolver.resolve(item) for item in items)
+        for order, r in enumerate(resolved):
+            c = classify(r, order, self.judge.blocked_access(r))
+            if c is not None:
+                yield r.item.thread, c
+
+    def facts(self, trailer: SpoolTrailer, platform: str) -> CaptureFacts:
+        return CaptureFacts(
+            drops=trailer.drops,
+            emitted=trailer.emitted,
+            captured=self.captured,
+            unattributed_events=self.tree.stats.unattributed_events,
+            root_seen=self.tree.stats.root_seen,
+            unresolved_paths=self.resolver.unresolved,
+            platform=platform,
+        )
+
+
+class ThreadBuckets:
+    """Evidence filed per thread in the thread's own order, spilled to disk past a limit.
+
+    Canonical order needs the whole tree (numbers are known only at the
+    end), so evidence waits here; spilling keeps memory flat however long
+    the run was.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._limit = limit or SPILL_EVERY
+        self._memory: dict[Thread, list[Classified]] = {}
+        self._chunks: dict[Thread, list[tuple[int, int]]] = {}
+        self._held = 0
+        self._spill = tempfile.TemporaryFile(prefix="assay-normalize-")  # noqa: SIM115 - closed by close()
+
+    def add(self, thread: Thread, event: Classified) -> None:
+        self._memory.setdefault(thread, []).append(event)
+        self._held += 1
+        if self._held >= self._limit:
+            self._spill.seek(0, os.SEEK_END)
+            for t, events in self._memory.items():
+                data = _msgpack.encode(events)
+                self._chunks.setdefault(t, []).append((self._spill.tell(), len(data)))
+                self._spill.write(data)
+            self._memory.clear()
+            self._held = 0
+
+    def events(self, thread: Thread) -> Iterator[Classified]:
+        """A thread's evidence, in its own order."""
+        for offset, size in self._chunks.get(thread, ()):
+            self._spill.seek(offset)
+            yield from _classified.decode(self._spill.read(size))
+        yield from self._memory.get(thread, ())
+
+    def close(self) -> None:
+        self._spill.close()
+
+
+def canonical(buckets: ThreadBuckets, processes: list[Process]) -> Iterator[tuple[Thread, Classified]]:
+    """Every filed event by process number, then thread rank, then the thread's own order."""
+    for proc in processes:
+        for thread in proc.threads():
+            for event in buckets.events(thread):
+                yield thread, event
+
+
 def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJudge]:
-    """All evidence candidates in canonical order, the capture's facts, and the block judge."""
-    header = spool.header
-    events = in_time_order(decode(spool.records))
-    tree = TreeBuilder(header.control_pids, header.shim_pid)
-    resolver = PathResolver(header.workdir)
-    resolved = merge_net_blocks([resolver.resolve(item) for item in tree.attribute(events)])
-    number_tree(tree.root)
-    judge = FileBlockJudge(header.policy, header.uid, spool.dac)
-    classified = []
-    for i, r in enumerate(resolved):
-        c = classify(r, i, judge.blocked_access(r))
-        if c is not None:
-            classified.append(c)
-    classified.sort(key=lambda c: (c.process, c.thread_rank, c.order))
-    facts = CaptureFacts(
-        drops=spool.trailer.drops,
-        emitted=spool.trailer.emitted,
-        captured=len(spool.records),
-        unattributed_events=tree.stats.unattributed_events,
-        root_seen=tree.stats.root_seen,
-        unresolved_paths=resolver.unresolved,
-        platform=header.platform,
-    )
-    return classified, facts, judge
+    """All evidence candidates (telemetry included) in canonical order, in memory.
+
+    For tests and offline inspection; `normalize` streams instead.
+    """
+    scan = _Scan(spool)
+    buckets = ThreadBuckets()
+    for thread, c in scan:
+        buckets.add(thread, c)
+    processes = number_tree(scan.tree.root)
+    out = [msgspec.structs.replace(c, process=t.process.number, thread_rank=t.rank)
+           for t, c in canonical(buckets, processes)]
+    buckets.close()
+    return out, scan.facts(spool.trailer, spool.header.platform), scan.judge
 
 
 def dac_questions(spool: Spool) -> list[tuple[str, str]]:
     """(access, path) pairs the runner must check as the command's user (sorted, unique)."""
-    _, _, judge = candidates(spool)
-    return sorted(set(judge.unattributed))
+    scan = _Scan(spool)
+    for _ in scan:
+        pass
+    return sorted(set(scan.judge.unattributed))
 
 
-def kernel_event(run_id: str, seq: int, c: Classified) -> KernelEvent:
-    """The `layers/kernel.ndjson` line for one evidence event."""
+def kernel_event(run_id: str, seq: int, c: Classified, pid: int) -> KernelEvent:
+    """The `layers/kernel.ndjson` line for one evidence event of process `pid`."""
     event = KernelEvent(
         schema=KERNEL_EVENT_SCHEMA,
         run_id=run_id,
         seq=seq,
-        pid=c.process,
+        pid=pid,
         event_type=c.event_type,
         kind=c.kind,
         value=c.value,
@@ -140,40 +241,128 @@ def kernel_event(run_id: str, seq: int, c: Classified) -> KernelEvent:
     return event
 
 
-def capability_surface(run_id: str, events: list[KernelEvent]) -> CapabilitySurface:
-    """Sorted sets of what the run touched."""
+class KernelLayer:
+    """`layers/kernel.ndjson`, written line by line to a temp file with its digest.
 
-    def values(kinds: frozenset[str]) -> list[str]:
-        return sorted({e.value for e in events if e.kind in kinds and e.value is not None})
+    Large layers spill to disk (SpooledTemporaryFile), so the archive writer
+    streams them instead of holding them in memory.
+    """
 
-    return CapabilitySurface(
-        schema=SURFACE_SCHEMA,
-        run_id=run_id,
-        filesystem_paths=values(FILE_KINDS),
-        network_endpoints=values(ENDPOINT_KINDS),
-        process_execs=values(frozenset({"exec"})),
-        mcp_tools=[],
-        policy_decisions=[],
-    )
+    def __init__(self) -> None:
+        self._file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - lives as long as the run
+            max_size=16 << 20, prefix="assay-kernel-")
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self.count = 0
+
+    def write(self, event: KernelEvent) -> None:
+        line = _encoder.encode(event) + b"\n"
+        self._file.write(line)
+        self._hash.update(line)
+        self.size += len(line)
+        self.count += 1
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    def reader(self) -> BinaryIO:
+        """The layer's bytes from the start (a shared handle: read it before asking again)."""
+        self._file.seek(0)
+        return self._file  # type: ignore[return-value]
+
+    def read_bytes(self) -> bytes:
+        return self.reader().read()
+
+    def events(self) -> list[KernelEvent]:
+        """Decoded lines (for tests and small runs)."""
+        return [_kernel_line.decode(line) for line in self.read_bytes().splitlines()]
+
+    @classmethod
+    def of(cls, events: Iterable[KernelEvent]) -> KernelLayer:
+        layer = cls()
+        for event in events:
+            layer.write(event)
+        return layer
 
 
-def block_policy_events(run_id: str, evidence: list[Classified],
-                        calls: list[ToolCall]) -> list[PolicyEvent]:
-    """Policy lines for file and network blocks, in kernel-layer order (seq set later)."""
-    out = []
-    for c in evidence:
-        if c.kind not in BLOCK_KINDS or c.value is None or c.denied is None:
-            continue
+class _Windows:
+    """Union of the tool-call windows: is a capture time inside any of them?"""
+
+    def __init__(self, calls: list[ToolCall]) -> None:
+        spans = sorted((c.started_ts, c.finished_ts) for c in calls if c.finished_ts is not None)
+        merged: list[list[int]] = []
+        for start, end in spans:
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        self._starts = [m[0] for m in merged]
+        self._ends = [m[1] for m in merged]
+
+    def __contains__(self, ts: int) -> bool:
+        i = bisect_right(self._starts, ts) - 1
+        return i >= 0 and ts <= self._ends[i]
+
+
+class _Stamp(NamedTuple):
+    ts: int
+
+
+class _Collector:
+    """Stage B: writes the kernel layer in canonical order and gathers what the
+    other members need, holding only sets of distinct values and blocks."""
+
+    def __init__(self, run_id: str, calls: list[ToolCall]) -> None:
+        self.run_id = run_id
+        self.layer = KernelLayer()
+        self.values: dict[str, set[str]] = {k: set() for k in ("files", "endpoints", "execs", "written")}
+        self.kinds: set[str] = set()
+        self.blocks: list[PolicyEvent] = []
+        self.stamps: list[_Stamp] = []
+        self._calls = calls
+        self._windows = _Windows(calls)
+
+    def add(self, pid: int, c: Classified) -> None:
+        event = kernel_event(self.run_id, self.layer.count, c, pid)
+        self.layer.write(event)
+        self.kinds.add(c.kind)
+        if c.ts in self._windows:
+            self.stamps.append(_Stamp(c.ts))
+        if c.value is None:
+            return
+        if c.kind in FILE_KINDS:
+            self.values["files"].add(c.value)
+            if c.kind == "openat" and c.meta and c.meta.status == "success" \
+                    and c.meta.access_mode in ("write", "read_write"):
+                self.values["written"].add(c.value)
+        elif c.kind in ENDPOINT_KINDS:
+            self.values["endpoints"].add(c.value)
+        elif c.kind == "exec":
+            self.values["execs"].add(c.value)
+        if c.kind in BLOCK_KINDS and c.denied is not None:
+            self.blocks.append(self._block_event(c))
+
+    def _block_event(self, c: Classified) -> PolicyEvent:
+        assert c.value is not None and c.denied is not None
         source = "filesystem" if c.kind == "file_blocked" else "network"
-        access = c.denied
-        out.append(PolicyEvent(
-            schema=POLICY_EVENT_SCHEMA, run_id=run_id, seq=0, source=source, decision="deny",
-            target=c.value, access=access,
-            rule=f"filesystem.{access}" if source == "filesystem" else "network.default",
-            tool_call_id=enclosing_call(calls, c.ts),
-            summary=decision_summary(source, "deny", c.value, access if source == "filesystem" else None),
-        ))
-    return out
+        return PolicyEvent(
+            schema=POLICY_EVENT_SCHEMA, run_id=self.run_id, seq=0, source=source, decision="deny",
+            target=c.value, access=c.denied,
+            rule=f"filesystem.{c.denied}" if source == "filesystem" else "network.default",
+            tool_call_id=enclosing_call(self._calls, c.ts),
+            summary=decision_summary(source, "deny", c.value, c.denied if source == "filesystem" else None),
+        )
+
+    def surface(self, mcp_tools: list[str], decisions: list[str]) -> CapabilitySurface:
+        return CapabilitySurface(
+            schema=SURFACE_SCHEMA, run_id=self.run_id,
+            filesystem_paths=sorted(self.values["files"]),
+            network_endpoints=sorted(self.values["endpoints"]),
+            process_execs=sorted(self.values["execs"]),
+            mcp_tools=mcp_tools,
+            policy_decisions=decisions,
+        )
 
 
 def enclosing_call(calls: list[ToolCall], ts: int) -> str | None:
@@ -184,38 +373,47 @@ def enclosing_call(calls: list[ToolCall], ts: int) -> str | None:
 
 
 def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
-    """Normalize a complete spool; `run_id` overrides the spool's own."""
+    """Normalize a complete spool; `run_id` overrides the spool's own.
+
+    Memory stays flat in run length: records stream from the spool, evidence
+    waits per thread (spilled to disk past a limit), and the kernel layer is
+    written to a temp file.
+    """
     run_id = run_id or spool.header.run_id
-    classified, facts, _ = candidates(spool)
-    evidence = [c for c in classified if not is_telemetry(c)]
-    kernel = [kernel_event(run_id, seq, c) for seq, c in enumerate(evidence)]
     sdk = sdk_layer(spool.sdk, run_id)
+    scan = _Scan(spool)
+    buckets = ThreadBuckets()
+    for thread, c in scan:
+        if not is_telemetry(c):
+            buckets.add(thread, c)
+    out = _Collector(run_id, sdk.tool_calls)
+    for thread, c in canonical(buckets, number_tree(scan.tree.root)):
+        out.add(thread.process.number, c)
+    buckets.close()
+    facts = scan.facts(spool.trailer, spool.header.platform)
+
     policy_present = spool.header.policy is not None
-    policy_events = [
-        msgspec.structs.replace(p, seq=seq)
-        for seq, p in enumerate(block_policy_events(run_id, evidence, sdk.tool_calls)
-                                + sdk.tool_policy_events)
-    ]
+    policy_events = [msgspec.structs.replace(p, seq=seq)
+                     for seq, p in enumerate(out.blocks + sdk.tool_policy_events)]
     markers = sorted([*spool.phases, *window_markers(sdk.tool_calls)], key=lambda p: p.ts)
     phases = [PhaseEvent(schema=PHASE_EVENT_SCHEMA, run_id=run_id, seq=i, phase=p.name)
               for i, p in enumerate(markers)]
     notes = [n for n in (sdk.note,) if n]
     if policy_present:
-        blocks = Counter(c.kind for c in evidence if c.kind in BLOCK_KINDS)
+        blocks = Counter(p.source for p in out.blocks)
         notes.append(f"s4_policy_capture: policy_events={len(policy_events)} "
-                     f"file_blocked={blocks['file_blocked']} connect_blocked={blocks['connect_blocked']}")
-    surface = capability_surface(run_id, kernel)
-    surface.mcp_tools = sdk.mcp_tools
-    surface.policy_decisions = sorted({p.summary for p in policy_events})
+                     f"file_blocked={blocks['filesystem']} connect_blocked={blocks['network']}")
     return NormalizedRun(
         run_id=run_id,
-        kernel_events=kernel,
+        kernel=out.layer,
         health=observation_health(
-            run_id, kernel, facts, extra_notes=notes,
+            run_id, out.kinds, out.layer.count, facts, extra_notes=notes,
             policy_layer="present" if policy_present else "absent", sdk_layer=sdk.status),
-        surface=surface,
-        correlation=correlate(sdk.tool_calls, evidence, run_id, policy_present),
+        surface=out.surface(sdk.mcp_tools, sorted({p.summary for p in policy_events})),
+        correlation=correlate(sdk.tool_calls, out.stamps, run_id, policy_present),
         phases=phases,
         policy_events=policy_events,
         sdk_events=sdk.sdk_events,
+        written=sorted(out.values["written"]),
+        blocked=sorted({p.target for p in out.blocks}),
     )

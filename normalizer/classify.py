@@ -40,7 +40,7 @@ def kind_name(event_type: int) -> str:
     return KIND_BY_TYPE.get(event_type, f"event_{event_type}")
 
 
-class OpenMeta(msgspec.Struct, frozen=True):
+class OpenMeta(msgspec.Struct, frozen=True, array_like=True):
     """Open syscall metadata, as the contract's optional kernel-event fields."""
 
     flags: int
@@ -101,20 +101,26 @@ def endpoint(sockaddr: bytes) -> str | None:
     return None
 
 
-class Classified(msgspec.Struct, frozen=True):
-    """An evidence candidate: contract kind, value, and open metadata if any."""
+class Classified(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """An evidence candidate: contract kind, value, and open metadata if any.
+
+    `order` is the record's position in ring order (the thread's own syscall
+    order within a thread). `process`/`thread_rank` are filled only where the
+    numbered tree is known (`normalizer.build.candidates`); the streaming
+    writer takes them from the thread the event is filed under.
+    """
 
     event_type: int
     kind: str
     value: str | None
     meta: OpenMeta | None
-    process: int
-    thread_rank: int
     order: int
     ts: int
     """Runner-clock capture time (syscall exit): only for correlation windows."""
     denied: str | None = None
     """For blocks: the access the policy refused (read, write, connect, send)."""
+    process: int = 0
+    thread_rank: int = 0
 
 
 def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> Classified | None:
@@ -124,7 +130,6 @@ def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> 
     open was a policy block (normalizer/blocks.py).
     """
     e = resolved.item.event
-    thread = resolved.item.thread
     meta = None
     event_type = e.hook
     denied = None
@@ -150,8 +155,6 @@ def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> 
         kind=kind_name(event_type),
         value=value,
         meta=meta,
-        process=thread.process.number,
-        thread_rank=thread.rank,
         order=order,
         ts=e.ts,
         denied=denied,

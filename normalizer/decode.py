@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import msgspec
 
@@ -35,8 +35,12 @@ class DecodeError(ValueError):
 
 
 def decode(records: Iterable[bytes]) -> list[RawEvent]:
-    """Decode records in arrival order."""
-    out: list[RawEvent] = []
+    """Decode records in arrival order, into a list."""
+    return list(iter_decode(records))
+
+
+def iter_decode(records: Iterable[bytes]) -> Iterator[RawEvent]:
+    """Decode records one by one in arrival (ring) order."""
     unpack = HEADER.unpack_from
     size = HEADER.size
     for arrival, rec in enumerate(records):
@@ -46,10 +50,6 @@ def decode(records: Iterable[bytes]) -> list[RawEvent]:
         data = rec[size : size + data_len]
         if len(data) != data_len:
             raise DecodeError(f"record {arrival} payload is {len(data)} bytes, header says {data_len}")
-        out.append(RawEvent(ts, tgid, tid, hook, ret, a0, a1, a2, a3, data, bool(truncated), arrival))
-    return out
+        yield RawEvent(ts, tgid, tid, hook, ret, a0, a1, a2, a3, data, bool(truncated), arrival)
 
 
-def in_time_order(events: list[RawEvent]) -> list[RawEvent]:
-    """Events sorted by runner clock; per-thread syscall order is preserved."""
-    return sorted(events, key=lambda e: (e.ts, e.arrival))

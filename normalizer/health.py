@@ -14,10 +14,11 @@ Rules (contract "observation-health.json", decisions in docs/artifacts.md):
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass
 
 from ebpf.wire import HOOK_NAMES, HOOK_NET_BLOCK, NETWORK_HOOKS
-from normalizer.artifacts import HEALTH_SCHEMA, KernelEvent, ObservationHealth
+from normalizer.artifacts import HEALTH_SCHEMA, ObservationHealth
 
 CONNECT_KINDS = frozenset({"connect", "connect_blocked"})
 DATAGRAM_KINDS = frozenset({"event_6", "event_7"})
@@ -46,11 +47,10 @@ class CaptureFacts:
         return sum(self.drops.values()) + self.lost_in_transit
 
 
-def network_coverage(events: list[KernelEvent], facts: CaptureFacts) -> tuple[str, str]:
-    """(network_protocol_coverage, network_endpoint_claim_scope)."""
+def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[str, str]:
+    """(network_protocol_coverage, network_endpoint_claim_scope) from the kinds in the kernel layer."""
     if any(facts.drops.get(name, 0) for name in NETWORK_HOOK_NAMES) or facts.lost_in_transit:
         return "unknown", "unknown"
-    kinds = {e.kind for e in events}
     connect = bool(kinds & CONNECT_KINDS)
     datagram = bool(kinds & DATAGRAM_KINDS)
     if connect and datagram:
@@ -73,7 +73,8 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
 
 def observation_health(
     run_id: str,
-    events: list[KernelEvent],
+    kinds: Set[str],
+    events: int,
     facts: CaptureFacts,
     extra_notes: list[str],
     policy_layer: str = "absent",
@@ -81,9 +82,9 @@ def observation_health(
 ) -> ObservationHealth:
     """The health artifact for a normalized run."""
     drops = facts.total_drops
-    coverage, scope = network_coverage(events, facts)
+    coverage, scope = network_coverage(kinds, facts)
     notes = [
-        f"s2_kernel_capture: monitor_events={len(events)} ringbuf_drops={drops} "
+        f"s2_kernel_capture: monitor_events={events} ringbuf_drops={drops} "
         f"network_protocol_coverage={coverage} network_endpoint_claim_scope={scope}"
     ]
     if drops:

@@ -10,7 +10,7 @@ with `assay-runner normalize SPOOL`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -102,11 +102,28 @@ class SpoolError(ValueError):
     """The spool is truncated or not a spool."""
 
 
+class SpoolRecords:
+    """The raw records of a spool file, streamed in ring order each time it is iterated.
+
+    Normalizing never holds the whole capture in memory: records are read
+    back batch by batch from disk.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def __iter__(self) -> Iterator[bytes]:
+        with open(self._path, "rb") as f:
+            for frame in iter_frames(f):
+                if isinstance(frame, Batch):
+                    yield from frame.records
+
+
 class Spool(msgspec.Struct):
-    """A whole spool read back."""
+    """A spool read back: the small frames in memory, the records as any re-iterable."""
 
     header: SpoolHeader
-    records: list[bytes]
+    records: Iterable[bytes]
     phases: list[Phase]
     trailer: SpoolTrailer
     sdk: list[SdkMessage] = msgspec.field(default_factory=list)
@@ -144,10 +161,12 @@ def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
 
 
 def read_spool(path: Path) -> Spool:
-    """Read a complete spool; incomplete or foreign ones raise SpoolError."""
+    """Read a complete spool; incomplete or foreign ones raise SpoolError.
+
+    Records stay on disk (`SpoolRecords`); everything else is loaded.
+    """
     header: SpoolHeader | None = None
     trailer: SpoolTrailer | None = None
-    records: list[bytes] = []
     phases: list[Phase] = []
     sdk: list[SdkMessage] = []
     dac: dict[str, bool] = {}
@@ -158,7 +177,7 @@ def read_spool(path: Path) -> Spool:
                     raise SpoolError(f"spool format {frame.format!r}, expected {SPOOL_FORMAT!r}")
                 header = frame
             elif isinstance(frame, Batch):
-                records.extend(frame.records)
+                continue
             elif isinstance(frame, Phase):
                 phases.append(frame)
             elif isinstance(frame, SdkMessage):
@@ -171,4 +190,5 @@ def read_spool(path: Path) -> Spool:
         raise SpoolError(f"{path} has no spool header; not an assay-runner spool")
     if trailer is None:
         raise SpoolError(f"{path} has no trailer: the run was interrupted before it finished")
-    return Spool(header=header, records=records, phases=phases, trailer=trailer, sdk=sdk, dac=dac)
+    return Spool(header=header, records=SpoolRecords(path), phases=phases, trailer=trailer,
+                 sdk=sdk, dac=dac)

@@ -32,6 +32,10 @@ class Process:
     main: Thread = field(init=False)
     number: int = 0
 
+    def threads(self) -> list[Thread]:
+        """Its threads in canonical order: the main thread, then depth first by creation."""
+        return list(_threads_in_order(self.main))
+
 
 @dataclass(eq=False)
 class Thread:
@@ -121,18 +125,24 @@ def _threads_in_order(thread: Thread) -> Iterator[Thread]:
         yield from _threads_in_order(child)
 
 
-def number_tree(root: Process | None) -> None:
-    """Give every process its canonical number and every thread its rank."""
+def number_tree(root: Process | None) -> list[Process]:
+    """Give every process its canonical number and every thread its rank.
+
+    Returns the processes in number order.
+    """
     if root is None:
-        return
+        return []
+    ordered: list[Process] = []
     counter = 0
     stack = [root]
     while stack:
         proc = stack.pop()
         counter += 1
         proc.number = counter
+        ordered.append(proc)
         children: list[Process] = []
-        for rank, thread in enumerate(_threads_in_order(proc.main)):
+        for rank, thread in enumerate(proc.threads()):
             thread.rank = rank
             children.extend(thread.child_processes)
         stack.extend(reversed(children))
+    return ordered

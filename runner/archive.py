@@ -18,7 +18,9 @@ import io
 import os
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Protocol
 
 import msgspec
 
@@ -50,22 +52,37 @@ def sha256_ref(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def build_manifest(run_id: str, members: dict[str, bytes]) -> bytes:
+class StreamedMember(Protocol):
+    """A member too large to hold in memory: its size and digest, and a reader."""
+
+    size: int
+
+    @property
+    def sha256(self) -> str: ...
+
+    def reader(self) -> BinaryIO: ...
+
+
+Member = bytes | StreamedMember
+
+
+def _entry(path: str, data: Member) -> ManifestEntry:
+    if isinstance(data, bytes):
+        return ManifestEntry(path=path, sha256=sha256_ref(data), bytes=len(data))
+    return ManifestEntry(path=path, sha256="sha256:" + data.sha256, bytes=data.size)
+
+
+def build_manifest(run_id: str, members: dict[str, Member]) -> bytes:
     """Manifest bytes for `members` (which must not include the manifest)."""
-    files = {
-        path: ManifestEntry(path=path, sha256=sha256_ref(data), bytes=len(data))
-        for path, data in sorted(members.items())
-    }
+    files = {path: _entry(path, data) for path, data in sorted(members.items())}
     return _json.encode(Manifest(schema=MANIFEST_SCHEMA, run_id=run_id, files=files)) + b"\n"
 
 
-def archive_bytes(run_id: str, members: dict[str, bytes]) -> bytes:
-    """The deterministic .tar.gz of `members` plus their manifest."""
-    ordered = [(MANIFEST, build_manifest(run_id, members))]
+def _write_tar(fileobj: BinaryIO, run_id: str, members: dict[str, Member]) -> None:
+    ordered: list[tuple[str, Member]] = [(MANIFEST, build_manifest(run_id, members))]
     ordered += sorted(members.items())
-    raw = io.BytesIO()
     with (
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz,
+        gzip.GzipFile(filename="", mode="wb", fileobj=fileobj, mtime=0, compresslevel=9) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar,
     ):
         dirs_done: set[str] = set()
@@ -74,7 +91,16 @@ def archive_bytes(run_id: str, members: dict[str, bytes]) -> bytes:
                 if str(parent) not in dirs_done:
                     dirs_done.add(str(parent))
                     tar.addfile(_info(str(parent) + "/", 0, tarfile.DIRTYPE, 0o755))
-            tar.addfile(_info(path, len(data), tarfile.REGTYPE, 0o644), io.BytesIO(data))
+            if isinstance(data, bytes):
+                tar.addfile(_info(path, len(data), tarfile.REGTYPE, 0o644), io.BytesIO(data))
+            else:
+                tar.addfile(_info(path, data.size, tarfile.REGTYPE, 0o644), data.reader())
+
+
+def archive_bytes(run_id: str, members: dict[str, Member]) -> bytes:
+    """The deterministic .tar.gz of `members` plus their manifest."""
+    raw = io.BytesIO()
+    _write_tar(raw, run_id, members)
     return raw.getvalue()
 
 
@@ -91,10 +117,15 @@ def _info(name: str, size: int, kind: bytes, mode: int) -> tarfile.TarInfo:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write `data` to `path` through a temp file in the same directory."""
+    write_streamed(path, lambda f: f.write(data))
+
+
+def write_streamed(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Call `write(file)` on a temp file in `path`'s directory, then rename it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -104,9 +135,9 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def write_archive(path: Path, run_id: str, members: dict[str, bytes]) -> None:
-    """Write the archive for `members` to `path` atomically."""
-    write_atomic(path, archive_bytes(run_id, members))
+def write_archive(path: Path, run_id: str, members: dict[str, Member]) -> None:
+    """Stream the archive for `members` to `path` atomically."""
+    write_streamed(path, lambda f: _write_tar(f, run_id, members))
 
 
 def _safe_name(name: str) -> str:

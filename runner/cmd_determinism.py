@@ -120,7 +120,7 @@ def run_all(req: RunRequest, runs: int, snapshot: Snapshot, scratch: Path) -> li
         result = execute(dataclasses.replace(req, out_dir=staged))
         h = result.normalized.health
         progress(f"run {number}/{runs}: exit {result.exit_code}, "
-                 f"{len(result.normalized.kernel_events)} kernel events, "
+                 f"{result.normalized.kernel.count} kernel events, "
                  f"kernel_layer={h.kernel_layer} ringbuf_drops={h.ringbuf_drops} "
                  f"cgroup_correlation={h.cgroup_correlation}")
         if result.exit_code == 128 + signal.SIGINT:

@@ -38,5 +38,5 @@ def main(args: argparse.Namespace) -> int:
         raise RunnerError(f"cannot normalize {args.spool}: {exc}", EXIT_BAD_INPUT) from exc
     out = args.out or args.spool.with_suffix(".tar.gz")
     publish(run, out)
-    print(f"assay-runner: wrote {out} ({len(run.kernel_events)} kernel events)", file=sys.stderr)
+    print(f"assay-runner: wrote {out} ({run.kernel.count} kernel events)", file=sys.stderr)
     return 0

@@ -7,6 +7,13 @@ from pathlib import Path
 from normalizer.build import NormalizedRun
 from runner.archive import MANIFEST, build_manifest, write_archive
 from runner.errors import RunnerError
+from runner.logs import get_logger
+
+VALIDATE_UP_TO = 64 << 20
+"""Kernel layers above this size are not re-read for validation at write time:
+the runner's own members are typed by construction, and re-reading would
+make memory grow with run length (`assay-runner validate` checks any size)."""
+log = get_logger("publish")
 
 
 def publish(run: NormalizedRun, archive: Path) -> None:
@@ -14,11 +21,18 @@ def publish(run: NormalizedRun, archive: Path) -> None:
 
     A member that fails the contract is a runner bug: nothing is written, and
     the raw spool stays for `assay-runner normalize` once it is fixed.
+    Past `VALIDATE_UP_TO` the kernel layer is streamed, not validated here.
     """
     from runner.validate import validate_members
 
     members = run.members()
-    problems = validate_members({MANIFEST: build_manifest(run.run_id, members), **members})
+    if run.kernel.size > VALIDATE_UP_TO:
+        log.warning("publish.validation_skipped", kernel_layer_bytes=run.kernel.size,
+                    hint=f"validate it with: assay-runner validate {archive}")
+        problems = []
+    else:
+        readable = {name: m if isinstance(m, bytes) else m.read_bytes() for name, m in members.items()}
+        problems = validate_members({MANIFEST: build_manifest(run.run_id, members), **readable})
     if problems:
         shown = "; ".join(problems[:3])
         raise RunnerError(f"normalized archive fails validation ({len(problems)} problems): {shown}")

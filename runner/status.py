@@ -46,22 +46,16 @@ def _preview(items: list[str], limit: int = 5) -> str:
 
 def summary(run: NormalizedRun, exit_code: int, elapsed: float, archive: str) -> str:
     """A short human summary of what the command touched and how well it was seen."""
-    written = sorted({
-        e.value for e in run.kernel_events
-        if e.kind == "openat" and e.value and e.access_mode in ("write", "read_write")
-        and e.status == "success"
-    })
-    blocked = [e for e in run.kernel_events if e.kind in ("file_blocked", "connect_blocked")]
     h = run.health
     lines = [
         f"assay-runner: command exited {exit_code} after {elapsed:.2f}s",
-        f"  files written:     {_preview(written)}",
+        f"  files written:     {_preview(run.written)}",
         f"  files touched:     {len(run.surface.filesystem_paths)}",
         f"  endpoints:         {_preview(run.surface.network_endpoints)}",
         f"  programs executed: {_preview(run.surface.process_execs)}",
     ]
-    if blocked:
-        lines.append(f"  policy blocks:     {_preview(sorted({str(e.value) for e in blocked}))}")
+    if run.blocked:
+        lines.append(f"  policy blocks:     {_preview(run.blocked)}")
     lines += [
         f"  health:            kernel_layer={h.kernel_layer} drops={h.ringbuf_drops} "
         f"cgroup_correlation={h.cgroup_correlation} network={h.network_protocol_coverage}",

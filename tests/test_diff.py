@@ -19,13 +19,15 @@ from normalizer.artifacts import (
     CORRELATION_SCHEMA,
     KERNEL_EVENT_SCHEMA,
     PHASE_EVENT_SCHEMA,
+    SURFACE_SCHEMA,
     Binding,
+    CapabilitySurface,
     CorrelationReport,
     KernelEvent,
     PhaseEvent,
     Window,
 )
-from normalizer.build import NormalizedRun, capability_surface
+from normalizer.build import KernelLayer, NormalizedRun
 from normalizer.health import CaptureFacts, observation_health
 from runner.archive import load_members, write_archive
 from runner.capdiff import decode_artifacts, diff_correlation, diff_runs, render_text, set_change
@@ -98,11 +100,15 @@ def synthetic(path: Path, run_id: str, files: list[str], endpoints: list[str],
                           kind=k, value=v) for i, (k, t, v) in enumerate(kinds)]
     facts = CaptureFacts(drops={}, emitted={}, captured=len(events), unattributed_events=0,
                          root_seen=True, unresolved_paths=0)
+    surface = CapabilitySurface(
+        schema=SURFACE_SCHEMA, run_id=run_id, filesystem_paths=sorted(set(files)),
+        network_endpoints=sorted(set(endpoints)), process_execs=["/usr/bin/sh"], mcp_tools=[],
+        policy_decisions=[])
     run = NormalizedRun(
         run_id=run_id,
-        kernel_events=events,
-        health=observation_health(run_id, events, facts, extra_notes=[]),
-        surface=capability_surface(run_id, events),
+        kernel=KernelLayer.of(events),
+        health=observation_health(run_id, {e.kind for e in events}, len(events), facts, extra_notes=[]),
+        surface=surface,
         correlation=CorrelationReport(schema=CORRELATION_SCHEMA, run_id=run_id, status="clean",
                                       bindings=bindings or [], ambiguities=[]),
         phases=[PhaseEvent(schema=PHASE_EVENT_SCHEMA, run_id=run_id, seq=0, phase="run_started")],
