@@ -9,7 +9,7 @@ from runner.archive import MANIFEST, build_manifest, write_archive
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
-VALIDATE_UP_TO = 64 << 20
+VALIDATE_UP_TO = 8 << 20
 """Kernel layers above this size are not re-read for validation at write time:
 the runner's own members are typed by construction, and re-reading would
 make memory grow with run length (`assay-runner validate` checks any size)."""
