@@ -12,8 +12,9 @@ from ebpf.wire import HEADER
 class RawEvent(msgspec.Struct, frozen=True, gc=False):
     """One kernel record, decoded but not interpreted.
 
-    `arrival` is its position in ring order: the tie-breaker when two CPUs
-    stamp the same nanosecond.
+    `arrival` is its position in ring order, the order the normalizer walks
+    (causal: docs/architecture.md); `ts` is its runner-clock capture time,
+    used only for correlation windows.
     """
 
     ts: int

@@ -70,7 +70,7 @@ class Resolved:
 
 
 class PathResolver:
-    """Tracks per-process filesystem state while walking events in time order."""
+    """Tracks per-process filesystem state while walking events in (causal) ring order."""
 
     def __init__(self, root_cwd: str) -> None:
         self._root_cwd = root_cwd

@@ -71,7 +71,7 @@ class TreeStats:
 
 
 class TreeBuilder:
-    """Walks events in time order and builds the run's process tree."""
+    """Walks events in (causal) ring order and builds the run's process tree."""
 
     def __init__(self, control_pids: Iterable[int], shim_pid: int) -> None:
         self._control = frozenset(control_pids) | {shim_pid}

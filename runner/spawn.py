@@ -83,10 +83,6 @@ class Spawned:
         os.write(self._go_fd, b"g")
         os.close(self._go_fd)
 
-    def abort(self) -> None:
-        """Make the init exit without running the command."""
-        os.close(self._go_fd)
-
     def poll(self) -> int | None:
         """The command's exit code once it (and so the helper) has exited."""
         pid, status = os.waitpid(self.helper_pid, os.WNOHANG)
