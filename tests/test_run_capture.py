@@ -102,3 +102,13 @@ def test_tiny_ring_buffer_drops_are_honest(tmp_path: Path) -> None:
                for n in health["notes"])
     full_health = Archive(tmp_path / "big.tar.gz").health
     assert (full_health["kernel_layer"], full_health["ringbuf_drops"]) == ("complete", 0)
+
+
+def test_more_threads_than_in_flight_slots_lose_nothing(tmp_path: Path) -> None:
+    """Exited threads give their in-flight slot back (16,384 slots, 20,000 threads)."""
+    proc = run_observed(tmp_path, "threads", PY, PROGRAMS / "many_threads.py", "20000", workdir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    archive = Archive(tmp_path / "threads.tar.gz")
+    created = [e for e in archive.kernel if e["kind"] == "openat" and e["value"].startswith(f"{tmp_path}/t/")]
+    assert len(created) == 20000
+    assert (archive.health["kernel_layer"], archive.health["ringbuf_drops"]) == ("complete", 0)
