@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.archive import read_archive
+from runner.evidence.archive import read_archive
 
 HEALTH_MEMBER = "observation-health.json"
 KERNEL_MEMBER = "layers/kernel.ndjson"

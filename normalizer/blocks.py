@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from ebpf.wire import HOOK_NET_BLOCK, HOOK_OPEN, NETWORK_HOOKS
 from normalizer.paths import Resolved
 from normalizer.tree import Thread
-from runner.policy.model import ResolvedPolicy
+from policy.model import ResolvedPolicy
 
 EPERM = 1
 

@@ -41,10 +41,10 @@ from normalizer.decode import iter_decode
 from normalizer.health import CaptureFacts, observation_health
 from normalizer.paths import PathResolver
 from normalizer.sdk import ToolCall, sdk_layer
-from normalizer.spool import Spool, SpoolTrailer
 from normalizer.telemetry import is_telemetry
 from normalizer.tree import Process, Thread, TreeBuilder, number_tree
-from runner.policy.model import decision_summary
+from policy.model import decision_summary
+from spool.format import Spool, SpoolTrailer
 
 _encoder = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Encoder()

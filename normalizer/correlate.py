@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from normalizer.artifacts import CORRELATION_SCHEMA, Binding, CorrelationReport, Window
 from normalizer.classify import Classified
 from normalizer.sdk import ToolCall
-from normalizer.spool import Phase
+from spool.format import Phase
 
 STARTED = "tool_call_started"
 FINISHED = "tool_call_finished"

@@ -18,8 +18,8 @@ from typing import Literal
 import msgspec
 
 from normalizer.artifacts import POLICY_EVENT_SCHEMA, SDK_EVENT_SCHEMA, PolicyEvent, SdkEvent
-from normalizer.spool import SdkMessage
-from runner.policy.model import decision_summary
+from policy.model import decision_summary
+from spool.format import SdkMessage
 
 SdkLayerStatus = Literal["self_reported", "absent"]
 TOOL_ACCESS = "call"

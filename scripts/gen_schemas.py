@@ -8,7 +8,7 @@ both. `--check` (run by the tests) fails when the committed files drift.
 
 Only shape lives in the schemas (fields, types, enums, patterns). Rules that
 span fields, lines or members (seq order, kind/event_type pairs, coverage
-versus kernel lines...) are enforced by `runner/validate.py` and documented
+versus kernel lines...) are enforced by `runner/evidence/validate.py` and documented
 in `docs/artifacts.md`.
 
 Usage: gen_schemas.py [--check] [--out DIR]
@@ -45,7 +45,7 @@ class SchemaSpec:
 
 # Policy and SDK line Structs do not exist yet; when they land in
 # normalizer/artifacts.py, add `policy-event-v0.schema.json` and
-# `sdk-event-v0.schema.json` here (and in runner/validate.py LINE_TYPES).
+# `sdk-event-v0.schema.json` here (and in runner/evidence/validate.py LINE_TYPES).
 SCHEMAS: tuple[SchemaSpec, ...] = (
     SchemaSpec(
         "archive-manifest-v0.schema.json",

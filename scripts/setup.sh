@@ -7,7 +7,7 @@
 # Every step checks before it acts and prints one line saying what it did or
 # that it was already done, so a second run is fast. Kernel headers and the
 # tracefs/debugfs mounts are fixed by `assay-runner doctor --fix`
-# (runner/prereqs.py), the same code `doctor` checks with. See docs/setup.md.
+# (runner/host/), the same code `doctor` checks with. See docs/setup.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.archive import read_archive
+from runner.evidence.archive import read_archive
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "runner.cli"]
+CLI = [sys.executable, "-m", "runner.cli.main"]
 
 
 def assay(*args: str | Path, cwd: Path | None = None, timeout: float = 300,

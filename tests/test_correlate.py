@@ -17,7 +17,7 @@ from normalizer.build import json_member
 from normalizer.classify import Classified
 from normalizer.correlate import correlate, window_markers
 from normalizer.sdk import ToolCall, sdk_layer
-from normalizer.spool import SdkMessage
+from spool.format import SdkMessage
 
 RUN = "run_t"
 

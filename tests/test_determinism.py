@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from support import Archive, assay
 
-from runner.archive import MANIFEST, load_members
-from runner.compare import (
+from runner.capture.snapshot import Snapshot, SnapshotError
+from runner.evidence.archive import MANIFEST, load_members
+from runner.evidence.compare import (
     MAX_LINE_PAIRS,
     RunInput,
     build_report,
@@ -28,7 +29,6 @@ from runner.compare import (
     diff_lines,
     render_text,
 )
-from runner.snapshot import Snapshot, SnapshotError
 
 PROGRAMS = Path(__file__).parent / "programs" / "determinism"
 PY = "/usr/bin/python3"

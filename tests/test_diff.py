@@ -29,8 +29,8 @@ from normalizer.artifacts import (
 )
 from normalizer.build import KernelLayer, NormalizedRun
 from normalizer.health import CaptureFacts, observation_health
-from runner.archive import load_members, write_archive
-from runner.capdiff import decode_artifacts, diff_correlation, diff_runs, render_text, set_change
+from runner.evidence.archive import load_members, write_archive
+from runner.evidence.capdiff import decode_artifacts, diff_correlation, diff_runs, render_text, set_change
 
 PROGRAMS = Path(__file__).parent / "programs" / "determinism"
 PY = "/usr/bin/python3"

@@ -16,15 +16,15 @@ from collections.abc import Callable
 
 import pytest
 
-from runner import prereqs
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
+from runner.host import checks, headers, mounts
 
 CHECKS = ("root", "bcc", "headers", "tracefs", "cgroup2", "bpf", "pidns", "landlock")
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runner.cli", "doctor", *args],
+        [sys.executable, "-m", "runner.cli.main", "doctor", *args],
         capture_output=True, text=True, timeout=180, check=False,
     )
 
@@ -86,7 +86,7 @@ def in_child_as(uid: int, fn: Callable[[], str]) -> str:
 def test_require_run_prerequisites_as_non_root_says_one_line() -> None:
     def attempt() -> str:
         try:
-            prereqs.require_run_prerequisites()
+            checks.require_run_prerequisites()
         except RunnerError as exc:
             return f"{exc.exit_code} {exc}"
         return "no error"
@@ -99,7 +99,7 @@ def test_require_run_prerequisites_as_non_root_says_one_line() -> None:
 
 
 def test_root_without_capabilities_is_named() -> None:
-    code = "from runner.prereqs import check_root; print(check_root().message)"
+    code = "from runner.host.checks import check_root; print(check_root().message)"
     proc = subprocess.run(
         ["setpriv", "--bounding-set=-sys_admin,-bpf", "--", sys.executable, "-c", code],
         capture_output=True, text=True, check=True,
@@ -110,7 +110,7 @@ def test_root_without_capabilities_is_named() -> None:
 
 def test_doctor_as_non_root_fails_on_root_first() -> None:
     def attempt() -> str:
-        return "\n".join(f"{c.status} {c.name}" for c in prereqs.run_checks())
+        return "\n".join(f"{c.status} {c.name}" for c in checks.run_checks())
 
     report = in_child_as(65534, attempt).splitlines()
     assert report[0] == "FAIL root"
@@ -118,9 +118,9 @@ def test_doctor_as_non_root_fails_on_root_first() -> None:
 
 
 def test_landlock_abi_is_reported() -> None:
-    check = prereqs.check_landlock()
+    check = checks.check_landlock()
     assert not check.required
-    abi = prereqs.landlock_abi()
+    abi = checks.landlock_abi()
     assert check.ok == (abi is not None)
     if abi is not None:
         assert check.detail == f"ABI {abi}"
@@ -160,35 +160,35 @@ ODD = """\
 
 
 def test_cgroup2_mount_unified() -> None:
-    assert str(prereqs.cgroup2_mount(UNIFIED)) == "/sys/fs/cgroup"
-    assert prereqs.cgroup_layout(UNIFIED) == "unified"
+    assert str(mounts.cgroup2_mount(UNIFIED)) == "/sys/fs/cgroup"
+    assert mounts.cgroup_layout(UNIFIED) == "unified"
 
 
 def test_cgroup2_mount_hybrid() -> None:
-    assert str(prereqs.cgroup2_mount(HYBRID)) == "/sys/fs/cgroup/unified"
-    assert prereqs.cgroup_layout(HYBRID) == "hybrid"
+    assert str(mounts.cgroup2_mount(HYBRID)) == "/sys/fs/cgroup/unified"
+    assert mounts.cgroup_layout(HYBRID) == "hybrid"
 
 
 def test_cgroup2_mount_none_is_one_line_error() -> None:
     with pytest.raises(RunnerError) as info:
-        prereqs.cgroup2_mount(V1_ONLY)
+        mounts.cgroup2_mount(V1_ONLY)
     assert str(info.value).startswith("no cgroup v2 mount in /proc/self/mountinfo: mount one")
     assert "\n" not in str(info.value)
     assert info.value.exit_code == EXIT_RUNNER_ERROR
 
 
 def test_cgroup2_mount_prefers_whole_hierarchy_and_unescapes() -> None:
-    assert str(prereqs.cgroup2_mount(ODD)) == "/mnt/cg two"
+    assert str(mounts.cgroup2_mount(ODD)) == "/mnt/cg two"
 
 
 def test_cgroup2_mount_hidden_by_a_later_mount_is_ignored() -> None:
     shadowed = UNIFIED + "60 25 0:60 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
     with pytest.raises(RunnerError):
-        prereqs.cgroup2_mount(shadowed)
+        mounts.cgroup2_mount(shadowed)
 
 
 def test_cgroup2_mount_of_this_machine_is_a_cgroup2_directory() -> None:
-    mount = prereqs.cgroup2_mount()
+    mount = mounts.cgroup2_mount()
     assert (mount / "cgroup.controllers").is_file()
 
 
@@ -205,34 +205,34 @@ APT_BOOKWORM = [
 
 
 def test_choose_headers_newest_below_when_no_same_minor() -> None:
-    assert prereqs.choose_headers("6.18.44-fc-v669", APT_BOOKWORM, "x86_64") == (
+    assert headers.choose_headers("6.18.44-fc-v669", APT_BOOKWORM, "x86_64") == (
         "6.12.117+deb12-cloud-amd64"
     )
 
 
 def test_choose_headers_prefers_same_major_minor_nearest_patch() -> None:
-    got = prereqs.choose_headers("6.12.112-custom", APT_BOOKWORM, "x86_64")
+    got = headers.choose_headers("6.12.112-custom", APT_BOOKWORM, "x86_64")
     assert got == "6.12.111+deb12-cloud-amd64"
 
 
 def test_choose_headers_plain_flavour_and_abi_numbers() -> None:
     debian_old = ["6.1.0-27-amd64", "6.1.0-28-amd64", "6.1.0-28-rt-amd64", "6.1.0-28-common"]
-    assert prereqs.choose_headers("6.1.99-x", debian_old, "x86_64") == "6.1.0-28-amd64"
+    assert headers.choose_headers("6.1.99-x", debian_old, "x86_64") == "6.1.0-28-amd64"
     ubuntu = ["6.8.0-45", "6.8.0-45-generic", "6.8.0-47-generic", "6.8.0-47-lowlatency"]
-    assert prereqs.choose_headers("6.8.12-custom", ubuntu, "x86_64") == "6.8.0-47-generic"
+    assert headers.choose_headers("6.8.12-custom", ubuntu, "x86_64") == "6.8.0-47-generic"
 
 
 def test_choose_headers_oldest_above_and_none() -> None:
-    assert prereqs.choose_headers("5.15.0", APT_BOOKWORM, "x86_64") == "6.1.0-28-cloud-amd64"
-    assert prereqs.choose_headers("6.18.0", APT_BOOKWORM, "aarch64") is None
-    assert prereqs.choose_headers("6.18.0", ["6.12-cloud-amd64", "amd64"], "x86_64") is None
+    assert headers.choose_headers("5.15.0", APT_BOOKWORM, "x86_64") == "6.1.0-28-cloud-amd64"
+    assert headers.choose_headers("6.18.0", APT_BOOKWORM, "aarch64") is None
+    assert headers.choose_headers("6.18.0", ["6.12-cloud-amd64", "amd64"], "x86_64") is None
 
 
 @pytest.mark.kernel
 def test_headers_check_names_a_fallback_tree() -> None:
-    check = prereqs.check_headers()
+    check = headers.check_headers()
     assert check.ok, check.message
     release = os.uname().release
-    build = prereqs.MODULES / release / "build"
-    tree_release = prereqs._tree_release(build.resolve())
+    build = headers.MODULES / release / "build"
+    tree_release = headers._tree_release(build.resolve())
     assert check.detail.startswith("fallback:") == (tree_release not in (None, release))

@@ -20,8 +20,8 @@ from normalizer.build import normalize
 from normalizer.classify import endpoint, open_meta
 from normalizer.decode import RawEvent, decode
 from normalizer.health import CaptureFacts, cgroup_correlation, network_coverage
-from normalizer.spool import Spool, SpoolError, SpoolTrailer, encode_frame, read_spool
 from normalizer.tree import TreeBuilder, number_tree
+from spool.format import Spool, SpoolError, SpoolTrailer, encode_frame, read_spool
 
 DATA = Path(__file__).parent / "data"
 

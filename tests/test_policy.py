@@ -1,7 +1,7 @@
 """Policy files, presets, resolution and every decision the runner takes from them.
 
 Pure: no root, no kernel. The CLI is driven as a user would, through
-`python -m runner.cli policy ...`.
+`python -m runner.cli.main policy ...`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import msgspec
 import pytest
 from support import assay
 
-from runner.policy.load import PRESETS, PolicyInvalid, load_policy, load_preset, parse_policy, preset_text
-from runner.policy.model import (
+from policy.load import PRESETS, PolicyInvalid, load_policy, load_preset, parse_policy, preset_text
+from policy.model import (
     AF_INET,
     AF_INET6,
     MAX_NET_RULES,

@@ -27,9 +27,9 @@ from ebpf.wire import HOOK_CONNECT, HOOK_EXEC, HOOK_NET_BLOCK, HOOK_OPEN, HOOK_S
 from normalizer.build import candidates
 from normalizer.classify import Classified
 from normalizer.decode import RawEvent, decode
-from normalizer.spool import Spool, read_spool
 from normalizer.telemetry import is_telemetry
-from runner.prereqs import cgroup2_mount
+from runner.host.mounts import cgroup2_mount
+from spool.format import Spool, read_spool
 
 pytestmark = pytest.mark.kernel
 

@@ -8,8 +8,8 @@ import pytest
 from support import ROOT, Archive, run_observed
 
 from normalizer.decode import decode
-from normalizer.spool import read_spool
-from runner.prereqs import cgroup2_mount
+from runner.host.mounts import cgroup2_mount
+from spool.format import read_spool
 
 pytestmark = pytest.mark.kernel
 

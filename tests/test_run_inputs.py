@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support import CLI, assay
 
-from runner.prereqs import cgroup2_mount
+from runner.host.mounts import cgroup2_mount
 
 pytestmark = pytest.mark.kernel
 

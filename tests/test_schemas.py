@@ -2,7 +2,7 @@
 
 Goldens are checked twice, independently: against `schema/` with the
 `jsonschema` package (what a consumer without msgspec would do) and with
-`runner.validate` (msgspec Structs plus the contract's rules). The golden
+`runner.evidence.validate` (msgspec Structs plus the contract's rules). The golden
 index is the list of what to check, so a golden that is not indexed fails.
 """
 
@@ -24,8 +24,8 @@ import msgspec
 import pytest
 
 from normalizer.artifacts import POLICY_EVENT_SCHEMA, SDK_EVENT_SCHEMA
-from runner.archive import load_members
-from runner.validate import (
+from runner.evidence.archive import load_members
+from runner.evidence.validate import (
     DOCUMENT_TYPES,
     LINE_TYPES,
     PolicyEventEnvelope,

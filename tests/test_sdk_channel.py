@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from assay_sdk import ENV_FD, MAX_PACKET, Channel, ChannelError, ToolDenied
-from runner.sdk_server import SdkServer
+from runner.capture.sdk_server import SdkServer
 
 
 def deny_shell(tool: str) -> tuple[str, str]:

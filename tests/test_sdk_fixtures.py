@@ -20,9 +20,9 @@ import pytest
 
 from normalizer.correlate import correlate
 from normalizer.sdk import sdk_layer
-from runner.policy.load import host_variables, load_policy
-from runner.policy.model import resolve
-from runner.sdk_server import SdkServer
+from policy.load import host_variables, load_policy
+from policy.model import resolve
+from runner.capture.sdk_server import SdkServer
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT = ROOT / "fixtures" / "agent"

@@ -1,4 +1,4 @@
-"""`runner.validate` and `assay-runner validate`.
+"""`runner.evidence.validate` and `assay-runner validate`.
 
 Each contract rule has a case that breaks the golden archive in exactly one
 way (rebuilding the manifest unless the manifest is what is broken) and
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from runner.archive import (
+from runner.evidence.archive import (
     MANIFEST,
     ArchiveError,
     archive_bytes,
@@ -30,7 +30,7 @@ from runner.archive import (
     read_archive,
     sha256_ref,
 )
-from runner.validate import validate_members, validate_path
+from runner.evidence.validate import validate_members, validate_path
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "golden" / "archive-minimal"

@@ -8,7 +8,7 @@ import pytest
 
 from ebpf.monitor import Monitor, MonitorConfig
 from ebpf.wire import HEADER, HEADER_FIELDS
-from runner.cgroup import RunCgroup
+from runner.capture.cgroup import RunCgroup
 
 pytestmark = pytest.mark.kernel
 

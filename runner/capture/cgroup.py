@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.errors import RunnerError
-from runner.prereqs import cgroup2_mount
+from runner.host.mounts import cgroup2_mount
 
 PARENT = "assay-runner"
 

@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the runner's info logs on a terminal too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"runner.cmd_{name}").register(sub)
+        importlib.import_module(f"runner.cli.cmd_{name}").register(sub)
     return parser
 
 

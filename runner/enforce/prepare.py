@@ -1,9 +1,9 @@
 """Turn a resolved policy into what the kernel enforces for one run.
 
-Files: a Landlock ruleset (runner/landlock.py), only when the policy limits
+Files: a Landlock ruleset (runner/enforce/landlock.py), only when the policy limits
 reads or writes. Network: the cgroup sock_addr programs' rule table
 (ebpf/netpolicy.c), only when the default is deny. Tools are answered on the
-SDK channel (runner/sdk_server.py) from `ResolvedPolicy.tool_decision`.
+SDK channel (runner/capture/sdk_server.py) from `ResolvedPolicy.tool_decision`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import msgspec
 
 from ebpf.monitor import NetPolicySpec, NetRuleSpec
-from runner.landlock import FilePolicy, Ruleset, kernel_abi, require_enforceable
-from runner.policy.model import ResolvedPolicy
+from policy.model import ResolvedPolicy
+from runner.enforce.landlock import FilePolicy, Ruleset, kernel_abi, require_enforceable
 
 
 @dataclass(frozen=True)

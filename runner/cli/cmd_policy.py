@@ -15,8 +15,7 @@ import argparse
 import os
 from pathlib import Path
 
-from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
-from runner.policy.load import (
+from policy.load import (
     PRESETS,
     PolicyInvalid,
     PolicyUnreadable,
@@ -25,7 +24,8 @@ from runner.policy.load import (
     load_preset,
     preset_text,
 )
-from runner.policy.model import ALL_PORTS, Policy, ResolvedPolicy, expand_path, resolve
+from policy.model import ALL_PORTS, Policy, ResolvedPolicy, expand_path, resolve
+from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -18,18 +18,18 @@ import msgspec
 
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES, Monitor, MonitorConfig, MonitorError
 from normalizer.build import NormalizedRun, dac_questions, normalize
-from normalizer.spool import SPOOL_FORMAT, DacVerdicts, Spool, SpoolHeader, SpoolTrailer, read_spool
-from runner import enforce
-from runner.cgroup import RunCgroup
-from runner.dac import check_as
+from policy.model import ResolvedPolicy
+from runner.capture.cgroup import RunCgroup
+from runner.capture.sdk_server import SdkServer
+from runner.capture.spawn import CommandSpec, Credentials, Spawned, spawn
+from runner.capture.status import LiveStatus
+from runner.enforce import prepare as enforce
+from runner.enforce.dac import check_as
 from runner.errors import RunnerError
+from runner.evidence.publish import publish
 from runner.logs import get_logger
-from runner.policy.model import ResolvedPolicy
-from runner.publish import publish
-from runner.sdk_server import SdkServer
-from runner.spawn import CommandSpec, Credentials, Spawned, spawn
-from runner.spooler import Spooler
-from runner.status import LiveStatus
+from spool.format import SPOOL_FORMAT, DacVerdicts, Spool, SpoolHeader, SpoolTrailer, read_spool
+from spool.writer import Spooler
 
 POLL_MS = 20
 log = get_logger("session")

@@ -5,7 +5,7 @@ offline normalizer can import it; `load` reads policy files and the shipped
 presets. The format and the enforcement are described in docs/policy.md.
 """
 
-from runner.policy.model import (
+from policy.model import (
     AF_INET,
     AF_INET6,
     MAX_NET_RULES,

@@ -38,7 +38,7 @@ from normalizer.artifacts import (
     PhaseEvent,
     RunId,
 )
-from runner.archive import MANIFEST, MEMBER_ORDER, ArchiveError, load_members, sha256_ref
+from runner.evidence.archive import MANIFEST, MEMBER_ORDER, ArchiveError, load_members, sha256_ref
 
 HEALTH = "observation-health.json"
 SURFACE = "capability-surface.json"

@@ -15,7 +15,7 @@ runs part ways, and the line counts show the insertion.
 "Passing health stays strict" (contract principle 3) is checked here too: a
 run passes only with kernel_layer=complete, ringbuf_drops=0 and
 cgroup_correlation=clean. Pure functions: running and printing live in
-`runner/cmd_determinism.py`.
+`runner/cli/cmd_determinism.py`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from itertools import zip_longest
 import msgspec
 
 from normalizer.artifacts import CapabilitySurface, ObservationHealth
-from runner.archive import MANIFEST, MEMBER_ORDER
-from runner.capdiff import HEALTH, SURFACE, SetChange, diff_surfaces
+from runner.evidence.archive import MANIFEST, MEMBER_ORDER
+from runner.evidence.capdiff import HEALTH, SURFACE, SetChange, diff_surfaces
 
 REPORT_SCHEMA = "assay.runner.determinism_report.v0"
 MAX_LINE_PAIRS = 5

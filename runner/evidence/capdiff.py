@@ -4,7 +4,7 @@ Why a dedicated diff rather than `diff -u` on the members: the surface lists
 are sorted sets, so the meaningful change is set membership (added/removed
 entries per set), and health and correlation are small records whose field
 changes matter more than their bytes. Pure functions only: reading archives
-and printing belong to `runner/cmd_diff.py`; `runner/compare.py` reuses
+and printing belong to `runner/cli/cmd_diff.py`; `runner/evidence/compare.py` reuses
 `diff_surfaces` to explain a capability surface that differs between runs.
 
 Correlation bindings are matched by `tool_call_id` only (the contract forbids

@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from normalizer.spool import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, encode_frame
+from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, encode_frame
 
 
 class Spooler:

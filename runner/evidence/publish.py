@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from normalizer.build import NormalizedRun
-from runner.archive import MANIFEST, build_manifest, write_archive
 from runner.errors import RunnerError
+from runner.evidence.archive import MANIFEST, build_manifest, write_archive
 from runner.logs import get_logger
 
 VALIDATE_UP_TO = 8 << 20
@@ -23,7 +23,7 @@ def publish(run: NormalizedRun, archive: Path) -> None:
     the raw spool stays for `assay-runner normalize` once it is fixed.
     Past `VALIDATE_UP_TO` the kernel layer is streamed, not validated here.
     """
-    from runner.validate import validate_members
+    from runner.evidence.validate import validate_members
 
     members = run.members()
     if run.kernel.size > VALIDATE_UP_TO:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import msgspec
 
-from runner.archive import ArchiveError
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
-from runner.validate import Report, validate_path
+from runner.evidence.archive import ArchiveError
+from runner.evidence.validate import Report, validate_path
 
 
 class UnreadableReport(msgspec.Struct):

@@ -24,17 +24,26 @@ from typing import Any
 
 import msgspec
 
-from runner.errors import RunnerError
-from runner.policy.model import Loc, Policy, PolicyError, format_loc, normalize_path, validate_policy
+from policy.model import Loc, Policy, PolicyError, format_loc, normalize_path, validate_policy
 
 PRESETS = ("read-only", "workspace-write", "danger-full-access")
 
 
-class PolicyInvalid(RunnerError):
+class PolicyFileError(ValueError):
+    """A policy problem the user can act on: one line, with the exit code for it.
+
+    The policy package sits below the runner, so it cannot raise the runner's
+    own error type; the CLI maps these to the same one-line error output.
+    """
+
+    exit_code = 125
+
+
+class PolicyInvalid(PolicyFileError):
     """The policy file was read but is not a valid policy (`policy check` exits 1)."""
 
 
-class PolicyUnreadable(RunnerError):
+class PolicyUnreadable(PolicyFileError):
     """The policy file cannot be read at all (`policy check` exits 2)."""
 
 
@@ -54,7 +63,7 @@ def load_policy(path: str | Path) -> Policy:
 def preset_text(name: str) -> str:
     """The TOML of a shipped preset (`read-only`, `workspace-write`, `danger-full-access`)."""
     if name not in PRESETS:
-        raise RunnerError(f"unknown sandbox {name!r}; expected one of: {', '.join(PRESETS)}")
+        raise PolicyFileError(f"unknown sandbox {name!r}; expected one of: {', '.join(PRESETS)}")
     return (importlib.resources.files(__package__) / "presets" / f"{name}.toml").read_text("utf-8")
 
 

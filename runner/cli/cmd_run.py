@@ -15,14 +15,14 @@ import tempfile
 from pathlib import Path
 
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES
-from runner import enforce
+from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
+from policy.model import ResolvedPolicy, resolve
+from runner.capture.session import RunRequest, execute
+from runner.capture.spawn import Credentials
+from runner.capture.status import summary
+from runner.enforce import prepare as enforce
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
 from runner.logs import get_logger
-from runner.policy.load import PRESETS, host_variables, load_policy, load_preset
-from runner.policy.model import ResolvedPolicy, resolve
-from runner.session import RunRequest, execute
-from runner.spawn import Credentials
-from runner.status import summary
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 log = get_logger("run")
@@ -133,7 +133,10 @@ def run_policy(args: argparse.Namespace, workdir: Path, user: Credentials | None
     """The policy named by --policy or --sandbox, resolved for this run (or None)."""
     if args.policy is None and args.sandbox is None:
         return None
-    doc = load_policy(args.policy) if args.policy is not None else load_preset(args.sandbox)
+    try:
+        doc = load_policy(args.policy) if args.policy is not None else load_preset(args.sandbox)
+    except PolicyFileError as exc:
+        raise RunnerError(str(exc), exc.exit_code) from None
     variables = host_variables(workdir, uid=user.uid if user else None)
     try:
         return resolve(doc, **variables)
@@ -150,7 +153,7 @@ def warn_if_evidence_writable(policy: ResolvedPolicy | None, out: Path) -> None:
 
 def build_request(args: argparse.Namespace) -> RunRequest:
     """Check every input before anything is created; raise RunnerError on the first problem."""
-    from runner.prereqs import require_run_prerequisites
+    from runner.host.checks import require_run_prerequisites
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":

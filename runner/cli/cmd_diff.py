@@ -23,10 +23,10 @@ from pathlib import Path
 
 import msgspec
 
-from runner.archive import ArchiveError, load_members
-from runner.capdiff import CapDiffError, RunArtifacts, decode_artifacts, diff_runs, render_text
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
-from runner.validate import validate_members
+from runner.evidence.archive import ArchiveError, load_members
+from runner.evidence.capdiff import CapDiffError, RunArtifacts, decode_artifacts, diff_runs, render_text
+from runner.evidence.validate import validate_members
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from normalizer.build import normalize
 from normalizer.decode import DecodeError
-from normalizer.spool import SpoolError, read_spool
-from runner.cmd_run import check_run_id
+from runner.cli.cmd_run import check_run_id
 from runner.errors import EXIT_BAD_INPUT, RunnerError
-from runner.publish import publish
+from runner.evidence.publish import publish
+from spool.format import SpoolError, read_spool
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -26,9 +26,9 @@ import signal
 import sys
 from dataclasses import dataclass
 
-from runner.cgroup import RunCgroup
+from runner.capture.cgroup import RunCgroup
+from runner.enforce.landlock import Ruleset
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER_ERROR, RunnerError
-from runner.landlock import Ruleset
 
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from assay_sdk import ENV_FD, MAX_PACKET
-from normalizer.spool import SdkMessage
+from spool.format import SdkMessage
 
 ToolDecider = Callable[[str], tuple[str, str]]
 """tool name -> (decision "allow"|"deny", rule): the policy's answer for one call."""

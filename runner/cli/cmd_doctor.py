@@ -4,7 +4,7 @@ One line per prerequisite, `ok`/`FAIL`/`warn` and what to do, so a failed
 set-up is diagnosed without reading a BCC traceback. `--fix` applies the safe
 fixes first (tracefs/debugfs mounts, kernel headers) and says what it changed;
 `scripts/setup.sh` calls it, so set-up and doctor share one implementation
-(runner/prereqs.py). Exit 0 when every required check passes, 1 otherwise.
+(runner/host/). Exit 0 when every required check passes, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import os
 import sys
 from typing import TextIO
 
-from runner import prereqs
 from runner.errors import EXIT_CHECK_FAILED
+from runner.host import checks as host_checks
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,7 +46,7 @@ def _apply_fixes(notes: TextIO) -> list[str]:
         print(f"fix: {skipped}", file=notes)
         return [skipped]
     changes: list[str] = []
-    for note in prereqs.apply_fixes():
+    for note in host_checks.apply_fixes():
         print(f"fix: {note}", file=notes, flush=True)
         changes.append(note)
     if not changes:
@@ -58,7 +58,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     """Apply fixes when asked, run every check, report; 0 when ready."""
     # With --json, stdout carries only the JSON document; notes go to stderr.
     fixes = _apply_fixes(sys.stderr if args.json else sys.stdout) if args.fix else []
-    checks = prereqs.run_checks()
+    checks = host_checks.run_checks()
     ready = all(c.ok or not c.required for c in checks)
     if args.json:
         doc = {

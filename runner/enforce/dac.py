@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from runner.spawn import Credentials
+from runner.capture.spawn import Credentials
 
 
 def _allowed(access: str, path: str) -> bool:

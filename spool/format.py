@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from runner.policy.model import ResolvedPolicy
+from policy.model import ResolvedPolicy
 
 SPOOL_FORMAT = "assay.runner.raw_spool.v1"
 _LEN = struct.Struct("<I")

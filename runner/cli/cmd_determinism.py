@@ -36,12 +36,12 @@ from pathlib import Path
 
 import msgspec
 
-from runner.archive import load_members, sha256_ref, write_atomic
-from runner.cmd_run import add_capture_options, build_request, prepare_out_dir
-from runner.compare import RunInput, build_report, render_text
+from runner.capture.session import RunRequest, execute
+from runner.capture.snapshot import Snapshot, SnapshotError
+from runner.cli.cmd_run import add_capture_options, build_request, prepare_out_dir
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
-from runner.session import RunRequest, execute
-from runner.snapshot import Snapshot, SnapshotError
+from runner.evidence.archive import load_members, sha256_ref, write_atomic
+from runner.evidence.compare import RunInput, build_report, render_text
 
 REPORT_NAME = "determinism-report.json"
 SCRATCH_ROOTS = (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))

@@ -1,0 +1,277 @@
+"""What a run needs from the machine, checked (and fixed) in one place.
+
+Why one module: `assay-runner run` must stop early with one actionable line
+instead of a BCC traceback, `assay-runner doctor` must explain every
+prerequisite, and `scripts/setup.sh` (through `doctor --fix`) must repair a
+fresh machine. If those three used separate logic they would disagree about
+what "ready" means, so they all call the checks and fixes below.
+
+Fixes are generators of one-line notes so the caller can stream what they
+are doing (an apt install takes a while).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from runner.errors import RunnerError
+from runner.host.headers import check_headers, fix_headers
+from runner.host.mounts import (
+    CGROUP2_HOWTO,
+    CGROUP2_MISSING,
+    DEBUGFS,
+    TRACEFS,
+    cgroup2_mount,
+    cgroup_layout,
+    fix_mounts,
+    is_dir,
+    last_line,
+    mounts,
+)
+from runner.host.result import Check
+
+CAP_SYS_ADMIN = 21
+CAP_BPF = 39  # since Linux 5.8; older kernels gate BPF on CAP_SYS_ADMIN alone
+CLONE_NEWPID = 0x20000000
+# landlock_create_ruleset is 444 on x86_64, aarch64 and every other arch using
+# the unified syscall table (all new syscalls since 5.1 share one number).
+SYS_LANDLOCK_CREATE_RULESET = 444
+LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
+
+NOT_ROOT = "assay-runner run needs root for eBPF; use sudo, or the daemon"
+
+
+
+def _effective_caps() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def check_root() -> Check:
+    """eBPF, cgroups and namespaces need root, or CAP_BPF + CAP_SYS_ADMIN."""
+    caps = _effective_caps()
+    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    needed = {"CAP_SYS_ADMIN": CAP_SYS_ADMIN}
+    if last_cap >= CAP_BPF:
+        needed["CAP_BPF"] = CAP_BPF
+    missing = [name for name, bit in needed.items() if not caps >> bit & 1]
+    euid = os.geteuid()
+    if missing and euid != 0:
+        return Check("root", False, "not running as root", NOT_ROOT)
+    if missing:
+        return Check(
+            "root", False, f"running as root without {' and '.join(missing)}",
+            "give the runner full privileges (docker: --privileged)",
+        )
+    return Check("root", True, f"euid {euid}, {' and '.join(needed)} effective")
+
+
+def check_bcc() -> Check:
+    """BCC is Debian's python3-bpfcc; only a venv that sees it can import it."""
+    try:
+        import bcc  # the import is the check
+    except Exception as exc:
+        return Check(
+            "bcc", False, f"cannot import bcc ({exc})",
+            "install Debian's python3-bpfcc and use a venv made from /usr/bin/python3 "
+            "with --system-site-packages ('make setup' does both)",
+        )
+    version = getattr(bcc, "__version__", "?")
+    return Check("bcc", True, f"bcc {version} ({Path(bcc.__file__).parent})")
+
+
+def check_tracefs() -> Check:
+    """BCC attaches syscall tracepoints through tracefs and reads their layout there."""
+    for base in (TRACEFS, DEBUGFS / "tracing"):
+        if is_dir(base / "events" / "syscalls"):
+            return Check("tracefs", True, f"{base}/events/syscalls")
+    if any(m.mount_point == TRACEFS for m in mounts()):
+        if not os.access(TRACEFS, os.R_OK | os.X_OK):
+            return Check("tracefs", False, f"{TRACEFS} is not readable by uid {os.geteuid()}",
+                         "run as root")
+        return Check(
+            "tracefs", False, f"{TRACEFS} has no syscall tracepoints",
+            "the kernel needs CONFIG_FTRACE_SYSCALLS=y",
+        )
+    return Check(
+        "tracefs", False, f"tracefs is not mounted at {TRACEFS}",
+        f"run 'sudo assay-runner doctor --fix' or 'mount -t tracefs tracefs {TRACEFS}'",
+    )
+
+
+def check_cgroup2(write_probe: bool = True) -> Check:
+    """The run gets its own cgroup v2; the monitor filters on its id."""
+    try:
+        mount = cgroup2_mount()
+    except RunnerError:
+        return Check("cgroup2", False, CGROUP2_MISSING, CGROUP2_HOWTO)
+    found = f"{mount} ({cgroup_layout()} layout)"
+    if not write_probe:
+        return Check("cgroup2", True, found)
+    probe = mount / f"assay-doctor-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        return Check(
+            "cgroup2", False, f"{found} is not writable ({exc.strerror})",
+            "run as root on the host, or in a container with --privileged",
+        )
+    return Check("cgroup2", True, f"{found}, writable")
+
+
+# The BPF features the monitor relies on, in one small program: a syscall
+# tracepoint, the ring buffer and the ancestor-cgroup helper.
+_BPF_PROBE = r"""
+BPF_RINGBUF_OUTPUT(rb, 1);
+TRACEPOINT_PROBE(syscalls, sys_enter_getppid)
+{
+    if ((bpf_get_current_pid_tgid() >> 32) != TGID)
+        return 0;
+    u64 cgroup = bpf_get_current_ancestor_cgroup_id(1);
+    rb.ringbuf_output(&cgroup, sizeof(cgroup), 0);
+    return 0;
+}
+"""
+
+
+def bpf_probe_main() -> None:
+    """Compile, load, trigger and read the probe; print one JSON line.
+
+    Runs in a child process (see `check_bpf`) so a hang or a crash inside
+    BCC/LLVM cannot take `doctor` down, and its compiler noise stays captured.
+    """
+    from bcc import BPF
+
+    start = time.monotonic()
+    bpf = BPF(text=_BPF_PROBE.replace("TGID", str(os.getpid())),
+              cflags=["-Wno-macro-redefined", "-Wno-ignored-attributes"])
+    records: list[int] = []
+
+    def on_record(_ctx: int, _data: int, size: int) -> int:
+        records.append(size)
+        return 0
+
+    bpf["rb"].open_ring_buffer(on_record)
+    os.getppid()
+    bpf.ring_buffer_poll(1000)
+    bpf.cleanup()
+    print(json.dumps({"records": len(records), "seconds": round(time.monotonic() - start, 2)}))
+
+
+def check_bpf(timeout: float = 120.0) -> Check:
+    """Really compile and load a ring-buffer tracepoint program (BPF unavailable?)."""
+    fix = "BPF unavailable: see docs/setup.md (troubleshooting: bpf)"
+    code = "from runner.host.checks import bpf_probe_main; bpf_probe_main()"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True,
+            timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Check("bpf", False, f"compiling a tiny BPF program took over {timeout:.0f} s", fix)
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return Check("bpf", False, f"cannot load a BPF tracepoint program ({last_line(proc)})",
+                     fix)
+    if result["records"] < 1:
+        return Check("bpf", False, "BPF program loaded but the ring buffer delivered nothing",
+                     fix)
+    return Check(
+        "bpf", True,
+        f"ring-buffer tracepoint program compiled, loaded and delivered "
+        f"({result['seconds']:.1f} s)",
+    )
+
+
+def check_pidns() -> Check:
+    """The agent gets its own pid namespace, so its pids are deterministic."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # child: unshare, then check a grandchild really is pid 1
+        code = 1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.unshare(CLONE_NEWPID) != 0:
+                code = ctypes.get_errno() or 1
+            else:
+                grandchild = os.fork()
+                if grandchild == 0:
+                    os._exit(0 if os.getpid() == 1 else 255)
+                code = os.waitstatus_to_exitcode(os.waitpid(grandchild, 0)[1])
+        finally:
+            os._exit(code)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code == 0:
+        return Check("pidns", True, "unshare(CLONE_NEWPID) works")
+    reason = "the first child was not pid 1" if code == 255 else os.strerror(code)
+    return Check(
+        "pidns", False, f"unshare(CLONE_NEWPID) failed ({reason})",
+        "run as root on the host, or in a container with --privileged",
+    )
+
+
+def landlock_abi() -> int | None:
+    """The kernel's Landlock ABI version, or None when Landlock is unavailable."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = libc.syscall(
+        ctypes.c_long(SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
+        ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION),
+    )
+    return abi if abi > 0 else None
+
+
+def check_landlock() -> Check:
+    """Landlock enforces file policy; runs without a policy do not need it."""
+    abi = landlock_abi()
+    if abi is None:
+        return Check(
+            "landlock", False, "Landlock unavailable",
+            "only --policy file rules need it; boot with lsm=...,landlock "
+            "(CONFIG_SECURITY_LANDLOCK=y)",
+            required=False,
+        )
+    return Check("landlock", True, f"ABI {abi}", required=False)
+
+
+def run_checks() -> list[Check]:
+    """Every check doctor reports, in order; BPF only once its inputs pass."""
+    checks = [check_root(), check_bcc(), check_headers(), check_tracefs(), check_cgroup2()]
+    if all(c.ok for c in checks[:4]):
+        checks.append(check_bpf())
+    else:
+        checks.append(Check("bpf", False, "not attempted", "fix the checks above first"))
+    checks += [check_pidns(), check_landlock()]
+    return checks
+
+
+def require_run_prerequisites() -> None:
+    """The cheap checks `run` makes first: raise the first failure as one line.
+
+    No BPF compile here: the run compiles the real monitor right after.
+    """
+    steps: tuple[Callable[[], Check], ...] = (
+        check_root, check_bcc, check_headers, check_tracefs,
+        lambda: check_cgroup2(write_probe=False),
+    )
+    for step in steps:
+        result = step()
+        if not result.ok:
+            raise RunnerError(result.message)
+
+
+def apply_fixes() -> Iterator[str]:
+    """Every safe fix, as one note per change (needs root)."""
+    yield from fix_mounts()
+    yield from fix_headers()
