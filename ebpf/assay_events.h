@@ -20,17 +20,35 @@
 #define HOOK_CHDIR 33    /* chdir: joined enter+exit */
 #define HOOK_FCHDIR 34   /* fchdir: joined enter+exit */
 #define HOOK_NET_BLOCK 40 /* network policy denial (cgroup sock_addr program) */
-#define HOOK_MAX 41      /* size of the per-hook counter array */
+#define HOOK_EXEC_ARGV 41 /* execve/execveat enter: argv, read at enter (gone at exit) */
+#define HOOK_EXECVE 42   /* execve/execveat exit: written only when the exec failed */
+#define HOOK_EXIT 43     /* exit_group/exit enter: the status the process asked for */
+#define HOOK_SIGNAL 44   /* signal_generate to a tracked task (sender's context) */
+#define HOOK_PROC_EXIT 45 /* sched_process_exit of a thread group's last thread */
+#define HOOK_MAX 46      /* size of the per-hook counter array */
 
-#define ASSAY_DATA_MAX 4096 /* PATH_MAX; sockaddrs are far smaller */
+#define ASSAY_DATA_MAX 4096 /* PATH_MAX: the most one string takes */
+#define ASSAY_PAYLOAD_MAX 8192 /* two strings (two-path syscalls, argv) */
+#define ARGV_MAX 32      /* argv entries captured per exec */
+
+/* `truncated` bits */
+#define TRUNC_FIRST 1    /* the (first) string was longer than ASSAY_DATA_MAX - 1 */
+#define TRUNC_SECOND 2   /* the second string was */
+#define TRUNC_ARGV 4     /* argv had more entries than were captured */
+#define TRUNC_UNREAD 8   /* a user string could not be read (page not resident) */
 
 /* Fixed 64-byte header; `data_len` bytes of payload follow (a NUL-terminated
- * path, a raw sockaddr, or nothing). Argument meaning per hook:
+ * path, two of them back to back, argv entries, a raw sockaddr, or nothing). Argument meaning per hook:
  *   OPEN:    a0 dirfd, a1 flags, a2 mode, a3 resolve (openat2 only)
  *   CONNECT/SENDTO/SENDMSG: a0 fd, a1 sockaddr length
  *   EXEC:    a0 tid seen by the kernel before exec (old_pid)
  *   NEWTASK: a0 new task id, a1 clone flags
  *   CHDIR:   (none); FCHDIR: a0 fd
+ *   EXEC_ARGV: a0 entries captured; payload: the entries, each NUL-terminated
+ *   EXECVE:  a0 dirfd (AT_FDCWD for execve), a1 execveat flags; payload: path
+ *   EXIT:    a0 status asked for, a1 0 for exit_group, 1 for exit (one thread)
+ *   SIGNAL:  a0 signal, a1 target host tid, a2 kernel result (0 delivered)
+ *   PROC_EXIT: (none): the record's tgid ended
  *   NET_BLOCK: a0 HOOK_CONNECT or HOOK_SENDMSG (what was denied), a1 IP protocol
  */
 struct assay_hdr {
@@ -39,7 +57,7 @@ struct assay_hdr {
     unsigned int tid;        /* host thread id */
     unsigned short hook;     /* HOOK_* */
     unsigned short data_len; /* payload bytes after the header */
-    unsigned int truncated;  /* 1 when the payload hit ASSAY_DATA_MAX */
+    unsigned int truncated;  /* TRUNC_* bits */
     long long ret;           /* syscall return value (0 for tracepoints without one) */
     long long a0;
     long long a1;
@@ -49,7 +67,7 @@ struct assay_hdr {
 
 struct assay_rec {
     struct assay_hdr h;
-    char data[ASSAY_DATA_MAX];
+    char data[ASSAY_PAYLOAD_MAX];
 };
 
 #endif

@@ -82,8 +82,8 @@ static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret)
 static __always_inline void rec_submit(struct assay_rec *r)
 {
     u32 hook = r->h.hook;
-    u64 size = sizeof(struct assay_hdr) + (r->h.data_len & (ASSAY_DATA_MAX - 1));
-    if (r->h.data_len >= ASSAY_DATA_MAX)
+    u64 size = sizeof(struct assay_hdr) + (r->h.data_len & (ASSAY_PAYLOAD_MAX - 1));
+    if (r->h.data_len >= ASSAY_PAYLOAD_MAX)
         size = sizeof(struct assay_rec);
     /* BCC 0.26 cannot reference a map from bpf_ringbuf_query(), so wake the
      * reader every WAKE_EVERY records per CPU instead of by fill level. */
@@ -100,14 +100,64 @@ static __always_inline void rec_submit(struct assay_rec *r)
         drops.increment(hook);
 }
 
+/* True when a string that filled a whole ASSAY_DATA_MAX read really ends
+ * there (exactly ASSAY_DATA_MAX - 1 bytes), false when it goes on. */
+static __always_inline int ends_at_max(u64 ptr)
+{
+    char c = 1;
+    bpf_probe_read_user(&c, 1, (void *)(ptr + ASSAY_DATA_MAX - 1));
+    return c == 0;
+}
+
 /* Reads a user string at `ptr` into the record payload. */
 static __always_inline void rec_str(struct assay_rec *r, u64 ptr)
 {
     long n = bpf_probe_read_user_str(r->data, ASSAY_DATA_MAX, (void *)ptr);
-    if (n < 0)
+    if (n < 0) {
         n = 0;
+        if (ptr)
+            r->h.truncated |= TRUNC_UNREAD;
+    }
     r->h.data_len = n;
-    r->h.truncated = n >= ASSAY_DATA_MAX;
+    if (n >= ASSAY_DATA_MAX && !ends_at_max(ptr))
+        r->h.truncated |= TRUNC_FIRST;
+}
+
+/* Reads up to ARGV_MAX argv entries into the payload, each NUL-terminated.
+ * An entry cut at ASSAY_DATA_MAX sets TRUNC_FIRST, entries left out
+ * TRUNC_ARGV, an unreadable one TRUNC_UNREAD (it is stored empty). */
+static __always_inline void rec_argv(struct assay_rec *r, u64 argv)
+{
+    u32 off = 0;
+    u32 trunc = 0;
+    u32 i;
+    for (i = 0; i < ARGV_MAX; i++) {
+        u64 p = 0;
+        if (bpf_probe_read_user(&p, sizeof(p), (void *)(argv + i * sizeof(p))) != 0 || !p)
+            break;
+        asm volatile("%0 &= 16383" : "+r"(off));
+        if (off > ASSAY_PAYLOAD_MAX - ASSAY_DATA_MAX) {
+            trunc |= TRUNC_ARGV;
+            break;
+        }
+        long n = bpf_probe_read_user_str(r->data + off, ASSAY_DATA_MAX, (void *)p);
+        if (n <= 0) {
+            r->data[off] = 0;
+            n = 1;
+            trunc |= TRUNC_UNREAD;
+        } else if (n >= ASSAY_DATA_MAX && !ends_at_max(p)) {
+            trunc |= TRUNC_FIRST;
+        }
+        off += n;
+    }
+    if (i == ARGV_MAX) {
+        u64 p = 0;
+        if (bpf_probe_read_user(&p, sizeof(p), (void *)(argv + i * sizeof(p))) == 0 && p)
+            trunc |= TRUNC_ARGV;
+    }
+    r->h.a0 = i;
+    r->h.data_len = off;
+    r->h.truncated = trunc;
 }
 
 /* Reads a user sockaddr of `len` bytes (capped at 128) into the payload. */
@@ -148,6 +198,8 @@ static __always_inline void finish(s64 ret)
      * 50 ns); the entry is reused by the thread's next syscall and deleted
      * when the thread exits (sched_process_exit below). */
     f->hook = 0;
+    if (s.hook == HOOK_EXECVE && ret == 0)
+        return; /* success: sched_process_exec said so, and the path is gone */
     struct assay_rec *r = rec_begin(s.hook, ret);
     if (!r)
         return;
@@ -155,7 +207,7 @@ static __always_inline void finish(s64 ret)
     r->h.a1 = s.a1;
     r->h.a2 = s.a2;
     r->h.a3 = s.a3;
-    if (s.hook == HOOK_OPEN || s.hook == HOOK_CHDIR)
+    if (s.hook == HOOK_OPEN || s.hook == HOOK_CHDIR || s.hook == HOOK_EXECVE)
         rec_str(r, s.ptr);
     else if (s.hook == HOOK_CONNECT || s.hook == HOOK_SENDTO || s.hook == HOOK_SENDMSG)
         rec_sockaddr(r, s.ptr, s.a1);
@@ -266,7 +318,82 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     if (in_run()) {
         u32 tid = tid_of(bpf_get_current_pid_tgid());
         inflight.delete(&tid);
+        if (args->group_dead) {
+            struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0);
+            if (r)
+                rec_submit(r);
+        }
     }
+    return 0;
+}
+
+/* ---- execs and how processes end -------------------------------------------
+ * argv must be read at enter: a successful exec replaces the memory it lives
+ * in. The exec's path is read at exit, and only a failed exec writes an exit
+ * record (a successful one is sched_process_exec's record). */
+
+static __always_inline void exec_enter(u64 path, u64 argv, s64 dirfd, s64 flags)
+{
+    struct assay_rec *r = rec_begin(HOOK_EXEC_ARGV, 0);
+    if (r) {
+        rec_argv(r, argv);
+        rec_submit(r);
+    }
+    save(HOOK_EXECVE, path, dirfd, flags, 0, 0);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_execve)
+{
+    if (in_run())
+        exec_enter((u64)args->filename, (u64)args->argv, -100 /* AT_FDCWD */, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_execveat)
+{
+    if (in_run())
+        exec_enter((u64)args->filename, (u64)args->argv, args->fd, args->flags);
+    return 0;
+}
+
+static __always_inline void exit_record(s64 status, s64 one_thread)
+{
+    struct assay_rec *r = rec_begin(HOOK_EXIT, 0);
+    if (!r)
+        return;
+    r->h.a0 = status;
+    r->h.a1 = one_thread;
+    rec_submit(r);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_exit_group)
+{
+    if (in_run())
+        exit_record(args->error_code, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_exit)
+{
+    if (in_run())
+        exit_record(args->error_code, 1);
+    return 0;
+}
+
+/* A fatal signal's number is not in any tracepoint of the dying task (the
+ * kernel turns it into SIGKILL for each thread), so the signals sent to the
+ * run are recorded where they are generated. */
+TRACEPOINT_PROBE(signal, signal_generate)
+{
+    if (!in_run())
+        return 0;
+    struct assay_rec *r = rec_begin(HOOK_SIGNAL, 0);
+    if (!r)
+        return 0;
+    r->h.a0 = args->sig;
+    r->h.a1 = args->pid;
+    r->h.a2 = args->result;
+    rec_submit(r);
     return 0;
 }
 

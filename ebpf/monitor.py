@@ -19,7 +19,10 @@ from ebpf.wire import HOOK_MAX, HOOK_NAMES
 
 SOURCE_DIR = Path(__file__).resolve().parent
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
-JOINED_SYSCALLS = ("openat", "openat2", "open", "creat", "connect", "sendto", "sendmsg", "chdir", "fchdir")
+JOINED_SYSCALLS = (
+    "openat", "openat2", "open", "creat", "connect", "sendto", "sendmsg", "chdir", "fchdir",
+    "execve", "execveat",
+)
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 DEFAULT_RINGBUF_PAGES = 1024  # 4 MiB: zero drops on our open-heavy benchmark

@@ -24,7 +24,18 @@ HOOK_NEWTASK = 32
 HOOK_CHDIR = 33
 HOOK_FCHDIR = 34
 HOOK_NET_BLOCK = 40
-HOOK_MAX = 41
+HOOK_EXEC_ARGV = 41
+HOOK_EXECVE = 42
+HOOK_EXIT = 43
+HOOK_SIGNAL = 44
+HOOK_PROC_EXIT = 45
+HOOK_MAX = 46
+
+TRUNC_FIRST = 1
+TRUNC_SECOND = 2
+TRUNC_ARGV = 4
+TRUNC_UNREAD = 8
+"""`truncated` bits (ebpf/assay_events.h)."""
 
 HOOK_NAMES = {
     HOOK_OPEN: "open",
@@ -36,6 +47,11 @@ HOOK_NAMES = {
     HOOK_CHDIR: "chdir",
     HOOK_FCHDIR: "fchdir",
     HOOK_NET_BLOCK: "net_block",
+    HOOK_EXEC_ARGV: "exec_argv",
+    HOOK_EXECVE: "execve",
+    HOOK_EXIT: "exit",
+    HOOK_SIGNAL: "signal",
+    HOOK_PROC_EXIT: "proc_exit",
 }
 """Hooks the monitor attaches, by id: the keys of drop counters and notes."""
 

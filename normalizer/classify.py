@@ -1,7 +1,9 @@
 """Stage 4: turn resolved events into contract kinds with their values.
 
 Kinds: 1 openat (open, openat, openat2, creat), 2 connect, 4 exec, and
-datagram peers from sendto/sendmsg as `event_6` / `event_7`. Process-tree
+datagram peers from sendto/sendmsg as `event_6` / `event_7`; a failed
+execve/execveat is `event_101` with the path it asked for (docs/artifacts.md
+has the table of every `event_<id>`). Process-tree
 and working-directory hooks are state for earlier stages, not evidence, and
 stop here.
 """
@@ -14,12 +16,21 @@ import struct
 
 import msgspec
 
-from ebpf.wire import HOOK_CONNECT, HOOK_EXEC, HOOK_NET_BLOCK, HOOK_OPEN, HOOK_SENDMSG, HOOK_SENDTO
+from ebpf.wire import (
+    HOOK_CONNECT,
+    HOOK_EXEC,
+    HOOK_EXECVE,
+    HOOK_NET_BLOCK,
+    HOOK_OPEN,
+    HOOK_SENDMSG,
+    HOOK_SENDTO,
+)
 from normalizer.paths import Resolved
 
 KIND_BY_TYPE = {1: "openat", 2: "connect", 4: "exec", 10: "file_blocked", 20: "connect_blocked"}
 FILE_BLOCKED = 10
 CONNECT_BLOCKED = 20
+EXEC_FAILED = 101
 NETWORK_HOOKS = (HOOK_CONNECT, HOOK_SENDTO, HOOK_SENDMSG)
 
 O_ACCMODE = 0o3
@@ -140,6 +151,9 @@ def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> 
             event_type, denied = FILE_BLOCKED, file_denied
     elif e.hook == HOOK_EXEC:
         value = resolved.path
+    elif e.hook == HOOK_EXECVE:  # written only when the exec failed
+        value = resolved.path
+        event_type = EXEC_FAILED
     elif e.hook == HOOK_NET_BLOCK:
         value = endpoint(e.data)
         event_type = CONNECT_BLOCKED

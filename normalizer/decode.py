@@ -27,7 +27,8 @@ class RawEvent(msgspec.Struct, frozen=True, gc=False):
     a2: int
     a3: int
     data: bytes
-    truncated: bool
+    truncated: int
+    """TRUNC_* bits (ebpf/wire.py): which strings of the payload were cut."""
     arrival: int
 
 
@@ -51,6 +52,6 @@ def iter_decode(records: Iterable[bytes]) -> Iterator[RawEvent]:
         data = rec[size : size + data_len]
         if len(data) != data_len:
             raise DecodeError(f"record {arrival} payload is {len(data)} bytes, header says {data_len}")
-        yield RawEvent(ts, tgid, tid, hook, ret, a0, a1, a2, a3, data, bool(truncated), arrival)
+        yield RawEvent(ts, tgid, tid, hook, ret, a0, a1, a2, a3, data, truncated, arrival)
 
 

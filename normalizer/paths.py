@@ -18,10 +18,11 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from ebpf.wire import HOOK_CHDIR, HOOK_EXEC, HOOK_FCHDIR, HOOK_NEWTASK, HOOK_OPEN
+from ebpf.wire import HOOK_CHDIR, HOOK_EXEC, HOOK_EXECVE, HOOK_FCHDIR, HOOK_NEWTASK, HOOK_OPEN
 from normalizer.tree import Attributed, Process
 
 AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
 O_CLOEXEC = 0o2000000
 
 
@@ -85,6 +86,10 @@ class PathResolver:
             self._states[proc] = state
         return state
 
+    def cwd(self, proc: Process) -> str | None:
+        """The working directory `proc` has now (None when it is not known)."""
+        return self._state(proc).cwd
+
     def resolve(self, item: Attributed) -> Resolved:
         """Update state for `item` and return its absolute path, if it has one."""
         e = item.event
@@ -101,6 +106,12 @@ class PathResolver:
         if e.hook == HOOK_EXEC:
             state.fds = {fd: v for fd, v in state.fds.items() if not v[1]}
             return Resolved(item, self._join(state, AT_FDCWD, e.data))
+        if e.hook == HOOK_EXECVE:  # a failed exec: the path it asked for
+            dirfd = to_int32(e.a0)
+            if e.a1 & AT_EMPTY_PATH and not e.data.split(b"\0", 1)[0]:
+                entry = state.fds.get(dirfd)
+                return Resolved(item, entry[0] if entry else None)
+            return Resolved(item, self._join(state, dirfd, e.data))
         if e.hook == HOOK_CHDIR:
             path = self._join(state, AT_FDCWD, e.data)
             if e.ret == 0:

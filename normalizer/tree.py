@@ -9,8 +9,9 @@ numbers every run, however the scheduler interleaves its processes
 (docs/determinism.md).
 
 Events of the runner's own helpers (the pid-namespace parent and init) are
-control, not evidence. Events from tasks whose creation was never seen are
-counted as unattributed: they make `cgroup_correlation` partial.
+control, not evidence. A signal record belongs to the task it targets (it is
+written where the signal is generated, often by another task). Events from
+tasks whose creation was never seen are counted as unattributed: they make `cgroup_correlation` partial.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ebpf.wire import HOOK_EXEC, HOOK_NEWTASK
+from ebpf.wire import HOOK_EXEC, HOOK_NEWTASK, HOOK_SIGNAL
 from normalizer.decode import RawEvent
 
 CLONE_THREAD = 0x00010000
@@ -85,6 +86,10 @@ class TreeBuilder:
         for e in events:
             if e.hook == HOOK_NEWTASK:
                 attributed = self._on_newtask(e)
+            elif e.hook == HOOK_SIGNAL:
+                # written in the sender's context: it belongs to its target
+                target = self._tasks.get(e.a1)
+                attributed = Attributed(e, target) if target else None
             else:
                 if e.hook == HOOK_EXEC and e.a0 != e.tid and e.a0 in self._tasks:
                     # a non-leader thread exec'd: it takes over the leader's id
