@@ -62,7 +62,8 @@ def test_layers_are_respected() -> None:
             for imported in sorted(_imports(path)):
                 bad = [f for f in forbidden if _reaches(imported, f)]
                 if bad:
-                    problems.append(f"{path.relative_to(ROOT)} imports {imported} ({layer} must not use {bad[0]})")
+                    where = path.relative_to(ROOT)
+                    problems.append(f"{where} imports {imported} ({layer} must not use {bad[0]})")
     assert problems == []
 
 
