@@ -399,6 +399,8 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     phases = [PhaseEvent(schema=PHASE_EVENT_SCHEMA, run_id=run_id, seq=i, phase=p.name)
               for i, p in enumerate(markers)]
     notes = [n for n in (sdk.note,) if n]
+    if spool.trailer.ended_by:
+        notes.append(f"s2_run_ended: reason={spool.trailer.ended_by}")
     if policy_present:
         blocks = Counter(p.source for p in out.blocks)
         notes.append(f"s4_policy_capture: policy_events={len(policy_events)} "

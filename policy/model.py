@@ -180,6 +180,14 @@ class ResolvedTools(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     allow: tuple[str, ...]
     deny: tuple[str, ...]
 
+    def decision(self, name: str) -> tuple[Decision, str]:
+        """Deny list first (deny wins), then allow list, then the default; with the deciding rule."""
+        if name in self.deny:
+            return "deny", "tools.deny"
+        if name in self.allow:
+            return "allow", "tools.allow"
+        return self.default, "tools.default"
+
 
 class ResolvedPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A policy with variables expanded and rules parsed: what the run enforces.
@@ -209,7 +217,7 @@ class ResolvedPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             ("read", self.filesystem.read), ("write", self.filesystem.write))
         for list_name, trees in lists:
             for i, tree in enumerate(trees):
-                if _beneath(target, tree):
+                if beneath(target, tree):
                     return "allow", f"filesystem.{list_name}[{i}]"
         return "deny", f"filesystem.{access}"
 
@@ -265,12 +273,8 @@ class ResolvedPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # tools
 
     def tool_decision(self, name: str) -> tuple[Decision, str]:
-        """Deny list first (deny wins), then allow list, then the default; with the deciding rule."""
-        if name in self.tools.deny:
-            return "deny", "tools.deny"
-        if name in self.tools.allow:
-            return "allow", "tools.allow"
-        return self.tools.default, "tools.default"
+        """The tools section's decision (`ResolvedTools.decision`)."""
+        return self.tools.decision(name)
 
 
 # --- decision strings --------------------------------------------------------------------------
@@ -363,7 +367,13 @@ def _kernel_rules(network: ResolvedNetwork) -> Iterator[tuple[str, NetRule]]:
             yield spec.rule, NetRule(AF_INET6, net.network_address.packed, net.prefixlen, lo, hi, proto)
 
 
-def _beneath(path: str, tree: str) -> bool:
+def kernel_rule_slots(network: ResolvedNetwork) -> int:
+    """How many kernel rule slots `network`'s allow rules take (at most `MAX_NET_RULES`)."""
+    return sum(1 for _ in _kernel_rules(network))
+
+
+def beneath(path: str, tree: str) -> bool:
+    """Landlock's path-beneath on lexical paths: `/work` covers `/work/a`, not `/workspace`."""
     return tree == "/" or path == tree or path.startswith(tree + "/")
 
 
@@ -430,7 +440,7 @@ def _resolve_network(section: NetworkSection | None) -> ResolvedNetwork:
         for i, spec in enumerate(section.allow)
     )
     network = ResolvedNetwork(default=section.default, allow=rules)
-    slots = sum(1 for _ in _kernel_rules(network))
+    slots = kernel_rule_slots(network)
     if slots > MAX_NET_RULES:
         raise PolicyError(("network", "allow"), f"{len(rules)} rules need {slots} kernel rule slots "
                           f"(an IPv4 rule also covers v4-mapped IPv6, taking two); at most {MAX_NET_RULES}")

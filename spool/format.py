@@ -93,6 +93,8 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     exit_code: int
     drops: dict[str, int]
     emitted: dict[str, int]
+    ended_by: str | None = None
+    """Why the run was ended from outside the command (`client_disconnected`, `daemon_shutdown`)."""
 
 
 Frame = SpoolHeader | Batch | Phase | SdkMessage | DacVerdicts | SpoolTrailer

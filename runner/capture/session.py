@@ -8,9 +8,12 @@ monitor) are undone in `finally` whatever happens.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,9 +23,10 @@ from ebpf.monitor import DEFAULT_RINGBUF_PAGES, Monitor, MonitorConfig, MonitorE
 from normalizer.build import NormalizedRun, dac_questions, normalize
 from policy.model import ResolvedPolicy
 from runner.capture.cgroup import RunCgroup
+from runner.capture.control import End, Interrupt, RunControl, TerminalControl
+from runner.capture.limits import CgroupLimits, LimitGroups
 from runner.capture.sdk_server import SdkServer
 from runner.capture.spawn import CommandSpec, Credentials, Spawned, spawn
-from runner.capture.status import LiveStatus
 from runner.enforce import prepare as enforce
 from runner.enforce.dac import check_as
 from runner.errors import RunnerError
@@ -49,6 +53,15 @@ class RunRequest:
     user: Credentials | None = None
     isolate_net: bool = False
     policy: ResolvedPolicy | None = None
+    stdio: tuple[int, int, int] | None = None
+    """The command's stdin, stdout, stderr when not ours (the daemon: the caller's)."""
+    cwd_fd: int | None = None
+    """Enter the workdir through this open directory (the caller's own) instead of by path."""
+    control: RunControl | None = None
+    """Status line and requests; None is direct mode's terminal."""
+    evidence_access: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+    """Entered around each create, rename and append of spool and archive (daemon: the caller's fsuid)."""
+    limits: CgroupLimits | None = None
 
     @property
     def archive_path(self) -> Path:
@@ -95,6 +108,7 @@ def execute(req: RunRequest) -> RunResult:
     started = time.monotonic()
     enforcement = enforce.prepare(req.policy)  # fails before anything exists
     cgroup = RunCgroup.create(req.run_id)
+    limits = LimitGroups.create(cgroup, req.limits)
     monitor: Monitor | None = None
     spooler: Spooler | None = None
     sdk = SdkServer(req.policy.tool_decision if req.policy else None)
@@ -102,42 +116,50 @@ def execute(req: RunRequest) -> RunResult:
         monitor, early = _attach(req, cgroup, enforcement)
         spec = CommandSpec(req.exe, req.argv, str(req.workdir), {**req.env, **sdk.env()},
                            keep_fds=(sdk.child_fd,), ruleset=enforcement.ruleset,
-                           user=req.user, isolate_net=req.isolate_net)
+                           user=req.user, isolate_net=req.isolate_net,
+                           stdio=req.stdio, cwd_fd=req.cwd_fd)
         sdk.start()
-        spawned = spawn(spec, cgroup)
+        spawned = spawn(spec, cgroup, limits.procs_files)
         sdk.close_child_end()
         enforcement.close()
-        spooler = Spooler(req.spool_path, SpoolHeader(
-            format=SPOOL_FORMAT, run_id=req.run_id, argv=req.argv, workdir=str(req.workdir),
-            control_pids=[spawned.helper_pid], shim_pid=spawned.shim_pid,
-            ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
-            policy=req.policy,
-        ))
+        with req.evidence_access():
+            spooler = Spooler(req.spool_path, SpoolHeader(
+                format=SPOOL_FORMAT, run_id=req.run_id, argv=req.argv, workdir=str(req.workdir),
+                control_pids=[spawned.helper_pid], shim_pid=spawned.shim_pid,
+                ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
+                policy=req.policy,
+            ))
         for rec in early:  # the helper's first records arrived before the spooler existed
             spooler.add(rec)
         monitor.set_sink(spooler.add)
         spooler.phase("run_started")
         spawned.start()
-        exit_code = _drain_until_exit(monitor, spooler, spawned, cgroup, sdk)
+        exit_code, ended_by = _drain_until_exit(monitor, spooler, spawned, cgroup, sdk,
+                                                req.control or TerminalControl())
         spooler.phase("command_exited")
         monitor.drain()
         sdk.stop()
         spooler.sdk(sdk.take_messages())
         spooler.phase("run_finished")
-        spool_path = spooler.finish(
-            SpoolTrailer(exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted())
-        )
+        with req.evidence_access():
+            spool_path = spooler.finish(SpoolTrailer(
+                exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(), ended_by=ended_by,
+            ))
         spooler = None
     finally:
         sdk.stop()
         if spooler is not None:
-            spooler.discard()
+            with req.evidence_access():
+                spooler.discard()
         if monitor is not None:
             monitor.close()
         cgroup.remove()
-    spool = _with_dac_verdicts(read_spool(spool_path), spool_path, req.user)
+        limits.remove()
+    with req.evidence_access():
+        spool = _with_dac_verdicts(read_spool(spool_path), spool_path, req.user)
     normalized = normalize(spool, req.run_id)
-    publish(normalized, req.archive_path)
+    with req.evidence_access():
+        publish(normalized, req.archive_path)
     return RunResult(exit_code, req.archive_path, spool_path, normalized,
                      time.monotonic() - started)
 
@@ -169,12 +191,16 @@ def _with_dac_verdicts(spool: Spool, path: Path, user: Credentials | None) -> Sp
     return msgspec.structs.replace(spool, dac={**spool.dac, **verdicts.allowed})
 
 
-def _drain_until_exit(monitor: Monitor, spooler: Spooler, spawned: Spawned,
-                      cgroup: RunCgroup, sdk: SdkServer) -> int:
-    """Drain the ring buffer on a short timer until the command exits."""
+def _drain_until_exit(monitor: Monitor, spooler: Spooler, spawned: Spawned, cgroup: RunCgroup,
+                      sdk: SdkServer, control: RunControl) -> tuple[int, str | None]:
+    """Drain the ring buffer on a short timer until the command exits.
+
+    Returns the exit code and, when the run was ended from outside (client
+    gone, daemon shutting down), why.
+    """
     signals = _Signals()
-    status = LiveStatus()
     terms = 0
+    ended_by: str | None = None
     try:
         while True:
             monitor.wait(POLL_MS)
@@ -183,7 +209,15 @@ def _drain_until_exit(monitor: Monitor, spooler: Spooler, spawned: Spawned,
             spooler.sdk(sdk.take_messages())
             code = spawned.poll()
             if code is not None:
-                return code
+                return code, ended_by
+            for request in control.requests():
+                if isinstance(request, End) or (isinstance(request, Interrupt) and terms):
+                    ended_by = request.reason if isinstance(request, End) else ended_by
+                    log.warning("run.end", reason=ended_by or "second_interrupt")
+                    cgroup.kill()
+                else:
+                    terms += 1
+                    _interrupt(cgroup, spawned)
             while signals.pending:
                 signum = signals.pending.pop()
                 terms += 1
@@ -192,7 +226,15 @@ def _drain_until_exit(monitor: Monitor, spooler: Spooler, spawned: Spawned,
                     cgroup.kill()
                 else:
                     spawned.signal(signum)
-            status.update(spooler.records, monitor.drops)
+            control.progress(spooler.records, monitor.drops)
     finally:
-        status.clear()
+        control.done()
         signals.restore()
+
+
+def _interrupt(cgroup: RunCgroup, spawned: Spawned) -> None:
+    """SIGINT to every process of the command, as a terminal's Ctrl-C reaches its process group."""
+    for pid in cgroup.pids():
+        if pid not in (spawned.helper_pid, spawned.shim_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)

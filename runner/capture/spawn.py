@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from runner.capture.cgroup import RunCgroup
 from runner.enforce.landlock import Ruleset
@@ -68,6 +69,10 @@ class CommandSpec:
     ruleset: Ruleset | None = None
     user: Credentials | None = None
     isolate_net: bool = False
+    stdio: tuple[int, int, int] | None = None
+    """Descriptors to become the command's 0, 1 and 2 (the daemon's caller's); None keeps ours."""
+    cwd_fd: int | None = None
+    """An open directory to enter instead of `cwd` by path (the caller opened it, so it may)."""
 
 
 @dataclass
@@ -94,8 +99,12 @@ class Spawned:
             os.kill(self.shim_pid, signum)
 
 
-def spawn(spec: CommandSpec, cgroup: RunCgroup) -> Spawned:
-    """Fork the helper chain; returns once the init exists and waits for "go"."""
+def spawn(spec: CommandSpec, cgroup: RunCgroup, also_join: tuple[Path, ...] = ()) -> Spawned:
+    """Fork the helper chain; returns once the init exists and waits for "go".
+
+    `also_join` are further `cgroup.procs` files the helper enters first (the
+    per-run limit cgroups of controllers a hybrid host keeps on cgroup v1).
+    """
     report_r, report_w = os.pipe()
     go_r, go_w = os.pipe()
     sys.stdout.flush()
@@ -104,7 +113,7 @@ def spawn(spec: CommandSpec, cgroup: RunCgroup) -> Spawned:
     if helper == 0:  # pragma: no cover - runs in the child
         os.close(report_r)
         os.close(go_w)
-        _helper(report_w, go_r, spec, cgroup)
+        _helper(report_w, go_r, spec, cgroup, also_join)
     os.close(report_w)
     os.close(go_r)
     with os.fdopen(report_r, "rb") as report:
@@ -116,12 +125,15 @@ def spawn(spec: CommandSpec, cgroup: RunCgroup) -> Spawned:
     return Spawned(helper_pid=helper, shim_pid=int(line.split()[1]), _go_fd=go_w)
 
 
-def _helper(report_w: int, go_r: int, spec: CommandSpec, cgroup: RunCgroup) -> None:
+def _helper(report_w: int, go_r: int, spec: CommandSpec, cgroup: RunCgroup,
+            also_join: tuple[Path, ...]) -> None:
     """Runs in the helper process; never returns."""
     try:
         _die_with_parent()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        for procs in also_join:
+            procs.write_text(f"{os.getpid()}\n")
         cgroup.add(os.getpid())
         if spec.isolate_net:
             isolate_network()
@@ -184,7 +196,13 @@ def _exec_command(spec: CommandSpec) -> None:
         for signum in (signal.SIGINT, signal.SIGQUIT, *FORWARDED):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        os.chdir(spec.cwd)
+        if spec.stdio is not None:
+            for target, fd in enumerate(spec.stdio):
+                os.dup2(fd, target)
+        if spec.cwd_fd is not None:
+            os.fchdir(spec.cwd_fd)
+        else:
+            os.chdir(spec.cwd)
         if spec.ruleset is not None:
             spec.ruleset.restrict_self()
         if spec.user is not None:

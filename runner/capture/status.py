@@ -5,8 +5,10 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from normalizer.build import NormalizedRun
+if TYPE_CHECKING:  # the daemon client draws the status line without importing the normalizer
+    from normalizer.build import NormalizedRun
 
 REFRESH_S = 0.25
 
