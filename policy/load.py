@@ -19,13 +19,15 @@ import os
 import pwd
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from policy.model import Loc, Policy, PolicyError, format_loc, normalize_path, validate_policy
 
+T = TypeVar("T")
 PRESETS = ("read-only", "workspace-write", "danger-full-access")
 
 
@@ -74,20 +76,31 @@ def load_preset(name: str) -> Policy:
 
 def parse_policy(text: str, filename: str) -> Policy:
     """Decode and validate policy TOML; PolicyInvalid carries the one-line, located error."""
+    return decode_toml(text, filename, Policy, validate_policy)
+
+
+def decode_toml(text: str, filename: str, root: type[T], validate: Callable[[T], None] | None = None) -> T:
+    """TOML text as the strict msgspec Struct `root`, every problem one located line.
+
+    The machinery of policy files, for any hand-written TOML with the same
+    needs (the daemon's operator config): `validate` raises PolicyError with
+    a key path for problems the types cannot express.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line, problem = _toml_error(str(exc), text)
         raise PolicyInvalid(f"{filename}:{line}: invalid TOML: {problem}") from None
     try:
-        policy = msgspec.convert(data, Policy, strict=True)
-        validate_policy(policy)
+        value = msgspec.convert(data, root, strict=True)
+        if validate is not None:
+            validate(value)
     except msgspec.ValidationError as exc:
-        loc, problem = _describe_validation(str(exc), data)
+        loc, problem = _describe_validation(str(exc), data, root)
         raise PolicyInvalid(f"{filename}:{_line_of(text, loc)}: field {format_loc(loc)}: {problem}") from None
     except PolicyError as exc:
         raise PolicyInvalid(f"{filename}:{_line_of(text, exc.loc)}: {exc}") from None
-    return policy
+    return value
 
 
 def host_variables(workspace: str | Path, uid: int | None = None) -> dict[str, str]:
@@ -128,7 +141,7 @@ def _toml_error(message: str, text: str) -> tuple[int, str]:
     return int(match["line"]), f"{problem} (column {match['col']})"
 
 
-def _describe_validation(message: str, data: Any) -> tuple[Loc, str]:
+def _describe_validation(message: str, data: Any, root: type) -> tuple[Loc, str]:
     """msgspec's `Expected X, got Y - at $.a[0].b` as a key path and a problem in TOML's words."""
     match = _MSGSPEC_AT.match(message)
     raw, path = (match["msg"], match["path"] or "") if match else (message, "")
@@ -137,21 +150,21 @@ def _describe_validation(message: str, data: Any) -> tuple[Loc, str]:
     key = named[1] if named else "?"
     try:
         if raw.startswith("Object contains unknown field"):
-            allowed = ", ".join(f.encode_name for f in _type_at(loc).fields)
+            allowed = ", ".join(f.encode_name for f in _type_at(root, loc).fields)
             return (*loc, key), f"unknown key (expected one of: {allowed})"
         if raw.startswith("Object missing required field"):
-            return (*loc, key), f"missing (expected {_describe_type(_type_at((*loc, key)))})"
+            return (*loc, key), f"missing (expected {_describe_type(_type_at(root, (*loc, key)))})"
         if raw.startswith(("Expected", "Invalid enum value")):
-            expected, got = _describe_type(_type_at(loc)), _describe_value(_value_at(data, loc))
+            expected, got = _describe_type(_type_at(root, loc)), _describe_value(_value_at(data, loc))
             return loc, f"expected {expected}, got {got}"
     except Exception:  # best effort: msgspec's own words are still a good message
         pass
     return loc, raw[:1].lower() + raw[1:]
 
 
-def _type_at(loc: Loc) -> Any:
-    """The msgspec type info of the field at `loc` in a Policy, optional-ness stripped."""
-    info: Any = msgspec.inspect.type_info(Policy)
+def _type_at(root: type, loc: Loc) -> Any:
+    """The msgspec type info of the field at `loc` in a `root` Struct, optional-ness stripped."""
+    info: Any = msgspec.inspect.type_info(root)
     for part in loc:
         info = _required(info)
         if isinstance(part, int):

@@ -72,7 +72,9 @@ class CommandSpec:
     stdio: tuple[int, int, int] | None = None
     """Descriptors to become the command's 0, 1 and 2 (the daemon's caller's); None keeps ours."""
     cwd_fd: int | None = None
-    """An open directory to enter instead of `cwd` by path (the caller opened it, so it may)."""
+    """The directory the daemon's caller opened as its cwd: then `cwd` is entered by path only
+    after dropping to the caller's ids, and must turn out to be this very directory (so the
+    command never gets a cwd its caller could not reach, and the traced chdir names it)."""
 
 
 @dataclass
@@ -199,9 +201,7 @@ def _exec_command(spec: CommandSpec) -> None:
         if spec.stdio is not None:
             for target, fd in enumerate(spec.stdio):
                 os.dup2(fd, target)
-        if spec.cwd_fd is not None:
-            os.fchdir(spec.cwd_fd)
-        else:
+        if spec.cwd_fd is None:
             os.chdir(spec.cwd)
         if spec.ruleset is not None:
             spec.ruleset.restrict_self()
@@ -209,6 +209,8 @@ def _exec_command(spec: CommandSpec) -> None:
             os.setgroups(list(spec.user.groups))
             os.setresgid(spec.user.gid, spec.user.gid, spec.user.gid)
             os.setresuid(spec.user.uid, spec.user.uid, spec.user.uid)
+        if spec.cwd_fd is not None:
+            _enter_callers_cwd(spec.cwd, spec.cwd_fd)
         _close_fds_except(spec.keep_fds)
         os.execve(spec.exe, spec.argv, spec.env)
     except FileNotFoundError as exc:
@@ -217,6 +219,13 @@ def _exec_command(spec: CommandSpec) -> None:
     except BaseException as exc:
         os.write(2, f"assay-runner: cannot execute {spec.exe}: {exc}\n".encode())
         os._exit(EXIT_NOT_EXECUTABLE)
+
+
+def _enter_callers_cwd(cwd: str, fd: int) -> None:
+    os.chdir(cwd)
+    here, opened = os.stat("."), os.fstat(fd)
+    if (here.st_dev, here.st_ino) != (opened.st_dev, opened.st_ino):
+        raise OSError(f"{cwd} is no longer the directory the client opened")
 
 
 def _close_fds_except(keep: tuple[int, ...]) -> None:

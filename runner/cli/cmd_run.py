@@ -13,16 +13,17 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES
 from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
 from policy.model import ResolvedPolicy, resolve
-from runner.capture.session import RunRequest, execute
-from runner.capture.spawn import Credentials
-from runner.capture.status import summary
-from runner.enforce import prepare as enforce
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
 from runner.logs import get_logger
+
+if TYPE_CHECKING:  # the capture side is imported only for direct mode: the daemon client stays light
+    from runner.capture.session import RunRequest
+    from runner.capture.spawn import Credentials
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 log = get_logger("run")
@@ -43,6 +44,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_capture_options(p)
     p.add_argument("--force", action="store_true",
                    help="overwrite an archive of the same run id in --out")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--daemon", dest="mode", action="store_const", const="daemon",
+                      help="run through the assay-runner daemon (default when its socket exists)")
+    mode.add_argument("--direct", dest="mode", action="store_const", const="direct",
+                      help="run in this process (needs root), even when a daemon is there")
+    p.add_argument("--socket", metavar="PATH",
+                   help="the daemon's socket (default: $ASSAY_RUNNER_SOCKET, "
+                        "else /run/assay-runner/runner.sock)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
                    help="the command to observe, after '--'")
     p.set_defaults(func=main)
@@ -121,6 +130,8 @@ def credentials(user: str | None) -> Credentials | None:
     """The uid, gid and groups of `--user` (a name or a numeric uid)."""
     if user is None:
         return None
+    from runner.capture.spawn import Credentials
+
     try:
         entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
     except (KeyError, OverflowError):
@@ -153,6 +164,8 @@ def warn_if_evidence_writable(policy: ResolvedPolicy | None, out: Path) -> None:
 
 def build_request(args: argparse.Namespace) -> RunRequest:
     """Check every input before anything is created; raise RunnerError on the first problem."""
+    from runner.capture.session import RunRequest
+    from runner.enforce import prepare as enforce
     from runner.host.checks import require_run_prerequisites
 
     cmd = list(args.cmd)
@@ -178,7 +191,22 @@ def build_request(args: argparse.Namespace) -> RunRequest:
                       isolate_net=args.net == "isolated", policy=policy)
 
 
+def use_daemon(args: argparse.Namespace) -> bool:
+    """--daemon / --direct, else the daemon whenever its socket exists."""
+    from runner.daemon.client import socket_path
+
+    mode = getattr(args, "mode", None)
+    return mode == "daemon" or (mode is None and socket_path(args).exists())
+
+
 def main(args: argparse.Namespace) -> int:
+    if use_daemon(args):
+        from runner.daemon.client import run_via_daemon
+
+        return run_via_daemon(args)
+    from runner.capture.session import execute
+    from runner.capture.status import summary
+
     out_existed = os.path.isdir(args.out)  # never raises, even where we may not look
     req = build_request(args)
     log.info("run.start", run_id=req.run_id, argv=req.argv, workdir=str(req.workdir))

@@ -15,11 +15,11 @@ from runner import __version__
 from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.logs import configure_logging
 
-COMMANDS = ("run", "normalize", "validate", "diff", "determinism", "doctor", "policy")
+COMMANDS = ("run", "normalize", "validate", "diff", "determinism", "doctor", "policy", "daemon")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser, with every subcommand registered."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser, with every subcommand registered (or just `only`, to keep start-up light)."""
     parser = argparse.ArgumentParser(
         prog="assay-runner",
         description=(
@@ -38,14 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show the runner's info logs on a terminal too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"runner.cli.cmd_{name}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
-    parser = build_parser()
+    parser = build_parser(_chosen_command(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
@@ -59,6 +59,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("assay-runner: interrupted", file=sys.stderr)
         return 130
+
+
+def _chosen_command(argv: list[str]) -> str | None:
+    """The subcommand named on the command line, so only its module (and its imports) load.
+
+    None (register everything) for help, unknown names and anything unusual.
+    """
+    words = iter(argv)
+    for word in words:
+        if word == "--log-format":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+        elif word in ("-h", "--help", "--version"):
+            return None
+    return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,176 @@
+"""`assay-runner run` through the daemon: the client side, light on purpose.
+
+The client checks its inputs as the caller (the same checks as direct mode),
+opens `--out` and the working directory itself, and hands them with its
+stdin/stdout/stderr to the daemon. Then it only draws: the live status line
+from `Progress`, the summary from `Finished`, and it exits with the
+command's exit code. Ctrl-C becomes an `Interrupt`; if the client dies, the
+daemon notices the closed socket and ends the run.
+
+It imports neither BCC nor the normalizer (a test checks `sys.modules`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from policy.load import PolicyFileError, load_policy, load_preset
+from policy.model import Policy
+from runner.capture.status import LiveStatus
+from runner.daemon import protocol
+from runner.errors import RunnerError
+
+DEFAULT_SOCKET = Path("/run/assay-runner/runner.sock")
+SOCKET_ENV = "ASSAY_RUNNER_SOCKET"
+
+
+def socket_path(args: argparse.Namespace) -> Path:
+    """--socket, else $ASSAY_RUNNER_SOCKET, else the default."""
+    return Path(getattr(args, "socket", None) or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET)
+
+
+def connect(path: Path) -> socket.socket:
+    """A connection to the daemon, or a one-line error saying what to do."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(str(path))
+    except FileNotFoundError:
+        sock.close()
+        raise RunnerError(f"no assay-runner daemon at {path}: start it (systemctl start assay-runner.socket) "
+                          "or run directly as root with --direct") from None
+    except PermissionError:
+        sock.close()
+        raise RunnerError(f"not allowed to use the assay-runner daemon at {path}: its socket is for group "
+                          f"{_group_of(path)}; ask the operator to add you to it") from None
+    except ConnectionRefusedError:
+        sock.close()
+        raise RunnerError(f"the assay-runner daemon at {path} is not running (stale socket): "
+                          "restart it, or run directly as root with --direct") from None
+    return sock
+
+
+def _group_of(path: Path) -> str:
+    import grp
+
+    with contextlib.suppress(OSError, KeyError):
+        return repr(grp.getgrgid(path.stat().st_gid).gr_name)
+    return "(unknown)"
+
+
+def policy_document(args: argparse.Namespace) -> Policy | None:
+    """--policy or --sandbox as a document; the daemon resolves it for the caller."""
+    try:
+        if args.policy is not None:
+            return load_policy(args.policy)
+        if args.sandbox is not None:
+            return load_preset(args.sandbox)
+    except PolicyFileError as exc:
+        raise RunnerError(str(exc), exc.exit_code) from None
+    return None
+
+
+def _user_id(user: str | None) -> int | None:
+    if user is None:
+        return None
+    import pwd
+
+    try:
+        return pwd.getpwuid(int(user)).pw_uid if user.isdigit() else pwd.getpwnam(user).pw_uid
+    except (KeyError, OverflowError):
+        raise RunnerError(f"--user {user}: no such user on this machine") from None
+
+
+def _stdio() -> list[int]:
+    """Our fds 0-2 to pass on; a closed one becomes /dev/null (as a shell would give)."""
+    fds = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            fds.append(fd)
+        except OSError:
+            fds.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+    return fds
+
+
+def run_via_daemon(args: argparse.Namespace) -> int:
+    """Send the run to the daemon and mirror it here; returns the command's exit code."""
+    from runner.cli.cmd_run import check_run_id, prepare_out_dir, resolve_command
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    run_id = check_run_id(args.run_id)
+    workdir = (args.workdir or Path.cwd()).resolve()
+    if not workdir.is_dir():
+        raise RunnerError(f"--workdir {workdir} is not a directory")
+    env = dict(os.environ)
+    exe = resolve_command(cmd, workdir, env)
+    document = policy_document(args)
+    sock = connect(socket_path(args))  # before --out is created: no daemon, nothing left behind
+    out = prepare_out_dir(args.out, run_id, getattr(args, "force", False))
+    request = protocol.RunStart(
+        version=protocol.VERSION, run_id=run_id, exe=os.fsencode(exe), argv=[os.fsencode(a) for a in cmd],
+        env={os.fsencode(k): os.fsencode(v) for k, v in env.items()}, workdir=os.fsencode(str(workdir)),
+        out_display=str(args.out), ringbuf_pages=args.ringbuf_pages, isolate_net=args.net == "isolated",
+        user=_user_id(args.user), policy=document, status_line=sys.stderr.isatty(),
+    )
+    out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    cwd_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        protocol.send(sock, request, [*_stdio(), out_fd, cwd_fd])
+    finally:
+        os.close(out_fd)
+        os.close(cwd_fd)
+    return _mirror(sock)
+
+
+def _mirror(sock: socket.socket) -> int:
+    """Draw what the daemon reports until the run is finished."""
+    status = LiveStatus()
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            protocol.send(sock, protocol.Interrupt())
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    reader = protocol.FrameReader(max_fds=0)
+    try:
+        while True:
+            body = protocol.receive(sock, reader)
+            if body is None:
+                raise RunnerError("the assay-runner daemon closed the connection before the run finished; "
+                                  "see its log (journalctl -u assay-runner)")
+            msg = protocol.decode_daemon(body)
+            if isinstance(msg, protocol.Progress):
+                status.update(msg.events, lambda m=msg: {"all": m.drops})
+            elif isinstance(msg, protocol.Finished):
+                status.clear()
+                print(msg.summary, file=sys.stderr)
+                return msg.exit_code
+            elif isinstance(msg, protocol.Refused):
+                status.clear()
+                raise RunnerError(msg.message, msg.exit_code)
+    finally:
+        signal.signal(signal.SIGINT, old)
+        sock.close()
+
+
+def daemon_status(path: Path) -> protocol.StatusReply:
+    sock = connect(path)
+    try:
+        protocol.send(sock, protocol.StatusQuery(version=protocol.VERSION))
+        body = protocol.receive(sock, protocol.FrameReader(max_fds=0))
+    finally:
+        sock.close()
+    msg = protocol.decode_daemon(body) if body is not None else None
+    if isinstance(msg, protocol.Refused):
+        raise RunnerError(msg.message, msg.exit_code)
+    if not isinstance(msg, protocol.StatusReply):
+        raise RunnerError("the assay-runner daemon gave no status reply; see its log")
+    return msg

@@ -1,0 +1,338 @@
+"""The daemon's main loop: one socket, peer checks, a forked worker per run.
+
+Single-threaded on purpose (a selector over the listening socket, the
+connections still sending their request, the workers' report pipes and a
+signal wake-up pipe), so forking a worker is safe. Each accepted connection
+is checked with the kernel's peer credentials before a byte of it is
+decoded; its request is read without blocking (a slow or silent peer cannot
+stall anyone else) and bounded by the protocol's frame limit.
+
+A run request within the limits forks a worker (runner/daemon/worker.py)
+that owns the connection and the passed fds from then on. A status request
+is answered here. SIGTERM stops accepting, asks every worker to end its run
+(SIGUSR1: the run's cgroup is killed and its archive written with a
+`s2_run_ended: reason=daemon_shutdown` health note) and exits when the last
+one is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.daemon import protocol, worker
+from runner.daemon.config import DaemonConfig
+from runner.daemon.peer import Peer, peer_of, refusal
+from runner.errors import RunnerError
+from runner.logs import get_logger
+
+BACKLOG = 64
+MAX_PENDING = 64
+"""Connections that have not finished sending their request; more are closed at once."""
+log = get_logger("daemon")
+
+
+@dataclass
+class Pending:
+    conn: socket.socket
+    peer: Peer
+    reader: protocol.FrameReader = field(default_factory=protocol.FrameReader)
+
+
+@dataclass
+class ActiveRun:
+    run_id: str
+    peer: Peer
+    worker_pid: int
+    report_fd: int
+    started: float
+    events: int = 0
+    drops: int = 0
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.started = time.monotonic()
+        self.sel = selectors.DefaultSelector()
+        self.runs: dict[int, ActiveRun] = {}
+        self.pending: dict[int, Pending] = {}
+        self.stopping = False
+        self.listener: socket.socket | None = None
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    def serve(self) -> int:
+        """Listen until SIGTERM, then end the runs and return 0 once the last worker is gone."""
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
+        self.listener = listen(self.config)
+        self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
+        self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
+        log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
+                 max_concurrent_runs=self.config.max_concurrent_runs,
+                 floor=self.config.floor.name if self.config.floor else None)
+        while not (self.stopping and not self.runs):
+            for key, _ in self.sel.select(timeout=1.0):
+                key.data(key.fileobj)
+        log.info("daemon.stopped")
+        return 0
+
+    def _on_signals(self, wake: socket.socket) -> None:
+        with contextlib.suppress(BlockingIOError):
+            signums = wake.recv(4096)
+            if signal.SIGTERM in signums or signal.SIGINT in signums:
+                self._stop()
+        self._reap()
+
+    def _stop(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("daemon.stopping", active_runs=len(self.runs))
+        if self.listener is not None:
+            self.sel.unregister(self.listener)
+            self.listener.close()
+            with contextlib.suppress(OSError):
+                self.config.socket_path.unlink()
+        for fd in list(self.pending):
+            self._drop(fd)
+        for run in self.runs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(run.worker_pid, signal.SIGUSR1)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            run = self.runs.pop(pid, None)
+            if run is not None:
+                self._read_report(run)
+                self.sel.unregister(run.report_fd)
+                os.close(run.report_fd)
+                log.info("run.ended", run_id=run.run_id, uid=run.peer.uid, worker=pid,
+                         status=os.waitstatus_to_exitcode(status),
+                         seconds=round(time.monotonic() - run.started, 3))
+
+    # --- connections ---------------------------------------------------------------------------
+
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            return
+        try:
+            peer = peer_of(conn)
+        except OSError as exc:  # e.g. more supplementary groups than we read
+            log.warning("daemon.peer_unreadable", error=str(exc))
+            conn.close()
+            return
+        why = refusal(peer, self.config.allowed_gids, self.config.allowed_groups)
+        if why is None and len(self.pending) >= MAX_PENDING:
+            why = "the daemon is busy accepting other requests; try again"
+        if why is not None:
+            log.warning("daemon.refused", uid=peer.uid, pid=peer.pid, reason=why)
+            _reply(conn, protocol.Refused(message=why))
+            conn.close()
+            return
+        conn.setblocking(False)
+        self.pending[conn.fileno()] = Pending(conn, peer)
+        self.sel.register(conn, selectors.EVENT_READ, self._read_request)
+
+    def _drop(self, fd: int) -> None:
+        pending = self.pending.pop(fd)
+        self.sel.unregister(pending.conn)
+        pending.reader.close()
+        pending.conn.close()
+
+    def _read_request(self, conn: socket.socket) -> None:
+        pending = self.pending[conn.fileno()]
+        try:
+            pending.reader.feed(conn)
+            body = pending.reader.frame()
+            if body is None:
+                if pending.reader.eof:
+                    self._drop(conn.fileno())
+                return
+            msg = protocol.decode_client(body)
+        except BlockingIOError:
+            return
+        except (protocol.ProtocolError, OSError) as exc:
+            self._refuse(pending, str(exc))
+            return
+        if isinstance(msg, protocol.StatusQuery):
+            self._answer_status(pending)
+        elif isinstance(msg, protocol.RunStart):
+            self._start_run(pending, msg)
+        else:
+            self._refuse(pending, "expected a run or status request first")
+
+    def _refuse(self, pending: Pending, message: str, exit_code: int = 125) -> None:
+        log.warning("daemon.refused", uid=pending.peer.uid, pid=pending.peer.pid, reason=message)
+        _reply(pending.conn, protocol.Refused(message=message, exit_code=exit_code))
+        self._drop(pending.conn.fileno())
+
+    def _answer_status(self, pending: Pending) -> None:
+        now = time.monotonic()
+        for run in self.runs.values():
+            self._read_report(run)
+        pids = [os.getpid(), *self.runs]
+        reply = protocol.StatusReply(
+            version=protocol.VERSION, pid=os.getpid(), uptime_s=round(now - self.started, 3),
+            runs=[protocol.RunInfo(run_id=r.run_id, caller_uid=r.peer.uid, caller_pid=r.peer.pid,
+                                   age_s=round(now - r.started, 3), events=r.events, drops=r.drops,
+                                   worker_pid=r.worker_pid)
+                  for r in sorted(self.runs.values(), key=lambda r: r.started)],
+            bpf_programs=sum(map(_bpf_programs, pids)), rss_bytes=sum(map(_rss_bytes, pids)),
+            max_concurrent_runs=self.config.max_concurrent_runs,
+        )
+        _reply(pending.conn, reply)
+        self._drop(pending.conn.fileno())
+
+    # --- runs ----------------------------------------------------------------------------------
+
+    def _start_run(self, pending: Pending, msg: protocol.RunStart) -> None:
+        fds = pending.reader.take_fds()
+        problem = None
+        if len(fds) != len(protocol.RUN_FDS):
+            problem = f"a run request needs the descriptors {', '.join(protocol.RUN_FDS)}"
+        elif self.stopping:
+            problem = "the daemon is shutting down"
+        elif len(self.runs) >= self.config.max_concurrent_runs:
+            problem = (f"the daemon already runs {len(self.runs)} runs, its limit "
+                       f"(limits.max_concurrent_runs = {self.config.max_concurrent_runs}); try again later")
+        if problem is not None:
+            for fd in fds:
+                os.close(fd)
+            self._refuse(pending, problem)
+            return
+        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(report_w, False)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the worker
+            code = 1
+            try:
+                self._become_worker(pending.conn)
+                os.close(report_r)
+                code = worker.serve_run(pending.conn, fds, msg, pending.peer, self.config, report_w)
+            except BaseException as exc:
+                log.error("run.crashed", error=repr(exc))
+                with contextlib.suppress(Exception):
+                    worker.finish(pending.conn, protocol.Refused(message=f"internal error: {exc!r}"))
+            finally:
+                os._exit(code)
+        os.close(report_w)
+        for fd in fds:
+            os.close(fd)
+        del self.pending[pending.conn.fileno()]
+        self.sel.unregister(pending.conn)
+        pending.conn.close()
+        self.runs[pid] = ActiveRun(run_id=msg.run_id, peer=pending.peer, worker_pid=pid,
+                                   report_fd=report_r, started=time.monotonic())
+        self.sel.register(report_r, selectors.EVENT_READ, lambda _fd, r=self.runs[pid]: self._read_report(r))
+        log.info("run.accepted", run_id=msg.run_id, uid=pending.peer.uid, caller_pid=pending.peer.pid,
+                 worker=pid, active_runs=len(self.runs))
+
+    def _become_worker(self, keep: socket.socket) -> None:
+        """In the forked worker: drop the daemon's loop, sockets and signal plumbing."""
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        for key in list(self.sel.get_map().values()):
+            if key.fileobj is keep:
+                continue
+            with contextlib.suppress(OSError):
+                key.fileobj.close() if isinstance(key.fileobj, socket.socket) else os.close(key.fd)
+        self.sel.close()
+        keep.setblocking(True)
+
+    def _read_report(self, run: ActiveRun) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.set_blocking(run.report_fd, False)
+            data = os.read(run.report_fd, 64 * worker.REPORT.size)
+            if len(data) >= worker.REPORT.size:
+                end = len(data) - len(data) % worker.REPORT.size
+                run.events, run.drops = worker.REPORT.unpack(data[end - worker.REPORT.size:end])
+
+
+def listen(config: DaemonConfig) -> socket.socket:
+    """The listening socket: from systemd (socket activation) or bound here, 0660 root:group."""
+    if os.environ.get("LISTEN_PID") == str(os.getpid()) and os.environ.get("LISTEN_FDS") == "1":
+        sock = socket.socket(fileno=3)
+        sock.setblocking(False)
+        return sock
+    path = config.socket_path
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    _remove_stale(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # never a moment with wider permissions than 0600
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    os.chown(path, 0, config.socket_gid if config.socket_gid is not None else 0)
+    os.chmod(path, 0o660)
+    sock.listen(BACKLOG)
+    sock.setblocking(False)
+    return sock
+
+
+def _remove_stale(path: Path) -> None:
+    """A socket left by a daemon that died is removed; a live daemon or any other file is an error."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise RunnerError(f"{path} exists and is not a socket: remove it or choose another socket.path")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        path.unlink()
+        return
+    finally:
+        probe.close()
+    raise RunnerError(f"another daemon is already listening on {path}")
+
+
+def _bpf_programs(pid: int) -> int:
+    """BPF program fds `pid` holds (its fdinfo names a prog_id)."""
+    count = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(f"/proc/{pid}/fdinfo"):
+            with contextlib.suppress(OSError), open(entry.path) as f:
+                count += "prog_id:" in f.read()
+    return count
+
+
+def _rss_bytes(pid: int) -> int:
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _reply(conn: socket.socket, msg: protocol.Refused | protocol.StatusReply) -> None:
+    """A small answer from the main loop: it fits the socket buffer, so a short timeout is plenty."""
+    conn.settimeout(1.0)
+    try:
+        conn.sendall(protocol.encode(msg))
+    except OSError as exc:
+        log.warning("daemon.reply_lost", error=str(exc))

@@ -1,0 +1,222 @@
+"""One run inside the daemon: a forked worker that serves one client's request.
+
+The worker turns the request into the same `RunRequest` direct mode builds,
+with the caller's identity everywhere it matters:
+
+- the command runs with the caller's uid, gid and groups (SO_PEERCRED and
+  SO_PEERGROUPS, never what the request says), in the caller's working
+  directory (entered through the directory fd the caller opened), with the
+  caller's environment and its stdin/stdout/stderr (passed fds, terminal
+  included);
+- the spool and the archive are created only inside the `--out` directory fd
+  the caller passed, with the caller's filesystem identity, so they land
+  where the caller could write and belong to the caller;
+- the caller's policy is met with the operator's floor (policy/floor.py).
+
+Then `session.execute` runs it exactly as direct mode does; progress and the
+summary go back over the socket, Ctrl-C and a vanished client come back as
+requests (`ClientControl`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pwd
+import signal
+import socket
+import stat
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from policy.floor import meet
+from policy.load import host_variables
+from policy.model import PolicyError, ResolvedPolicy, resolve, validate_policy
+from runner.capture.control import End, Interrupt
+from runner.capture.session import RunRequest, execute
+from runner.capture.spawn import Credentials
+from runner.capture.status import REFRESH_S, summary
+from runner.cli.cmd_run import check_run_id
+from runner.daemon import protocol
+from runner.daemon.config import DaemonConfig
+from runner.daemon.peer import Peer, caller_may_write, filesystem_identity
+from runner.enforce import prepare as enforce
+from runner.errors import RunnerError
+from runner.logs import get_logger
+
+MAX_RINGBUF_PAGES = 16384
+"""64 MiB: a caller may not make the daemon pin more kernel memory than this per run."""
+REPORT = struct.Struct(">QQ")
+"""events, drops: what the worker tells the daemon for `daemon status` (one atomic pipe write)."""
+FINISH_TIMEOUT_S = 30
+log = get_logger("daemon.worker")
+
+
+class ClientControl:
+    """The session's `RunControl` over the client's socket (runner/capture/control.py).
+
+    The socket is non-blocking while the command runs: progress that does
+    not fit is held back (never a partial frame lost, never a drain loop
+    blocked on a client that stopped reading).
+    """
+
+    def __init__(self, conn: socket.socket, report_fd: int, status_line: bool) -> None:
+        self._conn = conn
+        self._report_fd = report_fd
+        self._status_line = status_line
+        self._reader = protocol.FrameReader(max_fds=0)
+        self._out = b""
+        self._next = 0.0
+        self._ended = False
+        self._shutdown = False
+        signal.signal(signal.SIGUSR1, self._on_shutdown)
+        conn.setblocking(False)
+
+    def _on_shutdown(self, _signum: int, _frame: object) -> None:
+        self._shutdown = True
+
+    def progress(self, events: int, drops: Callable[[], dict[str, int]]) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + REFRESH_S
+        dropped = sum(drops().values())
+        with contextlib.suppress(BlockingIOError):  # the daemon is busy: the next report will do
+            os.write(self._report_fd, REPORT.pack(events, dropped))
+        if self._status_line and not self._out:
+            self._out = protocol.encode(protocol.Progress(events=events, drops=dropped))
+        self._flush()
+
+    def _flush(self) -> None:
+        try:
+            while self._out:
+                self._out = self._out[self._conn.send(self._out):]
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._reader.eof = True
+
+    def requests(self) -> list[Interrupt | End]:
+        out: list[Interrupt | End] = []
+        try:
+            while not self._reader.eof:
+                self._reader.feed(self._conn)
+                while (body := self._reader.frame()) is not None:
+                    if isinstance(protocol.decode_client(body), protocol.Interrupt):
+                        out.append(Interrupt())
+        except BlockingIOError:
+            pass
+        except (OSError, protocol.ProtocolError):
+            self._reader.eof = True
+        if not self._ended and (self._shutdown or self._reader.eof):
+            self._ended = True
+            out.append(End(reason="daemon_shutdown" if self._shutdown else "client_disconnected"))
+        return out
+
+    def done(self) -> None:
+        """Nothing to take down here: the client clears its own status line."""
+
+    def finish(self, msg: protocol.Finished | protocol.Refused) -> None:
+        """The last message, sent blocking but bounded: a client that stopped reading is given up."""
+        finish(self._conn, msg, self._out)
+
+
+def finish(conn: socket.socket, msg: protocol.Finished | protocol.Refused, pending: bytes = b"") -> None:
+    conn.settimeout(FINISH_TIMEOUT_S)
+    try:
+        conn.sendall(pending + protocol.encode(msg))
+    except OSError as exc:
+        log.warning("run.client_gone", error=str(exc))
+
+
+def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer: Peer,
+              config: DaemonConfig, report_fd: int) -> int:
+    """The worker's whole life; returns its exit status (0 when the run itself went through)."""
+    stdin, stdout, stderr, out_fd, cwd_fd = fds
+    try:
+        creds = _command_credentials(msg, peer)
+        os.setgroups(list(creds.groups))  # for the caller-identity file operations (peer.py)
+        req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd)
+        protocol.send(conn, protocol.Started(run_id=req.run_id))
+        control = ClientControl(conn, report_fd, msg.status_line)
+        log.info("run.start", run_id=req.run_id, uid=creds.uid, caller_pid=peer.pid)
+        result = execute(dataclasses.replace(req, control=control))
+    except RunnerError as exc:
+        log.warning("run.failed", error=str(exc), uid=peer.uid)
+        finish(conn, protocol.Refused(message=str(exc), exit_code=exc.exit_code))
+        return 1
+    archive = os.path.join(msg.out_display, f"{req.run_id}.tar.gz")
+    text = summary(result.normalized, result.exit_code, result.elapsed, archive)
+    log.info("run.finished", run_id=req.run_id, exit_code=result.exit_code,
+             seconds=round(result.elapsed, 3), events=result.normalized.kernel.count)
+    control.finish(protocol.Finished(exit_code=result.exit_code, summary=text))
+    return 0
+
+
+def _command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
+    """The caller's own ids; only a root caller may name another user (`--user`)."""
+    if msg.user is None or msg.user == peer.uid:
+        return peer.credentials
+    if peer.uid != 0:
+        raise RunnerError(f"--user: {peer.describe()} may only run commands as itself")
+    try:
+        entry = pwd.getpwuid(msg.user)
+    except KeyError:
+        raise RunnerError(f"--user {msg.user}: no such user on this machine") from None
+    groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid))))
+    return Credentials(uid=entry.pw_uid, gid=entry.pw_gid, groups=groups)
+
+
+def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: DaemonConfig,
+             stdio: tuple[int, int, int], out_fd: int, cwd_fd: int) -> RunRequest:
+    """The direct-mode request for this caller; RunnerError on anything unusable."""
+    run_id = check_run_id(msg.run_id)
+    workdir = Path(os.fsdecode(msg.workdir))
+    _same_directory(workdir, cwd_fd, "the working directory")
+    if not stat.S_ISDIR(os.fstat(out_fd).st_mode):
+        raise RunnerError("the output descriptor is not a directory")
+    if not caller_may_write(out_fd, creds):
+        raise RunnerError(f"--out {msg.out_display}: {peer.describe()} may not write there")
+    pages = msg.ringbuf_pages
+    if pages < 1 or pages & (pages - 1) or pages > MAX_RINGBUF_PAGES:
+        raise RunnerError(f"--ringbuf-pages must be a power of two up to {MAX_RINGBUF_PAGES}, got {pages}")
+    env = {os.fsdecode(k): os.fsdecode(v) for k, v in msg.env.items()}
+    policy = _policy(msg, config, workdir, creds.uid, env)
+    enforce.check(policy)
+    return RunRequest(
+        run_id=run_id, exe=os.fsdecode(msg.exe), argv=[os.fsdecode(a) for a in msg.argv],
+        workdir=workdir, out_dir=Path(f"/proc/self/fd/{out_fd}"), ringbuf_pages=pages, env=env,
+        user=creds if creds.uid != 0 else None, isolate_net=msg.isolate_net, policy=policy,
+        stdio=stdio, cwd_fd=cwd_fd, limits=config.limits,
+        evidence_access=lambda: filesystem_identity(creds),
+    )
+
+
+def _same_directory(path: Path, fd: int, what: str) -> None:
+    """`path` must name the directory `fd` is (the caller's claim checked against what it opened)."""
+    try:
+        by_path, by_fd = os.stat(path), os.fstat(fd)
+    except OSError as exc:
+        raise RunnerError(f"{what} {path}: {exc.strerror}") from None
+    if (by_path.st_dev, by_path.st_ino) != (by_fd.st_dev, by_fd.st_ino) or not stat.S_ISDIR(by_fd.st_mode):
+        raise RunnerError(f"{what} {path} is not the directory the client opened (did it move?)")
+
+
+def _policy(msg: protocol.RunStart, config: DaemonConfig, workdir: Path, uid: int,
+            env: dict[str, str]) -> ResolvedPolicy | None:
+    """The caller's policy resolved for the caller, met with the floor."""
+    variables = {**host_variables(workdir, uid=uid), "tmpdir": env.get("TMPDIR") or "/tmp"}
+    try:
+        caller = None
+        if msg.policy is not None:
+            validate_policy(msg.policy)
+            caller = resolve(msg.policy, **variables)
+        if config.floor is None:
+            return caller
+        return meet(resolve(config.floor, **variables), caller)
+    except (PolicyError, ValueError) as exc:
+        name = msg.policy.name if msg.policy else "floor"
+        raise RunnerError(f"policy {name}: {exc}") from None
