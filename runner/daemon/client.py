@@ -111,19 +111,31 @@ def run_via_daemon(args: argparse.Namespace) -> int:
         raise RunnerError(f"--workdir {workdir} is not a directory")
     env = dict(os.environ)
     exe = resolve_command(cmd, workdir, env)
-    document = policy_document(args)
-    sock = connect(socket_path(args))  # before --out is created: no daemon, nothing left behind
-    out = prepare_out_dir(args.out, run_id, getattr(args, "force", False))
     request = protocol.RunStart(
         version=protocol.VERSION, run_id=run_id, exe=os.fsencode(exe), argv=[os.fsencode(a) for a in cmd],
         env={os.fsencode(k): os.fsencode(v) for k, v in env.items()}, workdir=os.fsencode(str(workdir)),
         out_display=str(args.out), ringbuf_pages=args.ringbuf_pages, isolate_net=args.net == "isolated",
-        user=_user_id(args.user), policy=document, status_line=sys.stderr.isatty(),
+        user=_user_id(args.user), policy=policy_document(args), status_line=sys.stderr.isatty(),
     )
+    sock = connect(socket_path(args))  # before --out is created: no daemon, nothing left behind
+    out_existed = os.path.isdir(args.out)
+    out = prepare_out_dir(args.out, run_id, getattr(args, "force", False))
+    try:
+        return _send_and_mirror(sock, request, out, workdir)
+    except RunnerError:
+        if not out_existed:  # as in direct mode: no empty --out left behind by a run that never started
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+
+
+def _send_and_mirror(sock: socket.socket, request: protocol.RunStart, out: Path, workdir: Path) -> int:
     out_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     cwd_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         protocol.send(sock, request, [*_stdio(), out_fd, cwd_fd])
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the daemon refused us at once: its reason is waiting to be read
     finally:
         os.close(out_fd)
         os.close(cwd_fd)

@@ -1,0 +1,282 @@
+"""The daemon against the real kernel, used by real unprivileged users.
+
+One daemon (socket in a fresh /tmp directory, group and allowed groups
+made for the module) serves users created with useradd: a member, an
+outsider who may open the socket but is not in an allowed group, and a
+stranger who may not even open it. The floor policy lets commands write
+only their workspace's `ok/` tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
+from support import Archive
+
+pytestmark = pytest.mark.kernel
+
+AGENT = Path(__file__).parent / "programs" / "daemon" / "agent.py"
+DETERMINISM = Path(__file__).parent / "programs" / "determinism"
+PY = "/usr/bin/python3"
+FLOOR = """version = 1
+name = "ci-floor"
+[filesystem]
+read = ["/"]
+write = ["$WORKSPACE", "/dev", "/tmp"]
+"""
+
+
+class World:
+    def __init__(self, root: Path, accounts: Accounts, member: User, outsider: User, stranger: User,
+                 service: DaemonProcess) -> None:
+        self.root, self.accounts, self.daemon = root, accounts, service
+        self.member, self.outsider, self.stranger = member, outsider, stranger
+
+    def run(self, user: User, work: Path, run_id: str, *cmd: str | Path, out: Path | None = None,
+            extra: tuple[str, ...] = (),
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        args = [*CLI, "run", "--socket", self.daemon.socket, "--out", out or work / "out", "--run-id", run_id,
+                "--force", *extra, "--", *cmd]
+        return user.run(args, cwd=work, env=env)
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    accounts = Accounts()
+    root = shared_tmp()
+    try:
+        sock_group, allowed = accounts.group("sock"), accounts.group("ok")
+        member = accounts.user("mem", (sock_group, allowed))
+        outsider = accounts.user("out", (sock_group,))
+        stranger = accounts.user("str")
+        (root / "floor.toml").write_text(FLOOR)
+        config = (f'group = "{sock_group}"\n[access]\nallowed_groups = ["{allowed}"]\n'
+                  f'[limits]\nmax_concurrent_runs = 8\npids_max = 64\nmemory_max = "1G"\n'
+                  f'[floor]\npolicy = "{root / "floor.toml"}"\n')
+        with daemon(root, config) as service:
+            yield World(root, accounts, member, outsider, stranger, service)
+    finally:
+        accounts.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _agent(world: World, user: User, tag: str, port: int) -> tuple[subprocess.CompletedProcess[str], Path]:
+    work = user.workspace(world.root, f"work-{tag}")
+    proc = world.run(user, work, f"agent-{tag}", PY, AGENT, work / "report.json", tag, str(port),
+                     env=user.env(AGENT_TAG=tag))
+    assert proc.returncode == 0, proc.stderr + world.daemon.logs()[-3000:]
+    return proc, work
+
+
+def test_a_user_runs_an_agent_with_its_own_ids_and_gets_its_archive(world: World) -> None:
+    user = world.member
+    proc, work = _agent(world, user, "solo", 9)
+    report = json.loads((work / "report.json").read_text())
+    assert (report["uid"], report["euid"], report["child_uid"]) == (user.uid, user.uid, user.uid)
+    assert sorted(report["groups"]) == sorted(user.groups)
+    assert report["cwd"] == str(work) and report["env_tag"] == "solo"
+    archive = work / "out" / "agent-solo.tar.gz"
+    st = archive.stat()
+    assert (st.st_uid, st.st_gid) == (user.uid, user.gid)
+    assert (work / "out" / "agent-solo.spool").stat().st_uid == user.uid
+    assert "archive:" in proc.stderr and str(archive) in proc.stderr
+    check = user.run([*CLI, "validate", archive], cwd=work)
+    assert check.returncode == 0, check.stdout + check.stderr
+    written = Archive(archive).values("openat")
+    assert str(work / "marker-solo-0.txt") in written
+
+
+def test_outsiders_are_refused_with_a_clear_error(world: World) -> None:
+    for user, expected in ((world.outsider, "is not in a group allowed to use the assay-runner daemon"),
+                           (world.stranger, "not allowed to use the assay-runner daemon at")):
+        work = user.workspace(world.root, f"work-{user.name}")
+        proc = world.run(user, work, "refused", "/bin/true")
+        assert proc.returncode == 125
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], proc.stderr
+        assert not (work / "out" / "refused.tar.gz").exists()
+
+
+def test_a_user_cannot_write_evidence_where_it_could_not_write(world: World) -> None:
+    user = world.member
+    work = user.workspace(world.root, "work-nowrite")
+    forbidden = world.root / "root-only"
+    forbidden.mkdir(exist_ok=True)
+    forbidden.chmod(0o755)
+    proc = world.run(user, work, "nowrite", "/bin/true", out=forbidden)
+    assert proc.returncode == 125 and "cannot write to --out" in proc.stderr
+    assert list(forbidden.iterdir()) == []
+
+
+def test_eight_concurrent_runs_see_only_their_own_events(world: World) -> None:
+    user = world.member
+    tags = [f"c{i}" for i in range(8)]
+    with ThreadPoolExecutor(len(tags)) as pool:
+        results = list(pool.map(lambda i: _agent(world, user, tags[i], 41000 + i), range(len(tags))))
+    for i, (_, work) in enumerate(results):
+        archive = Archive(work / "out" / f"agent-{tags[i]}.tar.gz")
+        opened = " ".join(archive.values("openat"))
+        endpoints = set(archive.values("connect"))
+        assert all(str(work / f"marker-{tags[i]}-{n}.txt") in opened for n in range(3))
+        assert f"127.0.0.1:{41000 + i}" in endpoints
+        for j, other in enumerate(tags):
+            if j != i:
+                assert f"marker-{other}-" not in opened and f"127.0.0.1:{41000 + j}" not in endpoints
+        assert archive.health["ringbuf_drops"] == 0 and archive.health["cgroup_correlation"] == "clean"
+
+
+def test_a_callers_policy_cannot_loosen_the_floor(world: World) -> None:
+    user = world.member
+    work = user.workspace(world.root, "work-floor")
+    forbidden = user.home / "forbidden.txt"  # the user may write its home; the floor says no
+    script = f"echo a > allowed.txt; echo b > {forbidden}; echo done"
+    out = user.workspace(world.root, "out-floor")
+    proc = world.run(user, work, "floor", "sh", "-c", script, out=out,
+                     extra=("--sandbox", "danger-full-access"))
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "allowed.txt").exists() and not forbidden.exists()
+    archive = Archive(out / "floor.tar.gz")
+    decisions = archive.surface["policy_decisions"]
+    assert f"deny:file_write:{forbidden}" in decisions
+    assert not any("allowed.txt" in d for d in decisions)
+
+
+def test_per_run_limits_hold(world: World) -> None:
+    user = world.member
+    work = user.workspace(world.root, "work-limits")
+    script = ("import os,time\nn=0\nfor _ in range(200):\n  try:\n    pid=os.fork()\n"
+              "  except OSError:\n    break\n"
+              "  if pid==0:\n    time.sleep(3); os._exit(0)\n  n+=1\nprint(n)\n")
+    proc = world.run(user, work, "limits", PY, "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    started = int(proc.stdout.split()[0])
+    assert 0 < started < 64, f"pids.max = 64 should have stopped the fork loop, it started {started}"
+
+
+def test_the_client_imports_nothing_heavy(world: World) -> None:
+    user = world.member
+    work = user.workspace(world.root, "work-light")
+    code = ("import sys, runner.cli.main as m\n"
+            f"rc = m.main(['run', '--socket', '{world.daemon.socket}', '--out', 'out', '--run-id', 'light',"
+            " '--', '/bin/true'])\n"
+            "heavy = sorted(k for k in sys.modules if k.split('.')[0] in ('bcc', 'normalizer', 'pyroute2'))\n"
+            "print(rc, heavy)\n")
+    proc = user.run([sys.executable, "-c", code], cwd=work)
+    assert proc.stdout.strip() == "0 []", proc.stdout + proc.stderr
+    assert (work / "out" / "light.tar.gz").exists()
+
+
+def test_ctrl_c_and_disconnect_end_the_run(world: World) -> None:
+    user = world.member
+    for label, signum in (("int", signal.SIGINT), ("gone", signal.SIGKILL)):
+        work = user.workspace(world.root, f"work-{label}")
+        client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
+                             "--run-id", label, "--", "sleep", "60"], cwd=work)
+        archive = work / "out" / f"{label}.tar.gz"
+        _wait_for_run(world, label)
+        client.send_signal(signum)
+        _, err = client.communicate(timeout=60)
+        deadline = time.monotonic() + 60
+        while not archive.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        notes = Archive(archive).health["notes"]
+        if signum == signal.SIGINT:
+            assert client.returncode == 130, err  # the command died of SIGINT, as on a terminal
+            assert not any(n.startswith("s2_run_ended") for n in notes)
+        else:
+            assert "s2_run_ended: reason=client_disconnected" in notes
+
+
+def _wait_for_run(world: World, run_id: str) -> None:
+    """Until `daemon status` lists `run_id` (the command is running)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", world.daemon.socket],
+                                capture_output=True, text=True)
+        if status.returncode == 0 and any(r["run_id"] == run_id and r["events"] > 0
+                                          for r in json.loads(status.stdout)["runs"]):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} never showed up in daemon status")
+
+
+def test_status_lists_active_runs(world: World) -> None:
+    user = world.member
+    work = user.workspace(world.root, "work-status")
+    client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
+                         "--run-id", "watched", "--", "sleep", "3"], cwd=work)
+    _wait_for_run(world, "watched")
+    text = subprocess.run([*CLI, "daemon", "status", "--socket", world.daemon.socket],
+                          capture_output=True, text=True, check=True).stdout
+    assert "watched" in text and user.name in text and "BPF programs loaded" in text
+    client.communicate(timeout=60)
+    assert client.returncode == 0
+
+
+def test_sigterm_ends_runs_and_writes_their_archives(world: World) -> None:
+    user = world.member
+    root = world.root / "second"
+    root.mkdir()
+    root.chmod(0o755)
+    group = world.accounts.groups[1]
+    with daemon(root, f'[access]\nallowed_groups = ["{group}"]\n') as service:
+        os.chmod(service.socket, 0o666)  # this daemon's socket is root's group: open it for the test
+        work = user.workspace(world.root, "work-term")
+        client = user.popen([*CLI, "run", "--socket", service.socket, "--out", work / "out",
+                             "--run-id", "term", "--", "sleep", "60"], cwd=work)
+        deadline = time.monotonic() + 60
+        while b'"run.start"' not in service.log.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # the monitor attaches after run.start
+        assert service.stop() == 0
+        _, err = client.communicate(timeout=60)
+    assert client.returncode == 137, err
+    archive = Archive(work / "out" / "term.tar.gz")
+    assert "s2_run_ended: reason=daemon_shutdown" in archive.health["notes"]
+    assert not service.socket.exists()
+
+
+WORKLOADS = {
+    "pipeline": (lambda w: (w / "words.txt").write_text("pear apple fig apple pear apple\n"),
+                 ["sh", str(DETERMINISM / "pipeline.sh")]),
+    "fork_children": (lambda w: None, [PY, str(DETERMINISM / "fork_children.py")]),
+    "threads": (lambda w: [(w / f"input-{i}.txt").write_text(f"input {i}\n") for i in range(4)],
+                [PY, str(DETERMINISM / "threads_files.py")]),
+}
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_daemon_runs_are_byte_identical_to_each_other_and_to_direct_mode(world: World, workload: str) -> None:
+    user = world.member
+    prepare, cmd = WORKLOADS[workload]
+    outs = []
+    for n in range(4):
+        work = user.workspace(world.root, f"det-{workload}")  # the same path, fresh, every run
+        prepare(work)
+        for path in work.iterdir():
+            os.chown(path, user.uid, user.gid)
+        out = world.root / f"det-out-{workload}-{n}"
+        if n < 3:
+            out.mkdir()
+            os.chown(out, user.uid, user.gid)
+            proc = world.run(user, work, f"det-{workload}", *cmd, out=out)
+        else:  # direct mode, as root dropping to the same user, under the floor as its own policy
+            proc = subprocess.run([*CLI, "run", "--direct", "--user", user.name, "--policy",
+                                   world.root / "floor.toml", "--out", out, "--run-id", f"det-{workload}",
+                                   "--", *cmd], cwd=work, capture_output=True, text=True,
+                                  env=user.env(), stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+        outs.append((out / f"det-{workload}.tar.gz").read_bytes())
+    assert outs[0] == outs[1] == outs[2], "daemon-mode runs differ"
+    assert outs[0] == outs[3], "daemon mode differs from direct mode"
