@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -23,6 +25,8 @@ from pathlib import Path
 import pytest
 from daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
 from support import Archive
+
+from runner.daemon import protocol
 
 pytestmark = pytest.mark.kernel
 
@@ -280,3 +284,24 @@ def test_daemon_runs_are_byte_identical_to_each_other_and_to_direct_mode(world: 
         outs.append((out / f"det-{workload}.tar.gz").read_bytes())
     assert outs[0] == outs[1] == outs[2], "daemon-mode runs differ"
     assert outs[0] == outs[3], "daemon mode differs from direct mode"
+
+
+def test_hostile_peers_get_an_answer_and_do_not_stall_the_daemon(world: World) -> None:
+    silent = socket.socket(socket.AF_UNIX)
+    silent.connect(str(world.daemon.socket))  # connects and never says anything
+    answers = []
+    for payload in (b"\x00\x00\x00\x05\xc1\xc1\xc1\xc1\xc1", struct.pack(">I", 1 << 30),
+                    protocol.encode(protocol.StatusQuery(version=7))):
+        with socket.socket(socket.AF_UNIX) as peer:
+            peer.settimeout(10)
+            peer.connect(str(world.daemon.socket))
+            peer.sendall(payload)
+            body = protocol.receive(peer, protocol.FrameReader(max_fds=0))
+            answers.append(protocol.decode_daemon(body))
+    assert [type(a) for a in answers] == [protocol.Refused] * 3
+    assert "bad request" in answers[0].message and "frame larger" in answers[1].message
+    assert "protocol version 7 is not supported" in answers[2].message
+    status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", world.daemon.socket],
+                            capture_output=True, text=True, timeout=30)
+    assert status.returncode == 0, status.stderr
+    silent.close()

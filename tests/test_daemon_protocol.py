@@ -1,0 +1,117 @@
+"""The daemon's wire protocol and operator config, fed hostile and broken input (no root needed)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from runner.daemon import protocol
+from runner.daemon.config import load_config
+from runner.errors import RunnerError
+
+
+def _run(**changes: object) -> protocol.RunStart:
+    base = protocol.RunStart(version=protocol.VERSION, run_id="r1", exe=b"/bin/true", argv=[b"true"],
+                             env={b"PATH": b"/bin"}, workdir=b"/tmp", out_display="out", ringbuf_pages=64)
+    return msgspec.structs.replace(base, **changes)
+
+
+def _body(msg: protocol.RunStart) -> bytes:
+    return protocol.encode(msg)[4:]
+
+
+def test_a_run_request_round_trips_with_any_bytes_in_names() -> None:
+    msg = _run(argv=[b"x", b"\xff\xfe caf\xc3\xa9 \x1b[31m"], env={b"A\xff": b"\x01\x02"})
+    assert protocol.decode_client(_body(msg)) == msg
+    assert os.fsencode(os.fsdecode(b"\xff\xfe")) == b"\xff\xfe"
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"version": 99}, "protocol version 99 is not supported"),
+    ({"argv": []}, "argv must have 1 to"),
+    ({"argv": [b"a\0b"]}, "cannot contain NUL bytes"),
+    ({"env": {b"A=B": b"c"}}, "contain no '='"),
+    ({"env": {b"X": b"y" * protocol.MAX_ARG_BYTES}}, "more than"),
+    ({"exe": b"true"}, "must be absolute paths"),
+])
+def test_bad_run_requests_get_one_clear_line(change: dict, problem: str) -> None:
+    with pytest.raises(protocol.ProtocolError, match=problem):
+        protocol.decode_client(_body(_run(**change)))
+
+
+@pytest.mark.parametrize("body", [b"", b"\xc1", b"\x93\x01\x02\x03", msgspec.msgpack.encode({"type": "nope"}),
+                                  msgspec.msgpack.encode({"type": "status", "version": 1, "extra": 1}),
+                                  msgspec.msgpack.encode({"type": "status", "version": "1"})])
+def test_garbage_is_a_protocol_error_not_a_crash(body: bytes) -> None:
+    with pytest.raises(protocol.ProtocolError, match="bad request"):
+        protocol.decode_client(body)
+
+
+def test_frames_are_bounded_before_they_are_read() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(struct.pack(">I", protocol.MAX_FRAME + 1) + b"x")
+        reader = protocol.FrameReader()
+        with pytest.raises(protocol.ProtocolError, match="frame larger than"):
+            reader.feed(b)
+
+
+def test_frames_reassemble_and_fds_are_counted_and_closed() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        r, w = os.pipe()
+        data = protocol.encode(protocol.StatusQuery(version=1))
+        a.sendmsg([data[:3]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("ii", r, w))])
+        a.sendall(data[3:])
+        reader = protocol.FrameReader(max_fds=5)
+        assert protocol.decode_client(protocol.receive(b, reader)) == protocol.StatusQuery(version=1)
+        fds = reader.take_fds()
+        assert len(fds) == 2 and all(os.fstat(fd) for fd in fds)
+        for fd in (r, w, *fds):
+            os.close(fd)
+        one, two = os.pipe()
+        a.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("ii", one, two))])
+        with pytest.raises(protocol.ProtocolError, match="too many file descriptors"):
+            protocol.FrameReader(max_fds=1).feed(b)
+        os.close(one)
+        os.close(two)
+
+
+def test_config_errors_are_located(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.toml"
+    cases = [
+        ("version = 1\n[limits]\nmax_concurrent_runs = 0\n",
+         "daemon.toml:3: field limits.max_concurrent_runs: expected at least 1"),
+        ("[limits]\nmemory_max = \"4 GB\"\n",
+         "daemon.toml:2: field limits.memory_max: expected a positive byte"),
+        ("[access]\nallowed_groups = [\"root\", \"no-such-group-xyz\"]\n",
+         "daemon.toml:2: field access.allowed_groups[1]: no group 'no-such-group-xyz'"),
+        ("[socket]\npath = \"relative.sock\"\n",
+         "daemon.toml:2: field socket.path: expected an absolute path"),
+        ("[limit]\n", "daemon.toml:1: field limit: unknown key (expected one of: version, socket, access"),
+        ("[floor]\npolicy = \"/nonexistent/floor.toml\"\n",
+         "cannot read policy file /nonexistent/floor.toml"),
+        ("version = \n", "daemon.toml:1: invalid TOML"),
+    ]
+    for text, expected in cases:
+        path.write_text(text)
+        with pytest.raises(RunnerError) as info:
+            load_config(path)
+        assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_config_values(tmp_path: Path) -> None:
+    path = tmp_path / "daemon.toml"
+    floor = tmp_path / "floor.toml"
+    floor.write_text('version = 1\n[filesystem]\nread = ["/"]\nwrite = ["$WORKSPACE"]\n')
+    path.write_text(f'[access]\nallowed_groups = ["root"]\n[limits]\npids_max = 100\nmemory_max = "2G"\n'
+                    f'[floor]\npolicy = "{floor}"\n')
+    config = load_config(path)
+    assert config.allowed_gids == frozenset({0})
+    assert (config.limits.pids_max, config.limits.memory_max) == (100, 2 << 30)
+    assert config.floor is not None and config.floor.name == "floor"
