@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 VENV=.venv
-PACKAGES=(python3-bpfcc python3-venv bpftrace strace make gcc iproute2 git ca-certificates)
+PACKAGES=(python3-bpfcc python3-venv bpftrace strace make gcc iproute2 git ca-certificates systemd)
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 say() { printf 'setup: %s\n' "$*"; }

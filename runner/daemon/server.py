@@ -66,6 +66,7 @@ class Daemon:
         self.pending: dict[int, Pending] = {}
         self.stopping = False
         self.listener: socket.socket | None = None
+        self.owns_socket = False
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -77,7 +78,7 @@ class Daemon:
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
-        self.listener = listen(self.config)
+        self.listener, self.owns_socket = listen(self.config)
         self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
         self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
         log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
@@ -104,8 +105,9 @@ class Daemon:
         if self.listener is not None:
             self.sel.unregister(self.listener)
             self.listener.close()
-            with contextlib.suppress(OSError):
-                self.config.socket_path.unlink()
+            if self.owns_socket:  # systemd's socket stays for the next activation
+                with contextlib.suppress(OSError):
+                    self.config.socket_path.unlink()
         for fd in list(self.pending):
             self._drop(fd)
         for run in self.runs.values():
@@ -270,12 +272,16 @@ class Daemon:
                 run.events, run.drops = worker.REPORT.unpack(data[end - worker.REPORT.size:end])
 
 
-def listen(config: DaemonConfig) -> socket.socket:
-    """The listening socket: from systemd (socket activation) or bound here, 0660 root:group."""
+def listen(config: DaemonConfig) -> tuple[socket.socket, bool]:
+    """The listening socket and whether we made it: systemd's (socket activation) or bound here.
+
+    Ours is 0660 root:`socket.group` and never wider, not even for a moment;
+    with socket activation the socket unit's path, mode and group apply.
+    """
     if os.environ.get("LISTEN_PID") == str(os.getpid()) and os.environ.get("LISTEN_FDS") == "1":
         sock = socket.socket(fileno=3)
         sock.setblocking(False)
-        return sock
+        return sock, False
     path = config.socket_path
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     _remove_stale(path)
@@ -289,7 +295,7 @@ def listen(config: DaemonConfig) -> socket.socket:
     os.chmod(path, 0o660)
     sock.listen(BACKLOG)
     sock.setblocking(False)
-    return sock
+    return sock, True
 
 
 def _remove_stale(path: Path) -> None:
