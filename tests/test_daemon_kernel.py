@@ -305,3 +305,26 @@ def test_hostile_peers_get_an_answer_and_do_not_stall_the_daemon(world: World) -
                             capture_output=True, text=True, timeout=30)
     assert status.returncode == 0, status.stderr
     silent.close()
+
+
+def test_socket_activation_serves_on_the_inherited_socket(tmp_path: Path) -> None:
+    """As under assay-runner.socket: the listening socket arrives as fd 3 (LISTEN_FDS)."""
+    activate = shutil.which("systemd-socket-activate")
+    assert activate, "systemd-socket-activate is missing: scripts/setup.sh installs the systemd package"
+    sock = tmp_path / "activated.sock"
+    proc = subprocess.Popen([activate, "--listen", str(sock), *CLI, "--log-format", "json", "daemon",
+                             "--socket", str(tmp_path / "unused.sock")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", sock],
+                                capture_output=True, text=True, timeout=120)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["runs"] == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert sock.exists() and not (tmp_path / "unused.sock").exists()  # systemd's socket is left alone
