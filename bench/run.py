@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import probes
+from bench import daemon, probes
 from bench.build import BuildError, Tools, build
 from bench.overhead import RUNNER, WorkloadResult, bench_workload
 from bench.procs import Cgroup, Tmpfs
@@ -30,7 +30,7 @@ from bench.table import ratio, render, seconds
 from bench.variants import Bare, Bpftrace, Runner, Strace, Variant
 
 REPO = Path(__file__).resolve().parent.parent
-PROBES = ("start", "rate", "memory")
+PROBES = ("start", "rate", "memory", "daemon")
 PEERS = ("strace", "bpftrace", "floor")
 BUSY_LOAD = 0.5
 
@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scratch-tmpfs", action="store_true",
                    help="mount a tmpfs over the scratch directory: steadier numbers, but a "
                         "cheaper bare open, so higher ratios than the targets assume")
+    p.add_argument("--daemon", action="store_true",
+                   help="also run every workload through 'assay-runner daemon' (the 'daemon' column); "
+                        "the 'daemon' probe always does")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "latest.json",
                    help="where to write the JSON results")
     args = p.parse_args(argv)
@@ -78,6 +81,8 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
         Bpftrace("bpftrace", "monitor.bt", cgroup, args.work, check=True),
         Bpftrace("floor", "floor.bt", cgroup, args.work, check=False),
     ]
+    if args.daemon:
+        candidates.insert(2, daemon.DaemonRunner(args.runner, args.work / "daemon-runs", daemon_socket(args)))
     usable, skipped = [], {}
     for v in candidates:
         if why := v.unavailable():
@@ -89,9 +94,10 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
 
 def overhead_table(results: list[WorkloadResult]) -> str:
     """workload, bare time, ratios, target, runner against peers, status."""
-    headers = ["workload", "bare s", "runner", *PEERS, "target", "runner/strace",
+    modes = [RUNNER, *(["daemon"] if any("daemon" in r.medians for r in results) else [])]
+    headers = ["workload", "bare s", *modes, *PEERS, "target", "runner/strace",
                "runner/bpftrace", "status"]
-    rows = [[r.workload, seconds(r.medians.get("bare")), ratio(r.ratios.get(RUNNER)),
+    rows = [[r.workload, seconds(r.medians.get("bare")), *(ratio(r.ratios.get(m)) for m in modes),
              *(ratio(r.ratios.get(p)) for p in PEERS), f"<= {r.target:.2f}x",
              ratio(r.runner_vs.get("strace")), ratio(r.runner_vs.get("bpftrace")), r.status]
             for r in results]
@@ -154,13 +160,18 @@ def run_session(args: argparse.Namespace, tools: Tools) -> tuple[
         session.log(f"warning: load average {args.load_before:.2f} before starting: "
                     "other work on this machine will make the ratios noisy")
     cgroup = Cgroup(f"assay-bench-{os.getpid()}")
+    needs_daemon = args.daemon or "daemon" in args.only
     try:
-        variants, skipped = make_variants(args, cgroup)
-        for name, why in skipped.items():
-            session.log(f"skipping {name}: {why}")
-        workloads = [w for w in WORKLOADS if w.name in args.only]
-        overhead = [bench_workload(session, w, variants, args.reps, skipped) for w in workloads]
-        probe_results = run_probes(session, args, variants, skipped)
+        with daemon.DaemonService(args.runner, daemon_socket(args), args.work / "daemon.log") \
+                if needs_daemon else contextlib.nullcontext() as service:
+            variants, skipped = make_variants(args, cgroup)
+            for name, why in skipped.items():
+                session.log(f"skipping {name}: {why}")
+            workloads = [w for w in WORKLOADS if w.name in args.only]
+            overhead = [bench_workload(session, w, variants, args.reps, skipped) for w in workloads]
+            probe_results = run_probes(session, args, variants, skipped)
+            if "daemon" in args.only:
+                probe_results += daemon_probes(session, args, variants, service, cgroup)
     finally:
         cgroup.remove()
     return overhead, probe_results, skipped
@@ -182,6 +193,38 @@ def run_probes(session: Session, args: argparse.Namespace, variants: list[Varian
         out.append(probes.sustained_rate(session, runner, seconds=1 if args.quick else 2))
     if "memory" in chosen:
         out.append(probes.peak_memory(session, runner))
+    return out
+
+
+def daemon_socket(args: argparse.Namespace) -> Path:
+    return args.work / "daemon" / "runner.sock"
+
+
+def daemon_probes(session: Session, args: argparse.Namespace, variants: list[Variant],
+                  service: daemon.DaemonService, cgroup: Cgroup) -> list[probes.ProbeResult]:
+    """Start-to-exec through the client, a whole /bin/true run, memory over back-to-back runs."""
+    by_name = {v.name: v for v in variants}
+    client = by_name.get("daemon") or daemon.DaemonRunner(args.runner, args.work / "daemon-runs",
+                                                          service.socket)
+    out = [probes.start_to_exec(session, client, by_name["bare"], args.reps, "daemon start-to-exec",
+                                daemon.TRUE_START_TARGET_S)]
+    walls = daemon.true_wall(session, args.runner, service, cgroup, args.reps)
+    med = walls["medians_s"]
+    ours = med.get("daemon")
+    others = ", ".join(f"{name} {med[name]:.3f} s" for name in ("direct", "bpftrace", "bare") if name in med)
+    value = f"{ours:.3f} s ({others})" if ours else "n/a"
+    out.append(probes.ProbeResult("daemon /bin/true whole wall (median)", value,
+                                  f"<= {daemon.TRUE_TARGET_S} s",
+                                  "ERROR" if ours is None else probes.verdict(ours <= daemon.TRUE_TARGET_S),
+                                  walls))
+    mem = daemon.daemon_memory(session, args.runner, service)
+    growth = mem["growth"]
+    out.append(probes.ProbeResult(
+        f"daemon RSS over {mem['runs']} runs",
+        f"{mem['rss_kib'][0] / 1024:.1f} -> {mem['rss_kib'][-1] / 1024:.1f} MiB (x{growth:.2f} after run 10; "
+        f"{mem['failures']} failed runs)", f"<= x{daemon.MEMORY_GROWTH_LIMIT:.2f}",
+        probes.verdict(growth is not None and growth <= daemon.MEMORY_GROWTH_LIMIT and not mem["failures"]),
+        mem))
     return out
 
 
