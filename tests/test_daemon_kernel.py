@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -328,3 +331,35 @@ def test_socket_activation_serves_on_the_inherited_socket(tmp_path: Path) -> Non
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert sock.exists() and not (tmp_path / "unused.sock").exists()  # systemd's socket is left alone
+
+
+def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) -> None:
+    """Its stdio is the caller's terminal (the status line is drawn there too); umask, limits the caller's."""
+    user = world.member
+    work = user.workspace(world.root, "work-tty")
+    inner = "tty; umask; ulimit -n; sleep 1"
+    client = (f"ulimit -n 300; umask 027; exec {shlex.join(map(str, CLI))} run "
+              f"--socket {world.daemon.socket} --out out --run-id tty -- sh -c {shlex.quote(inner)}")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(["sh", "-c", client], cwd=work, user=user.uid, group=user.gid,
+                            extra_groups=list(user.groups), env=user.env(), stdin=slave, stdout=slave,
+                            stderr=slave, start_new_session=True)
+    os.close(slave)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: every holder of the slave is gone
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0
+    text = output.decode(errors="replace").replace("\r", "")
+    status = re.compile(r"\x1b\[K(\[assay-runner\] \d+ events · \d+ drops · [\d.]+s)?")
+    assert any(m[1] for m in status.finditer(text)), text  # the live status line, drawn by the client
+    lines = status.sub("", text).splitlines()
+    assert lines[0].startswith("/dev/pts/"), text
+    assert lines[1:3] == ["0027", "300"], text
+    assert "assay-runner: command exited 0" in text

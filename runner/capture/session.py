@@ -26,7 +26,7 @@ from runner.capture.cgroup import RunCgroup
 from runner.capture.control import End, Interrupt, RunControl, TerminalControl
 from runner.capture.limits import CgroupLimits, LimitGroups
 from runner.capture.sdk_server import SdkServer
-from runner.capture.spawn import CommandSpec, Credentials, Spawned, spawn
+from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, Spawned, spawn
 from runner.enforce import prepare as enforce
 from runner.enforce.dac import check_as
 from runner.errors import RunnerError
@@ -53,10 +53,8 @@ class RunRequest:
     user: Credentials | None = None
     isolate_net: bool = False
     policy: ResolvedPolicy | None = None
-    stdio: tuple[int, int, int] | None = None
-    """The command's stdin, stdout, stderr when not ours (the daemon: the caller's)."""
-    cwd_fd: int | None = None
-    """Enter the workdir through this open directory (the caller's own) instead of by path."""
+    caller: CallerProcess | None = None
+    """The daemon's caller's stdio, working directory, umask and limits (spawn.CallerProcess)."""
     control: RunControl | None = None
     """Status line and requests; None is direct mode's terminal."""
     evidence_access: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
@@ -117,7 +115,7 @@ def execute(req: RunRequest) -> RunResult:
         spec = CommandSpec(req.exe, req.argv, str(req.workdir), {**req.env, **sdk.env()},
                            keep_fds=(sdk.child_fd,), ruleset=enforcement.ruleset,
                            user=req.user, isolate_net=req.isolate_net,
-                           stdio=req.stdio, cwd_fd=req.cwd_fd)
+                           caller=req.caller)
         sdk.start()
         spawned = spawn(spec, cgroup, limits.procs_files)
         sdk.close_child_end()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import sys
 from dataclasses import dataclass
@@ -58,6 +59,24 @@ class Credentials:
 
 
 @dataclass(frozen=True)
+class CallerProcess:
+    """What the command takes from the daemon's caller rather than from the daemon.
+
+    `cwd_fd` is the directory the caller opened as its working directory: the
+    command enters `cwd` by path only after dropping to the caller's ids and
+    must land on this very directory, so it never gets a working directory
+    its caller could not reach (and the traced chdir names it). `rlimits`
+    are (resource, soft, hard) as the caller had them; the command never gets
+    more than the daemon's own hard limit either.
+    """
+
+    stdio: tuple[int, int, int]
+    cwd_fd: int
+    umask: int
+    rlimits: tuple[tuple[int, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class CommandSpec:
     """Everything the command's process needs to become the command."""
 
@@ -69,12 +88,8 @@ class CommandSpec:
     ruleset: Ruleset | None = None
     user: Credentials | None = None
     isolate_net: bool = False
-    stdio: tuple[int, int, int] | None = None
-    """Descriptors to become the command's 0, 1 and 2 (the daemon's caller's); None keeps ours."""
-    cwd_fd: int | None = None
-    """The directory the daemon's caller opened as its cwd: then `cwd` is entered by path only
-    after dropping to the caller's ids, and must turn out to be this very directory (so the
-    command never gets a cwd its caller could not reach, and the traced chdir names it)."""
+    caller: CallerProcess | None = None
+    """The daemon's caller's process attributes; None in direct mode (the command inherits ours)."""
 
 
 @dataclass
@@ -198,10 +213,9 @@ def _exec_command(spec: CommandSpec) -> None:
         for signum in (signal.SIGINT, signal.SIGQUIT, *FORWARDED):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        if spec.stdio is not None:
-            for target, fd in enumerate(spec.stdio):
-                os.dup2(fd, target)
-        if spec.cwd_fd is None:
+        if spec.caller is not None:
+            _take_callers_process(spec.caller)
+        else:
             os.chdir(spec.cwd)
         if spec.ruleset is not None:
             spec.ruleset.restrict_self()
@@ -209,8 +223,8 @@ def _exec_command(spec: CommandSpec) -> None:
             os.setgroups(list(spec.user.groups))
             os.setresgid(spec.user.gid, spec.user.gid, spec.user.gid)
             os.setresuid(spec.user.uid, spec.user.uid, spec.user.uid)
-        if spec.cwd_fd is not None:
-            _enter_callers_cwd(spec.cwd, spec.cwd_fd)
+        if spec.caller is not None:
+            _enter_callers_cwd(spec.cwd, spec.caller.cwd_fd)
         _close_fds_except(spec.keep_fds)
         os.execve(spec.exe, spec.argv, spec.env)
     except FileNotFoundError as exc:
@@ -219,6 +233,23 @@ def _exec_command(spec: CommandSpec) -> None:
     except BaseException as exc:
         os.write(2, f"assay-runner: cannot execute {spec.exe}: {exc}\n".encode())
         os._exit(EXIT_NOT_EXECUTABLE)
+
+
+def _take_callers_process(caller: CallerProcess) -> None:
+    """The caller's stdio, umask and resource limits (never above the daemon's hard limits)."""
+    for target, fd in enumerate(caller.stdio):
+        os.dup2(fd, target)
+    os.umask(caller.umask & 0o777)
+    for which, soft, hard in caller.rlimits:
+        cap = _lower(hard, resource.getrlimit(which)[1])
+        resource.setrlimit(which, (_lower(soft, cap), cap))
+
+
+def _lower(a: int, b: int) -> int:
+    """The smaller limit, RLIM_INFINITY being the largest."""
+    if a == resource.RLIM_INFINITY:
+        return b
+    return a if b == resource.RLIM_INFINITY else min(a, b)
 
 
 def _enter_callers_cwd(cwd: str, fd: int) -> None:

@@ -22,15 +22,15 @@ class LiveStatus:
         self._next = self._start + REFRESH_S
         self._drawn = False
 
-    def update(self, events: int, drops: Callable[[], dict[str, int]]) -> None:
+    def update(self, events: int, drops: Callable[[], dict[str, int]], elapsed: float | None = None) -> None:
+        """Redraw at most every REFRESH_S; `elapsed` when the run's clock is elsewhere (the daemon's)."""
         now = time.monotonic()
         if not self._enabled or now < self._next:
             return
         self._next = now + REFRESH_S
         dropped = sum(drops().values())
-        sys.stderr.write(
-            f"\r\033[K[assay-runner] {events} events · {dropped} drops · {now - self._start:.1f}s"
-        )
+        seconds = now - self._start if elapsed is None else elapsed
+        sys.stderr.write(f"\r\033[K[assay-runner] {events} events · {dropped} drops · {seconds:.1f}s")
         sys.stderr.flush()
         self._drawn = True
 

@@ -86,6 +86,20 @@ def _user_id(user: str | None) -> int | None:
         raise RunnerError(f"--user {user}: no such user on this machine") from None
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _rlimits() -> list[tuple[int, int, int]]:
+    """Every resource limit we have, for the command to have the same."""
+    import resource
+
+    which = {getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")}  # OFILE is NOFILE
+    return sorted((r, *resource.getrlimit(r)) for r in which)
+
+
 def _stdio() -> list[int]:
     """Our fds 0-2 to pass on; a closed one becomes /dev/null (as a shell would give)."""
     fds = []
@@ -116,6 +130,7 @@ def run_via_daemon(args: argparse.Namespace) -> int:
         env={os.fsencode(k): os.fsencode(v) for k, v in env.items()}, workdir=os.fsencode(str(workdir)),
         out_display=str(args.out), ringbuf_pages=args.ringbuf_pages, isolate_net=args.net == "isolated",
         user=_user_id(args.user), policy=policy_document(args), status_line=sys.stderr.isatty(),
+        umask=_umask(), rlimits=_rlimits(),
     )
     sock = connect(socket_path(args))  # before --out is created: no daemon, nothing left behind
     out_existed = os.path.isdir(args.out)
@@ -160,7 +175,7 @@ def _mirror(sock: socket.socket) -> int:
                                   "see its log (journalctl -u assay-runner)")
             msg = protocol.decode_daemon(body)
             if isinstance(msg, protocol.Progress):
-                status.update(msg.events, lambda m=msg: {"all": m.drops})
+                status.update(msg.events, lambda m=msg: {"all": m.drops}, msg.elapsed_s)
             elif isinstance(msg, protocol.Finished):
                 status.clear()
                 print(msg.summary, file=sys.stderr)

@@ -34,6 +34,9 @@ MAX_ARGS = 4096
 MAX_ENV = 4096
 MAX_ARG_BYTES = 256 * 1024
 """Total bytes of argv plus environment (the kernel's own limit is in this range)."""
+MAX_RLIMITS = 16
+"""RLIM_NLIMITS on Linux."""
+RLIM_INFINITY = -1
 RUN_FDS = ("stdin", "stdout", "stderr", "out_dir", "cwd")
 _HEADER = struct.Struct(">I")
 
@@ -69,6 +72,9 @@ class RunStart(_Msg, tag="run"):
     """The caller's policy document, resolved and met with the floor by the daemon."""
     status_line: bool = False
     """The caller's stderr is a terminal: send `Progress` for the live status line."""
+    umask: int = 0o022
+    rlimits: list[tuple[int, int, int]] = []
+    """(resource, soft, hard) of the caller; the command gets these (capped by the daemon's)."""
 
 
 class Interrupt(_Msg, tag="interrupt"):
@@ -92,6 +98,8 @@ class Started(_Msg, tag="started"):
 class Progress(_Msg, tag="progress"):
     events: int
     drops: int
+    elapsed_s: float
+    """Since the run's drain loop started: the moment direct mode's status line starts counting."""
 
 
 class Finished(_Msg, tag="finished"):
@@ -174,6 +182,10 @@ def _check_run(msg: RunStart) -> None:
             raise ProtocolError("argv, environment and paths cannot contain NUL bytes")
     if any(not k or b"=" in k for k in msg.env):
         raise ProtocolError("environment names must be non-empty and contain no '='")
+    if len(msg.rlimits) > MAX_RLIMITS or not 0 <= msg.umask <= 0o777:
+        raise ProtocolError(f"at most {MAX_RLIMITS} resource limits and a umask within 0o777")
+    if any(not 0 <= r < MAX_RLIMITS or min(soft, hard) < RLIM_INFINITY for r, soft, hard in msg.rlimits):
+        raise ProtocolError("resource limits must name a known resource with limits >= -1 (infinity)")
     if not msg.exe.startswith(b"/") or not msg.workdir.startswith(b"/"):
         raise ProtocolError("exe and workdir must be absolute paths")
 

@@ -37,7 +37,7 @@ from policy.load import host_variables
 from policy.model import PolicyError, ResolvedPolicy, resolve, validate_policy
 from runner.capture.control import End, Interrupt
 from runner.capture.session import RunRequest, execute
-from runner.capture.spawn import Credentials
+from runner.capture.spawn import CallerProcess, Credentials
 from runner.capture.status import REFRESH_S, summary
 from runner.cli.cmd_run import check_run_id
 from runner.daemon import protocol
@@ -70,6 +70,7 @@ class ClientControl:
         self._reader = protocol.FrameReader(max_fds=0)
         self._out = b""
         self._next = 0.0
+        self._started = 0.0
         self._ended = False
         self._shutdown = False
         signal.signal(signal.SIGUSR1, self._on_shutdown)
@@ -80,6 +81,7 @@ class ClientControl:
 
     def progress(self, events: int, drops: Callable[[], dict[str, int]]) -> None:
         now = time.monotonic()
+        self._started = self._started or now
         if now < self._next:
             return
         self._next = now + REFRESH_S
@@ -87,7 +89,8 @@ class ClientControl:
         with contextlib.suppress(BlockingIOError):  # the daemon is busy: the next report will do
             os.write(self._report_fd, REPORT.pack(events, dropped))
         if self._status_line and not self._out:
-            self._out = protocol.encode(protocol.Progress(events=events, drops=dropped))
+            self._out = protocol.encode(protocol.Progress(events=events, drops=dropped,
+                                                          elapsed_s=now - self._started))
         self._flush()
 
     def _flush(self) -> None:
@@ -190,7 +193,8 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
         run_id=run_id, exe=os.fsdecode(msg.exe), argv=[os.fsdecode(a) for a in msg.argv],
         workdir=workdir, out_dir=Path(f"/proc/self/fd/{out_fd}"), ringbuf_pages=pages, env=env,
         user=creds if creds.uid != 0 else None, isolate_net=msg.isolate_net, policy=policy,
-        stdio=stdio, cwd_fd=cwd_fd, limits=config.limits,
+        caller=CallerProcess(stdio=stdio, cwd_fd=cwd_fd, umask=msg.umask, rlimits=tuple(msg.rlimits)),
+        limits=config.limits,
         evidence_access=lambda: filesystem_identity(creds),
     )
 
