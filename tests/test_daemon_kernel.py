@@ -363,3 +363,21 @@ def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) ->
     assert lines[0].startswith("/dev/pts/"), text
     assert lines[1:3] == ["0027", "300"], text
     assert "assay-runner: command exited 0" in text
+
+
+def test_the_command_cannot_touch_its_evidence_while_it_runs(world: World) -> None:
+    """The command has the caller's uid, so it may write the caller's --out: the evidence is elsewhere
+    until the command is gone, and what it planted there is replaced by the real thing."""
+    user = world.member
+    work = user.workspace(world.root, "work-forge")
+    out = user.workspace(world.root, "out-forge")
+    script = (f"ls -A {out} > seen.txt; echo forged > {out}/forge.tar.gz; echo forged > {out}/forge.spool; "
+              f"cat /etc/hostname > /dev/null")
+    proc = world.run(user, work, "forge", "sh", "-c", script, out=out)
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "seen.txt").read_text() == ""  # nothing of the run was in --out while it ran
+    check = user.run([*CLI, "validate", out / "forge.tar.gz"], cwd=work)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "/etc/hostname" in Archive(out / "forge.tar.gz").values("openat")
+    assert (out / "forge.spool").read_bytes() != b"forged\n"
+    assert sorted(p.name for p in out.iterdir()) == ["forge.spool", "forge.tar.gz"]

@@ -12,8 +12,6 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,8 +55,6 @@ class RunRequest:
     """The daemon's caller's stdio, working directory, umask and limits (spawn.CallerProcess)."""
     control: RunControl | None = None
     """Status line and requests; None is direct mode's terminal."""
-    evidence_access: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
-    """Entered around each create, rename and append of spool and archive (daemon: the caller's fsuid)."""
     limits: CgroupLimits | None = None
 
     @property
@@ -120,13 +116,12 @@ def execute(req: RunRequest) -> RunResult:
         spawned = spawn(spec, cgroup, limits.procs_files)
         sdk.close_child_end()
         enforcement.close()
-        with req.evidence_access():
-            spooler = Spooler(req.spool_path, SpoolHeader(
-                format=SPOOL_FORMAT, run_id=req.run_id, argv=req.argv, workdir=str(req.workdir),
-                control_pids=[spawned.helper_pid], shim_pid=spawned.shim_pid,
-                ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
-                policy=req.policy,
-            ))
+        spooler = Spooler(req.spool_path, SpoolHeader(
+            format=SPOOL_FORMAT, run_id=req.run_id, argv=req.argv, workdir=str(req.workdir),
+            control_pids=[spawned.helper_pid], shim_pid=spawned.shim_pid,
+            ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
+            policy=req.policy,
+        ))
         for rec in early:  # the helper's first records arrived before the spooler existed
             spooler.add(rec)
         monitor.set_sink(spooler.add)
@@ -139,25 +134,21 @@ def execute(req: RunRequest) -> RunResult:
         sdk.stop()
         spooler.sdk(sdk.take_messages())
         spooler.phase("run_finished")
-        with req.evidence_access():
-            spool_path = spooler.finish(SpoolTrailer(
-                exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(), ended_by=ended_by,
-            ))
+        spool_path = spooler.finish(SpoolTrailer(
+            exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(), ended_by=ended_by,
+        ))
         spooler = None
     finally:
         sdk.stop()
         if spooler is not None:
-            with req.evidence_access():
-                spooler.discard()
+            spooler.discard()
         if monitor is not None:
             monitor.close()
         cgroup.remove()
         limits.remove()
-    with req.evidence_access():
-        spool = _with_dac_verdicts(read_spool(spool_path), spool_path, req.user)
+    spool = _with_dac_verdicts(read_spool(spool_path), spool_path, req.user)
     normalized = normalize(spool, req.run_id)
-    with req.evidence_access():
-        publish(normalized, req.archive_path)
+    publish(normalized, req.archive_path)
     return RunResult(exit_code, req.archive_path, spool_path, normalized,
                      time.monotonic() - started)
 

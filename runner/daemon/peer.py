@@ -66,7 +66,7 @@ def group_name(gid: int) -> str:
 
 @contextlib.contextmanager
 def filesystem_identity(creds: Credentials) -> Iterator[None]:
-    """Create, rename and open files as `creds` (fsuid/fsgid), in this thread only.
+    """Create, rename and open files as `creds` (fsuid/fsgid), in this thread only (evidence delivery).
 
     Leaving root's fsuid drops the filesystem capabilities (DAC override and
     friends) from the effective set, so the kernel checks the caller's own

@@ -8,9 +8,12 @@ with the caller's identity everywhere it matters:
   directory (entered through the directory fd the caller opened), with the
   caller's environment and its stdin/stdout/stderr (passed fds, terminal
   included);
-- the spool and the archive are created only inside the `--out` directory fd
-  the caller passed, with the caller's filesystem identity, so they land
-  where the caller could write and belong to the caller;
+- the spool and the archive are written to a root-only staging directory
+  while the command runs (it has the caller's uid, so it could rewrite
+  anything in the caller's `--out`), and delivered once it is gone: only
+  through the `--out` directory fd the caller passed, with the caller's
+  filesystem identity, so they land where the caller could write and belong
+  to the caller (runner/daemon/staging.py);
 - the caller's policy is met with the operator's floor (policy/floor.py).
 
 Then `session.execute` runs it exactly as direct mode does; progress and the
@@ -42,7 +45,8 @@ from runner.capture.status import REFRESH_S, summary
 from runner.cli.cmd_run import check_run_id
 from runner.daemon import protocol
 from runner.daemon.config import DaemonConfig
-from runner.daemon.peer import Peer, caller_may_write, filesystem_identity
+from runner.daemon.peer import Peer, caller_may_write
+from runner.daemon.staging import deliver, staging_dir
 from runner.enforce import prepare as enforce
 from runner.errors import RunnerError
 from runner.logs import get_logger
@@ -142,11 +146,15 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     try:
         creds = _command_credentials(msg, peer)
         os.setgroups(list(creds.groups))  # for the caller-identity file operations (peer.py)
-        req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd)
-        protocol.send(conn, protocol.Started(run_id=req.run_id))
-        control = ClientControl(conn, report_fd, msg.status_line)
-        log.info("run.start", run_id=req.run_id, uid=creds.uid, caller_pid=peer.pid)
-        result = execute(dataclasses.replace(req, control=control))
+        with staging_dir(check_run_id(msg.run_id)) as staging:
+            req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd, staging)
+            protocol.send(conn, protocol.Started(run_id=req.run_id))
+            control = ClientControl(conn, report_fd, msg.status_line)
+            log.info("run.start", run_id=req.run_id, uid=creds.uid, caller_pid=peer.pid)
+            try:
+                result = execute(dataclasses.replace(req, control=control))
+            finally:  # the spool reaches the caller even when the archive could not be made
+                deliver(staging, req.run_id, out_fd, creds)
     except RunnerError as exc:
         log.warning("run.failed", error=str(exc), uid=peer.uid)
         finish(conn, protocol.Refused(message=str(exc), exit_code=exc.exit_code))
@@ -174,9 +182,8 @@ def _command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
 
 
 def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: DaemonConfig,
-             stdio: tuple[int, int, int], out_fd: int, cwd_fd: int) -> RunRequest:
-    """The direct-mode request for this caller; RunnerError on anything unusable."""
-    run_id = check_run_id(msg.run_id)
+             stdio: tuple[int, int, int], out_fd: int, cwd_fd: int, staging: Path) -> RunRequest:
+    """Direct mode's request for this caller, evidence staged in `staging`; RunnerError if unusable."""
     workdir = Path(os.fsdecode(msg.workdir))
     _same_directory(workdir, cwd_fd, "the working directory")
     if not stat.S_ISDIR(os.fstat(out_fd).st_mode):
@@ -190,12 +197,11 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
     policy = _policy(msg, config, workdir, creds.uid, env)
     enforce.check(policy)
     return RunRequest(
-        run_id=run_id, exe=os.fsdecode(msg.exe), argv=[os.fsdecode(a) for a in msg.argv],
-        workdir=workdir, out_dir=Path(f"/proc/self/fd/{out_fd}"), ringbuf_pages=pages, env=env,
+        run_id=msg.run_id, exe=os.fsdecode(msg.exe), argv=[os.fsdecode(a) for a in msg.argv],
+        workdir=workdir, out_dir=staging, ringbuf_pages=pages, env=env,
         user=creds if creds.uid != 0 else None, isolate_net=msg.isolate_net, policy=policy,
         caller=CallerProcess(stdio=stdio, cwd_fd=cwd_fd, umask=msg.umask, rlimits=tuple(msg.rlimits)),
         limits=config.limits,
-        evidence_access=lambda: filesystem_identity(creds),
     )
 
 
