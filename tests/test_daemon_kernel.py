@@ -249,6 +249,7 @@ def test_sigterm_ends_runs_and_writes_their_archives(world: World) -> None:
         assert service.stop() == 0
         _, err = client.communicate(timeout=60)
     assert client.returncode == 137, err
+    assert "ended from outside: reason=daemon_shutdown" in err
     archive = Archive(work / "out" / "term.tar.gz")
     assert "s2_run_ended: reason=daemon_shutdown" in archive.health["notes"]
     assert not service.socket.exists()

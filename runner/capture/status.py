@@ -58,6 +58,8 @@ def summary(run: NormalizedRun, exit_code: int, elapsed: float, archive: str) ->
     ]
     if run.blocked:
         lines.append(f"  policy blocks:     {_preview(run.blocked)}")
+    ended = [n.split(": ", 1)[1] for n in h.notes if n.startswith("s2_run_ended:")]
+    lines += [f"  ended from outside: {why}" for why in ended]
     lines += [
         f"  health:            kernel_layer={h.kernel_layer} drops={h.ringbuf_drops} "
         f"cgroup_correlation={h.cgroup_correlation} network={h.network_protocol_coverage}",
