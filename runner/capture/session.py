@@ -8,9 +8,7 @@ monitor) are undone in `finally` whatever happens.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +19,11 @@ from ebpf.monitor import DEFAULT_RINGBUF_PAGES, Monitor, MonitorConfig, MonitorE
 from normalizer.build import NormalizedRun, dac_questions, normalize
 from policy.model import ResolvedPolicy
 from runner.capture.cgroup import RunCgroup
-from runner.capture.control import End, Interrupt, RunControl, TerminalControl
+from runner.capture.control import RunControl, TerminalControl
 from runner.capture.limits import CgroupLimits, LimitGroups
+from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
-from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, Spawned, spawn
+from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, spawn
 from runner.enforce import prepare as enforce
 from runner.enforce.dac import check_as
 from runner.errors import RunnerError
@@ -33,7 +32,6 @@ from runner.logs import get_logger
 from spool.format import SPOOL_FORMAT, DacVerdicts, Spool, SpoolHeader, SpoolTrailer, read_spool
 from spool.writer import Spooler
 
-POLL_MS = 20
 log = get_logger("session")
 
 
@@ -77,26 +75,6 @@ class RunResult:
     elapsed: float
 
 
-class _Signals:
-    """Turns SIGTERM/SIGHUP into flags the drain loop acts on.
-
-    SIGINT from the terminal already reaches the command (same process
-    group); the runner ignores it and keeps draining until the command exits.
-    """
-
-    def __init__(self) -> None:
-        self.pending: list[int] = []
-        self._old = {s: signal.signal(s, self._on) for s in (signal.SIGTERM, signal.SIGHUP)}
-        self._old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def _on(self, signum: int, _frame: object) -> None:
-        self.pending.append(signum)
-
-    def restore(self) -> None:
-        for s, handler in self._old.items():
-            signal.signal(s, handler)
-
-
 def execute(req: RunRequest) -> RunResult:
     """Run the command under observation and write its archive."""
     started = time.monotonic()
@@ -124,16 +102,8 @@ def execute(req: RunRequest) -> RunResult:
         ))
         for rec in early:  # the helper's first records arrived before the spooler existed
             spooler.add(rec)
-        monitor.set_sink(spooler.add)
-        spooler.phase("run_started")
-        spawned.start()
-        exit_code, ended_by = _drain_until_exit(monitor, spooler, spawned, cgroup, sdk,
-                                                req.control or TerminalControl())
-        spooler.phase("command_exited")
-        monitor.drain()
-        sdk.stop()
-        spooler.sdk(sdk.take_messages())
-        spooler.phase("run_finished")
+        exit_code, ended_by = capture(monitor, spooler, spawned, cgroup, sdk,
+                                      req.control or TerminalControl())
         spool_path = spooler.finish(SpoolTrailer(
             exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(), ended_by=ended_by,
         ))
@@ -178,52 +148,3 @@ def _with_dac_verdicts(spool: Spool, path: Path, user: Credentials | None) -> Sp
     verdicts = DacVerdicts(allowed=check_as(user, questions))
     Spooler.append(path, verdicts)
     return msgspec.structs.replace(spool, dac={**spool.dac, **verdicts.allowed})
-
-
-def _drain_until_exit(monitor: Monitor, spooler: Spooler, spawned: Spawned, cgroup: RunCgroup,
-                      sdk: SdkServer, control: RunControl) -> tuple[int, str | None]:
-    """Drain the ring buffer on a short timer until the command exits.
-
-    Returns the exit code and, when the run was ended from outside (client
-    gone, daemon shutting down), why.
-    """
-    signals = _Signals()
-    terms = 0
-    ended_by: str | None = None
-    try:
-        while True:
-            monitor.wait(POLL_MS)
-            monitor.drain()
-            spooler.flush()
-            spooler.sdk(sdk.take_messages())
-            code = spawned.poll()
-            if code is not None:
-                return code, ended_by
-            for request in control.requests():
-                if isinstance(request, End) or (isinstance(request, Interrupt) and terms):
-                    ended_by = request.reason if isinstance(request, End) else ended_by
-                    log.warning("run.end", reason=ended_by or "second_interrupt")
-                    cgroup.kill()
-                else:
-                    terms += 1
-                    _interrupt(cgroup, spawned)
-            while signals.pending:
-                signum = signals.pending.pop()
-                terms += 1
-                log.warning("run.signal", signal=signal.Signals(signum).name, count=terms)
-                if terms > 1:
-                    cgroup.kill()
-                else:
-                    spawned.signal(signum)
-            control.progress(spooler.records, monitor.drops)
-    finally:
-        control.done()
-        signals.restore()
-
-
-def _interrupt(cgroup: RunCgroup, spawned: Spawned) -> None:
-    """SIGINT to every process of the command, as a terminal's Ctrl-C reaches its process group."""
-    for pid in cgroup.pids():
-        if pid not in (spawned.helper_pid, spawned.shim_pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGINT)

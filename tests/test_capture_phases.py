@@ -1,0 +1,160 @@
+"""The capture phases without root: a recorded spool replayed through `phases.capture`.
+
+The monitor is a `ReplaySource` over tests/data spools, the command and its
+process group are small stand-ins (real child processes where signals
+matter), so phase order, the final drain and every way a run ends are
+checked against the real drain loop and spool writer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.capture.control import End, Interrupt
+from runner.capture.phases import capture
+from runner.capture.replay import ReplaySource
+from spool.format import SPOOL_FORMAT, SpoolHeader, SpoolRecords, SpoolTrailer, read_spool
+from spool.writer import Spooler
+
+DATA = Path(__file__).parent / "data"
+
+
+class OrderedSpooler(Spooler):
+    def __init__(self, path: Path, order: list[str]) -> None:
+        super().__init__(path, SpoolHeader(format=SPOOL_FORMAT, run_id="r", argv=["x"], workdir="/",
+                                           control_pids=[], shim_pid=0, ringbuf_pages=64))
+        self.order = order
+
+    def phase(self, name: str) -> None:
+        self.order.append(name)
+        super().phase(name)
+
+
+class Command:
+    """Exits with `code` once `exit_when()` says so; remembers what it was sent."""
+
+    def __init__(self, order: list[str], exit_when, code: int = 0, helper_pid: int = -1) -> None:
+        self.order, self.exit_when, self.code = order, exit_when, code
+        self.helper_pid, self.shim_pid = helper_pid, -2
+        self.signals: list[int] = []
+
+    def start(self) -> None:
+        self.order.append("go")
+
+    def poll(self) -> int | None:
+        return self.code if self.exit_when() else None
+
+    def signal(self, signum: int) -> None:
+        self.signals.append(signum)
+
+
+class Group:
+    def __init__(self, pids: list[int] | None = None) -> None:
+        self._pids = pids or []
+        self.killed = 0
+
+    def pids(self) -> list[int]:
+        return self._pids
+
+    def kill(self) -> None:
+        self.killed += 1
+
+
+class Sdk:
+    def take_messages(self) -> list:
+        return []
+
+    def stop(self) -> None:
+        pass
+
+
+class Control:
+    """Hands out scripted requests, one list per drain-loop turn."""
+
+    def __init__(self, script: list[list]) -> None:
+        self.script = script
+        self.progress_calls = 0
+
+    def progress(self, events, drops) -> None:
+        self.progress_calls += 1
+
+    def requests(self) -> list:
+        return self.script.pop(0) if self.script else []
+
+    def done(self) -> None:
+        pass
+
+
+def _finish(spooler: Spooler, code: int, ended_by: str | None) -> Path:
+    return spooler.finish(SpoolTrailer(exit_code=code, drops={}, emitted={}, ended_by=ended_by))
+
+
+@pytest.mark.parametrize("recording", ["example.spool", "threads.spool"])
+def test_phases_in_order_and_the_final_drain_loses_nothing(tmp_path: Path, recording: str) -> None:
+    source = ReplaySource(DATA / recording, per_drain=10)
+    assert source.remaining >= 2, "the recording needs several batches for this test"
+    order: list[str] = []
+    spooler = OrderedSpooler(tmp_path / "s.spool", order)
+    command = Command(order, lambda: source.remaining == 1, code=3)  # exits with one batch still queued
+    code, ended_by = capture(source, spooler, command, Group(), Sdk(), Control([]))
+    assert (code, ended_by) == (3, None)
+    assert order == ["run_started", "go", "command_exited", "run_finished"]
+    spool = read_spool(_finish(spooler, code, ended_by))
+    assert list(spool.records) == list(SpoolRecords(DATA / recording))
+    assert [p.name for p in spool.phases] == ["run_started", "command_exited", "run_finished"]
+
+
+def test_an_end_request_kills_the_group_and_says_why(tmp_path: Path) -> None:
+    source = ReplaySource(DATA / "example.spool")
+    group = Group()
+    order: list[str] = []
+    command = Command(order, lambda: group.killed > 0, code=137)
+    code, ended_by = capture(source, OrderedSpooler(tmp_path / "s.spool", order), command, group, Sdk(),
+                             Control([[], [End(reason="daemon_shutdown")]]))
+    assert (code, ended_by, group.killed) == (137, "daemon_shutdown", 1)
+    assert order[-2:] == ["command_exited", "run_finished"]
+
+
+def test_interrupts_reach_the_command_not_the_helpers_then_kill(tmp_path: Path) -> None:
+    helper = subprocess.Popen(["sleep", "60"])
+    children = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    group = Group([helper.pid, *(c.pid for c in children)])
+    try:
+        turns = iter(range(1000))
+        order: list[str] = []
+        command = Command(order, lambda: group.killed > 0 or next(turns) > 200, code=130,
+                          helper_pid=helper.pid)
+        code, _ = capture(ReplaySource(DATA / "example.spool"), OrderedSpooler(tmp_path / "s.spool", order),
+                          command, group, Sdk(), Control([[Interrupt()], [], [Interrupt()]]))
+        assert [c.wait(timeout=10) for c in children] == [-signal.SIGINT] * 2
+        assert helper.poll() is None  # the helper chain is never interrupted
+        assert group.killed == 1 and code == 130  # the second Ctrl-C ended the run
+    finally:
+        for p in (helper, *children):
+            p.kill()
+            p.wait()
+
+
+def test_sigterm_is_forwarded_once_then_the_group_is_killed(tmp_path: Path) -> None:
+    group = Group()
+    sent = iter([True, True])
+    order: list[str] = []
+
+    def exit_when() -> bool:
+        if next(sent, False):
+            os.kill(os.getpid(), signal.SIGTERM)  # the runner itself is asked to stop, twice
+        return group.killed > 0
+
+    command = Command(order, exit_when, code=143)
+    spooler = OrderedSpooler(tmp_path / "s.spool", order)
+    before = signal.getsignal(signal.SIGTERM)
+    source = ReplaySource(DATA / "example.spool")
+    code, ended_by = capture(source, spooler, command, group, Sdk(), Control([]))
+    assert command.signals == [signal.SIGTERM] and group.killed == 1
+    assert (code, ended_by) == (143, None)
+    assert signal.getsignal(signal.SIGTERM) == before  # the runner's own handler is back
