@@ -382,3 +382,29 @@ def test_the_command_cannot_touch_its_evidence_while_it_runs(world: World) -> No
     assert "/etc/hostname" in Archive(out / "forge.tar.gz").values("openat")
     assert (out / "forge.spool").read_bytes() != b"forged\n"
     assert sorted(p.name for p in out.iterdir()) == ["forge.spool", "forge.tar.gz"]
+
+
+RAW_CLIENT = """
+import os, socket, sys
+from runner.daemon import protocol
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(sys.argv[1])
+out = os.open(sys.argv[2], os.O_RDONLY | os.O_DIRECTORY)
+cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+request = protocol.RunStart(version=protocol.VERSION, run_id="raw", exe=b"/bin/true", argv=[b"true"],
+                            env={}, workdir=os.fsencode(os.getcwd()), out_display=sys.argv[2],
+                            ringbuf_pages=64, user=int(sys.argv[3]))
+protocol.send(sock, request, [0, 1, 2, out, cwd])
+print(protocol.decode_daemon(protocol.receive(sock, protocol.FrameReader(max_fds=0))))
+"""
+
+
+def test_a_client_that_skips_its_own_checks_is_still_held_to_the_callers_rights(world: World) -> None:
+    """A hand-made request: an --out the caller may only read, then another uid than its own."""
+    user = world.member
+    work = user.workspace(world.root, "work-raw")
+    for out, uid, expected in (("/etc", user.uid, "may not write there"),
+                               (str(work), 0, "may only run commands as itself")):
+        proc = user.run([sys.executable, "-c", RAW_CLIENT, world.daemon.socket, out, str(uid)], cwd=work)
+        assert "Refused" in proc.stdout and expected in proc.stdout, proc.stdout + proc.stderr
+    assert not Path("/etc/raw.tar.gz").exists() and not Path("/etc/raw.spool").exists()
