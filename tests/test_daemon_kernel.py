@@ -408,3 +408,25 @@ def test_a_client_that_skips_its_own_checks_is_still_held_to_the_callers_rights(
         proc = user.run([sys.executable, "-c", RAW_CLIENT, world.daemon.socket, out, str(uid)], cwd=work)
         assert "Refused" in proc.stdout and expected in proc.stdout, proc.stdout + proc.stderr
     assert not Path("/etc/raw.tar.gz").exists() and not Path("/etc/raw.spool").exists()
+
+
+def test_runs_beyond_the_limit_are_refused_not_queued(world: World) -> None:
+    user = world.member
+    root = world.root / "third"
+    root.mkdir()
+    root.chmod(0o755)
+    group = world.accounts.groups[1]
+    config = f'[access]\nallowed_groups = ["{group}"]\n[limits]\nmax_concurrent_runs = 1\n'
+    with daemon(root, config) as service:
+        os.chmod(service.socket, 0o666)
+        work = user.workspace(world.root, "work-limit")
+        base = [*CLI, "run", "--socket", service.socket]
+        first = user.popen([*base, "--out", work / "out", "--run-id", "first", "--", "sleep", "5"], cwd=work)
+        deadline = time.monotonic() + 60
+        while b'"run.accepted"' not in service.log.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        second = user.run([*base, "--out", work / "out2", "--run-id", "second", "--", "/bin/true"], cwd=work)
+        assert second.returncode == 125
+        assert "limits.max_concurrent_runs = 1" in second.stderr and not (work / "out2").exists()
+        first.communicate(timeout=120)
+        assert first.returncode == 0
