@@ -63,7 +63,7 @@ class RunStart(_Msg, tag="run"):
     workdir: bytes
     """The caller's view of its working directory; must be the directory of the cwd fd."""
     out_display: str
-    """`--out` as the caller wrote it, for the summary line only (never opened by the daemon)."""
+    """`--out` resolved by the client, for the summary line only (never opened by the daemon)."""
     ringbuf_pages: int
     isolate_net: bool = False
     user: int | None = None
