@@ -117,7 +117,8 @@ def is_test_run(argv: tuple[str, ...] | list[str]) -> bool:
     if name in _TEST_TOOLS:
         return True
     if _PYTHON.match(name):
-        return "-m" in args and args.index("-m") + 1 < len(args) and args[args.index("-m") + 1] in _TEST_MODULES
+        module = args[args.index("-m") + 1] if "-m" in args[:-1] else None
+        return module in _TEST_MODULES
     if name in _TEST_SUBCOMMANDS:
         words = [a for a in args if not a.startswith("-")]
         if name in ("npm", "yarn", "pnpm", "bun") and words[:1] == ["run"]:

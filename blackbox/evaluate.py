@@ -92,7 +92,8 @@ def check_no_ci_changes(i: Inputs) -> Finding:
         return Finding(NO_CI_CHANGES, "fail", f"{ARTIFACT_DIFF}: {_cite_paths(ci)}",
                        f"{len(ci)} CI configuration path(s) changed", "observed")
     return Finding(NO_CI_CHANGES, "pass",
-                   f"{ARTIFACT_DIFF} ({i.diff.hash}): {len(i.diff.changes)} changed path(s), none CI configuration",
+                   f"{ARTIFACT_DIFF} ({i.diff.hash}): {len(i.diff.changes)} changed path(s), "
+                   "none CI configuration",
                    "no CI configuration changed", "observed")
 
 
@@ -140,7 +141,8 @@ def check_tests_required(i: Inputs) -> Finding:
     if not i.diff.available:
         return Finding(TESTS_REQUIRED, "unknown", f"{ARTIFACT_DIFF}: not produced ({i.diff.error})",
                        "the workspace diff could not be computed", "observed")
-    tests = [f"{c.status} {c.path}" for c in i.diff.changes if c.status != "D" and matches(c.path, TEST_PATTERNS)]
+    tests = [f"{c.status} {c.path}" for c in i.diff.changes
+             if c.status != "D" and matches(c.path, TEST_PATTERNS)]
     added = (f"{ARTIFACT_DIFF}: test file(s) {_cite_paths(tests)}" if tests
              else f"{ARTIFACT_DIFF} ({i.diff.hash}): no test file added or changed")
     if i.commands is None:
@@ -157,7 +159,8 @@ def check_tests_required(i: Inputs) -> Finding:
         ran = f"{ARTIFACT_COMMANDS}: no test runner among {len(i.commands)} command(s)"
     evidence = f"{added}; {ran}"
     if tests and runs and runs[-1].exit_code == 0:
-        return Finding(TESTS_REQUIRED, "pass", evidence, "tests added and the last test run passed", "observed")
+        return Finding(TESTS_REQUIRED, "pass", evidence, "tests added and the last test run passed",
+                       "observed")
     if tests and runs:
         return Finding(TESTS_REQUIRED, "warn", evidence, "tests added but the last test run did not pass",
                        "observed")

@@ -139,7 +139,8 @@ def parse_parameters(text: str, where: str = "parameters.json") -> dict[str, obj
     try:
         params = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ScenarioError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}): fix the file") from None
+        raise ScenarioError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}): fix the file") \
+            from None
     if not isinstance(params, dict):
         raise ScenarioError(f"{where}: must be a JSON object with scenario_id, workspace_mode, capture_mode")
     sid = params.get("scenario_id")

@@ -22,7 +22,8 @@ def parse_lines(data: bytes) -> tuple[list[Line], list[Violation]]:
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()
     elif raw_lines and data:
-        bad.append(Violation(len(raw_lines), "format", "the last line does not end with a newline (torn write?)"))
+        bad.append(Violation(len(raw_lines), "format",
+                             "the last line does not end with a newline (torn write?)"))
     for n, raw in enumerate(raw_lines, start=1):
         try:
             obj = json.loads(raw.decode("utf-8"))

@@ -41,7 +41,13 @@ SECTIONS = ("alignment", "quality", "policy")
 
 
 def _artifacts(ev: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    return [a for a in get(ev, "agent_action", "artifacts") or [] if isinstance(a, dict) and a.get("type") == kind]
+    arts = get(ev, "agent_action", "artifacts") or []
+    return [a for a in arts if isinstance(a, dict) and a.get("type") == kind]
+
+
+def _meta(art: dict[str, Any]) -> dict[str, Any]:
+    meta = art.get("metadata")
+    return meta if isinstance(meta, dict) else {}
 
 
 def _ref(art: dict[str, Any], filename: str) -> bool:
@@ -64,7 +70,7 @@ def _process(ev: dict[str, Any], keys: tuple[str, ...]) -> Iterator[str]:
     procs = _artifacts(ev, "process")
     if not procs:
         yield "must include a 'process' artifact"
-    elif missing := [k for k in keys if k not in procs[0].get("metadata", {})]:
+    elif missing := [k for k in keys if k not in _meta(procs[0])]:
         yield f"the process artifact's metadata lacks {', '.join(missing)}"
 
 
@@ -91,7 +97,7 @@ def per_event(name: str, ev: dict[str, Any]) -> Iterator[str]:
     elif name == WORKSPACE_PREPARED:
         if not get(ev, "request", "user_request_raw"):
             yield f"{name}: request.user_request_raw must carry the request (full, redacted or hash)"
-        if not any(any("workspace_root" in k for k in a.get("metadata", {}))
+        if not any(any("workspace_root" in k for k in _meta(a))
                    for a in get(ev, "agent_action", "artifacts") or [] if isinstance(a, dict)):
             yield f"{name}: an artifact's metadata must give the workspace root (workspace_root)"
     elif name == AGENT_INVOKED:
@@ -101,7 +107,8 @@ def per_event(name: str, ev: dict[str, Any]) -> Iterator[str]:
         yield from (f"{name}: {m}" for m in _needs_tokens(ev, ("exit_code=", "duration_ms="),
                                                              "the exit code and duration"))
         yield from (f"{name}: {m}" for m in _process(ev, ("exit_code", "duration_ms")))
-        if _artifacts(ev, "stdout_log") or _artifacts(ev, "stderr_log") or get(ev, "model_output", "output_raw"):
+        embeds = _artifacts(ev, "stdout_log") or _artifacts(ev, "stderr_log")
+        if embeds or get(ev, "model_output", "output_raw"):
             yield f"{name}: must not embed stdout/stderr (they are captured in artifacts_captured)"
     elif name == ARTIFACTS_CAPTURED:
         if get(ev, "model_output", "output_raw") not in (None, "captured_as_artifact"):
@@ -121,7 +128,7 @@ def _diff(ev: dict[str, Any]) -> Iterator[str]:
     if not arts:
         yield f"must include a diff artifact with content_ref {ARTIFACT_DIFF}"
         return
-    meta, art = arts[0].get("metadata", {}), arts[0]
+    meta, art = _meta(arts[0]), arts[0]
     if not isinstance(meta.get("changed_paths"), list):
         yield "the diff artifact's metadata must list changed_paths"
     if not is_type(meta.get("total_changed"), int):
@@ -137,7 +144,7 @@ def _commands(ev: dict[str, Any]) -> Iterator[str]:
     if not arts:
         yield f"must reference a command_log artifact with content_ref {ARTIFACT_COMMANDS}"
         return
-    meta = arts[0].get("metadata", {})
+    meta = _meta(arts[0])
     if not is_type(meta.get("observed_count"), int):
         yield "the command_log artifact's metadata must give observed_count"
     if not isinstance(meta.get("categories_seen"), dict | list):

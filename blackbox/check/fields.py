@@ -36,7 +36,8 @@ PROVENANCE = {"provider": _STR, "model": _STR, "capture_mode": _STR, "prompt_bun
 OUTPUT = {"completion_id": _OPT_STR, "output_raw": _OPT_STR, "output_structured": (dict, type(None)),
           "tool_calls": (list,), "usage": (dict,)}
 ACTION = {"action_type": _STR, "action_summary": _STR, "artifacts": (list,), "tool_results": (list,)}
-ARTIFACT = {"type": _STR, "id": _STR, "summary": _STR, "content_ref": _OPT_STR, "hash": _STR, "metadata": (dict,)}
+ARTIFACT = {"type": _STR, "id": _STR, "summary": _STR, "content_ref": _OPT_STR, "hash": _STR,
+            "metadata": (dict,)}
 CONSTRAINT = {"id": _STR, "type": _STR, "rule": _STR}
 VIOLATION = {"id": _STR, "severity": _STR, "message": _STR, "evidence": _STR}
 CHECK = {"id": _STR, "status": _STR, "evidence": _STR}

@@ -61,11 +61,11 @@ def intent(ev: dict[str, Any]) -> Iterator[str]:
 
 
 def _findings(section: dict[str, Any]) -> list[tuple[str, str, Any]]:
-    """(kind, status, evidence) of each check and violation of an evaluation section."""
-    out = [("check", c.get("status"), c.get("evidence")) for c in section.get("checks") or []
-           if isinstance(c, dict)]
-    out += [("violation", v.get("severity"), v.get("evidence")) for v in section.get("violations") or []
-            if isinstance(v, dict)]
+    """(where, status, evidence) of each check and violation of an evaluation section."""
+    out = [(f"checks[{n}]", c.get("status"), c.get("evidence"))
+           for n, c in enumerate(section.get("checks") or []) if isinstance(c, dict)]
+    out += [(f"violations[{n}]", v.get("severity"), v.get("evidence"))
+            for n, v in enumerate(section.get("violations") or []) if isinstance(v, dict)]
     return out
 
 
@@ -81,10 +81,10 @@ def evidence(ev: dict[str, Any]) -> Iterator[str]:
         findings = _findings(section)
         for kind, fstatus, text in findings:
             if isinstance(text, str) and len(text) > MAX_EVIDENCE_CHARS:
-                yield (f"evaluation.{name}: a {kind}'s evidence is {len(text)} characters; "
+                yield (f"evaluation.{name}.{kind}.evidence is {len(text)} characters; "
                        f"excerpts must be short (<= {MAX_EVIDENCE_CHARS}), reference by hash instead")
             if fstatus in _RANK and fstatus != "unknown" and not cites_source(text):
-                yield (f"evaluation.{name}: a {fstatus} {kind} cites no evidence source "
+                yield (f"evaluation.{name}.{kind} is {fstatus} but cites no evidence source "
                        f"({', '.join(EVIDENCE_SOURCES)} or sha256:...)")
         if status not in _RANK or status == "unknown":
             continue

@@ -114,7 +114,8 @@ def observe(req: ObserveRequest) -> ObserveResult:
 
 def _observe(req: ObserveRequest, writer: EventWriter, interrupts: _Interrupts) -> ObserveResult:
     sc, mode, run_dir = req.scenario, req.scenario.capture_mode, req.run_dir
-    meta = steps.write_json(run_dir / "metadata.json", steps.run_metadata(req.scenario, req.argv, __version__))
+    meta = steps.write_json(run_dir / "metadata.json",
+                            steps.run_metadata(req.scenario, req.argv, __version__))
     root = writer.emit(C.RUN_STARTED, None, action_type="other",
                        summary=f"run_id={req.run_id} scenario_id={sc.scenario_id} runner=assay-runner "
                                f"{__version__} mode=black_box",
@@ -177,7 +178,8 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
     end_text = steps.describe_end(result.exit_code, agent_end)
     completed = writer.emit(
         C.AGENT_COMPLETED, invoked, action_type="other",
-        summary=f"agent process ended: exit_code={result.exit_code} duration_ms={kernel.duration_ms} ({end_text})",
+        summary=f"agent process ended: exit_code={result.exit_code} "
+                f"duration_ms={kernel.duration_ms} ({end_text})",
         artifacts=(Artifact("process", "agent completion", None, sha256_ref(end_text.encode()),
                             {"exit_code": result.exit_code, "duration_ms": kernel.duration_ms,
                              "end": agent_end}),))
@@ -198,7 +200,8 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
         (run_dir / "artifacts" / C.ARTIFACT_COMMANDS).write_bytes(data)
         art = steps.command_artifact(commands, data, kernel)
         tests = any(c.category == "test_runner" for c in commands)
-        cmd_span = writer.emit(C.COMMANDS_OBSERVED, completed, action_type="run_tests" if tests else "command",
+        cmd_span = writer.emit(C.COMMANDS_OBSERVED, completed,
+                               action_type="run_tests" if tests else "command",
                                summary=steps.commands_summary(commands, kernel), artifacts=(art,))
     else:
         cmd_span = writer.emit(C.COMMANDS_UNAVAILABLE, completed, action_type="other",

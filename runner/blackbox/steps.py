@@ -120,7 +120,8 @@ def output_artifact(kind: str, name: str, data: bytes) -> Artifact:
 def diff_summary(facts: DiffFacts) -> str:
     if not facts.available:
         return f"workspace diff unavailable: {facts.error}"
-    return f"{len(facts.changes)} path(s) changed in the workspace" + ("" if facts.changes else " (empty diff)")
+    empty = "" if facts.changes else " (empty diff)"
+    return f"{len(facts.changes)} path(s) changed in the workspace{empty}"
 
 
 def diff_artifact(facts: DiffFacts) -> Artifact:
@@ -132,7 +133,8 @@ def diff_artifact(facts: DiffFacts) -> Artifact:
 
 
 def command_artifact(commands: list[Command], data: bytes, kernel: KernelFacts) -> Artifact:
-    return Artifact("command_log", C.ARTIFACT_COMMANDS, f"artifacts/{C.ARTIFACT_COMMANDS}", sha256_ref(data), {
+    ref = f"artifacts/{C.ARTIFACT_COMMANDS}"
+    return Artifact("command_log", C.ARTIFACT_COMMANDS, ref, sha256_ref(data), {
         "observed_count": len(commands), "categories_seen": categories_seen(commands),
         "coverage": COVERAGE, "source": "kernel", "complete": kernel.exec_drops == 0,
         "exec_records_dropped": kernel.exec_drops,
@@ -161,6 +163,7 @@ def archive_artifact(result: RunResult, kernel: KernelFacts) -> Artifact:
     return Artifact("metadata", "the runner's v0 evidence archive of the same run",
                     result.archive.name, sha256_ref(result.archive.read_bytes()), {
                         "spool": result.spool.name, "kernel_layer": health.kernel_layer,
-                        "ringbuf_drops": health.ringbuf_drops, "cgroup_correlation": health.cgroup_correlation,
+                        "ringbuf_drops": health.ringbuf_drops,
+                        "cgroup_correlation": health.cgroup_correlation,
                         "exec_records_dropped": kernel.exec_drops,
                     })

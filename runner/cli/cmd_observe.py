@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--scenario", type=Path, metavar="PATH",
                    help="a scenario directory (scenario.md + parameters.json) or a scenario.md file")
-    p.add_argument("--scenario-id", metavar="ID", help="scenario id (overrides parameters.json; default: default)")
+    p.add_argument("--scenario-id", metavar="ID",
+                   help="scenario id (overrides parameters.json; default: default)")
     p.add_argument("--workspace-source", type=Path, metavar="DIR",
                    help="copy DIR as the workspace (workspace mode 'existing'); empty workspace if omitted")
     p.add_argument("--workspace-mode", choices=WORKSPACE_MODES, help="override parameters.json")
