@@ -41,6 +41,7 @@ def test_each_nested_field_is_required(obj: str, field: str) -> None:
 
 @pytest.mark.parametrize(("path", "value", "words"), [
     (("session", "environment"), "laptop", "session.environment 'laptop' is not one of"),
+    (("session", "agent_id"), "codex", "session.agent_id 'codex' is not one of claude-code"),
     (("prompt_provenance", "capture_mode"), "partial", "capture_mode 'partial' is not one of"),
     (("agent_action", "action_type"), "think", "action_type 'think' is not one of"),
     (("evaluation", "policy", "status"), "ok", "evaluation.policy.status 'ok' is not one of"),

@@ -11,6 +11,7 @@ from typing import Any
 
 from blackbox.catalog import (
     ACTION_TYPES,
+    AGENT_ID,
     CAPTURE_MODES,
     CONSTRAINT_TYPES,
     ENVIRONMENTS,
@@ -47,7 +48,8 @@ SECTIONS = {"alignment": {"status": _STR, "score": _OPT_NUM, "violations": (list
 OPTIONAL_NUMBERS = {"prompt_provenance.parameters": ("temperature", "top_p", "max_tokens"),
                     "model_output.usage": ("input_tokens", "output_tokens", "latency_ms")}
 ENUMS = (
-    ("session.environment", ENVIRONMENTS), ("prompt_provenance.capture_mode", frozenset(CAPTURE_MODES)),
+    ("session.agent_id", frozenset({AGENT_ID})), ("session.environment", ENVIRONMENTS),
+    ("prompt_provenance.capture_mode", frozenset(CAPTURE_MODES)),
     ("agent_action.action_type", ACTION_TYPES),
 )
 

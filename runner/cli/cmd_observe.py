@@ -66,20 +66,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="[PROMPT] [-- AGENT [ARGS...]]",
                    help="the raw request when no --scenario is given (the reference observer's usage), "
                         "then the agent command after '--' (default: Claude Code, see above)")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, observe_parser=p)
 
 
-def split_rest(rest: list[str]) -> tuple[str | None, list[str]]:
-    """(PROMPT or None, agent command) from the words after the options."""
-    if "--" in rest:
-        cut = rest.index("--")
-        before, cmd = rest[:cut], rest[cut + 1:]
-    else:
-        before, cmd = rest, []
-    if len(before) > 1:
-        raise RunnerError(f"one PROMPT at most (quote it), got {len(before)} words before '--'; "
-                          "put the agent command after '--'")
-    return (before[0] if before else None), cmd
+def split_rest(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """(PROMPT or None, agent command) from the words after the first positional.
+
+    The reference observer takes options after its PROMPT (`PROMPT --scenario-id X`);
+    argparse hands everything after a positional to `rest`, so the options among
+    those words are parsed here, into the same namespace.
+    """
+    rest = list(args.rest)
+    cut = rest.index("--") if "--" in rest else len(rest)
+    before, cmd = rest[:cut], rest[cut + 1:]
+    prompt = before.pop(0) if before and not before[0].startswith("-") else None
+    if before:
+        args.observe_parser.parse_args(before, namespace=args)
+        if args.rest:
+            raise RunnerError(f"one PROMPT at most (quote it); unexpected {args.rest[0]!r} before '--': "
+                              "put the agent command after '--'")
+    return prompt, cmd
 
 
 def scenario_from(args: argparse.Namespace, prompt: str | None) -> Scenario:
@@ -148,7 +154,7 @@ def build_request(args: argparse.Namespace) -> ObserveRequest:
     """Check every input before anything is created."""
     from runner.host.checks import require_run_prerequisites
 
-    prompt, cmd = split_rest(list(args.rest))
+    prompt, cmd = split_rest(args)
     sc = scenario_from(args, prompt)
     source = workspace_source(args, sc)
     argv = agent_argv(args, cmd, sc.user_request)
