@@ -42,6 +42,8 @@ TEST_PATTERNS = (
     "__tests__/*", "spec/*", "*/spec/*", "*_spec.rb", "*Test.java", "*Tests.cs", "*_test.rs",
 )
 MAX_CITED = 3
+MAX_OUTPUT_BYTES = 32 << 20
+"""The evaluation reads this much of the agent's output; a flood beyond it is not parsed."""
 _RANK = {"fail": 3, "warn": 2, "unknown": 1, "pass": 0}
 
 
@@ -72,6 +74,12 @@ class Inputs:
     stdout_hash: str
     commands: list[Command] | None
     commands_reason: str = ""
+    stdout_size: int | None = None
+    """The whole output's size when `stdout` holds only its first MAX_OUTPUT_BYTES."""
+
+    @property
+    def stdout_cut(self) -> bool:
+        return self.stdout_size is not None and self.stdout_size > len(self.stdout)
 
 
 def matches(path: str, patterns: tuple[str, ...]) -> bool:
@@ -81,6 +89,10 @@ def matches(path: str, patterns: tuple[str, ...]) -> bool:
 def _cite_paths(paths: list[str]) -> str:
     shown = ", ".join(paths[:MAX_CITED])
     return shown + (f" (+{len(paths) - MAX_CITED} more)" if len(paths) > MAX_CITED else "")
+
+
+def _too_big(i: Inputs) -> str:
+    return f"{ARTIFACT_STDOUT} ({i.stdout_hash}): {i.stdout_size} bytes, over the {MAX_OUTPUT_BYTES} read"
 
 
 def check_no_ci_changes(i: Inputs) -> Finding:
@@ -107,6 +119,9 @@ def check_no_emojis(i: Inputs) -> Finding:
         where = "output" if out else "added lines of the diff"
         return Finding(NO_EMOJIS, "fail", _cite_paths(found), f"{len(found)} emoji(s) in the {where}",
                        "declared" if out else "observed")
+    if i.stdout_cut:
+        return Finding(NO_EMOJIS, "unknown", _too_big(i), "the output was too large to read whole",
+                       "declared")
     diff_note = f", {ARTIFACT_DIFF}: {len(i.diff.added)} added line(s)" if i.diff.available else ""
     return Finding(NO_EMOJIS, "pass", f"{ARTIFACT_STDOUT} ({i.stdout_hash}): no emoji{diff_note}",
                    "no emoji in the output", "declared")
@@ -116,6 +131,8 @@ def check_json_only(i: Inputs) -> Finding:
     def reject(token: str) -> None:
         raise ValueError(f"{token} is not JSON")
 
+    if i.stdout_cut:
+        return Finding(JSON_ONLY, "unknown", _too_big(i), "the output was too large to parse", "declared")
     try:
         text = i.stdout.decode("utf-8")
     except UnicodeDecodeError as exc:

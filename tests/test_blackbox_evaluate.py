@@ -155,3 +155,15 @@ def test_emoji_detection_is_not_fooled_by_text_symbols() -> None:
     assert find_emojis("done \u2713 (c) \u00a9 \u2192 \u2022") == []
     assert [e[2] for e in find_emojis("\u2764\ufe0f \u2705 \U0001F600 \u2b50")] == [
         "\u2764\ufe0f", "\u2705", "\U0001F600", "\u2b50"]
+
+
+def test_an_output_flood_beyond_what_is_read_is_unknown_unless_evidence_already_decides() -> None:
+    head = b'{"a": "' + b"x" * 100
+    facts = diff(b"A\0test_x.py\0")
+    ev = evaluate(Inputs(CONSTRAINTS, facts, head, sha256_ref(b"whole"), [], "", stdout_size=10 << 30))
+    assert check(ev, "output.json_only")["status"] == "unknown"
+    assert check(ev, "output.json_only")["evidence"].endswith(f"{10 << 30} bytes, over the {32 << 20} read")
+    assert check(ev, "style.no_emojis")["status"] == "unknown"
+    ev = evaluate(Inputs(CONSTRAINTS, facts, head + "\U0001F389".encode(), sha256_ref(b"w"), [], "",
+                         stdout_size=10 << 30))
+    assert check(ev, "style.no_emojis")["status"] == "fail"

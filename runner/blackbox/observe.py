@@ -183,13 +183,13 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
         artifacts=(Artifact("process", "agent completion", None, sha256_ref(end_text.encode()),
                             {"exit_code": result.exit_code, "duration_ms": kernel.duration_ms,
                              "end": agent_end}),))
-    stdout = (run_dir / "artifacts" / C.ARTIFACT_STDOUT).read_bytes()
-    stderr = (run_dir / "artifacts" / C.ARTIFACT_STDERR).read_bytes()
+    stdout = steps.read_output(run_dir / "artifacts" / C.ARTIFACT_STDOUT)
+    stderr = steps.read_output(run_dir / "artifacts" / C.ARTIFACT_STDERR, keep=0)
     writer.emit(C.ARTIFACTS_CAPTURED, completed, action_type="other",
                 summary="stdout and stderr persisted as artifacts (declared, non-normative)",
                 output_raw="captured_as_artifact",
-                artifacts=(steps.output_artifact("stdout_log", C.ARTIFACT_STDOUT, stdout),
-                           steps.output_artifact("stderr_log", C.ARTIFACT_STDERR, stderr)))
+                artifacts=(steps.output_artifact("stdout_log", stdout),
+                           steps.output_artifact("stderr_log", stderr)))
     facts = diff(ws, run_dir / "artifacts" / C.ARTIFACT_DIFF)
     writer.emit(C.FS_DIFF_CAPTURED, completed, action_type="edit",
                 summary=steps.diff_summary(facts), artifacts=(steps.diff_artifact(facts),))
@@ -206,8 +206,8 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
     else:
         cmd_span = writer.emit(C.COMMANDS_UNAVAILABLE, completed, action_type="other",
                                summary=f"command observation unavailable: reason=unknown ({kernel.error})")
-    evaluation = evaluate(Inputs(sc.constraints, facts, stdout, sha256_ref(stdout), commands,
-                                 kernel.error or "kernel exec records unreadable"))
+    evaluation = evaluate(Inputs(sc.constraints, facts, stdout.head, stdout.hash, commands,
+                                 kernel.error or "kernel exec records unreadable", stdout.size))
     statuses = {k: str(v["status"]) for k, v in evaluation.items()}
     text = " ".join(f"{k}={v}" for k, v in statuses.items())
     writer.emit(C.EVALUATION_PERFORMED, cmd_span, action_type="other",

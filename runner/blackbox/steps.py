@@ -6,6 +6,7 @@ check-events rejects wording that claims what the agent believed or wanted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from blackbox import catalog as C
 from blackbox.capture import apply_mode, apply_mode_argv, sha256_ref
 from blackbox.commands import Command, categories_seen
 from blackbox.diff import DiffFacts
+from blackbox.evaluate import MAX_OUTPUT_BYTES
 from blackbox.events import Artifact
 from blackbox.scenario import Scenario
 from normalizer.execlog import ExecLog, exec_log
@@ -111,9 +113,33 @@ def describe_end(exit_code: int, end: dict[str, object] | None) -> str:
     return f"exited:{exit_code}"
 
 
-def output_artifact(kind: str, name: str, data: bytes) -> Artifact:
-    return Artifact(kind, name, f"artifacts/{name}", sha256_ref(data), {
-        "non_normative": True, "declared": True, "bytes": len(data), "lines": data.count(b"\n"),
+@dataclass(frozen=True)
+class OutputFile:
+    """An output artifact read in chunks: its hash and size, and the head the evaluation reads."""
+
+    name: str
+    hash: str
+    size: int
+    lines: int
+    head: bytes
+
+
+def read_output(path: Path, keep: int = MAX_OUTPUT_BYTES) -> OutputFile:
+    """Hash the whole file, keep its first `keep` bytes: a flood cannot exhaust memory."""
+    digest, size, lines, head = hashlib.sha256(), 0, 0, bytearray()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+            lines += chunk.count(b"\n")
+            if len(head) < keep:
+                head += chunk[: keep - len(head)]
+    return OutputFile(path.name, f"sha256:{digest.hexdigest()}", size, lines, bytes(head))
+
+
+def output_artifact(kind: str, out: OutputFile) -> Artifact:
+    return Artifact(kind, out.name, f"artifacts/{out.name}", out.hash, {
+        "non_normative": True, "declared": True, "bytes": out.size, "lines": out.lines,
     })
 
 
