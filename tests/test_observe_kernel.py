@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -114,6 +115,16 @@ def test_agent_killed_mid_run_is_a_complete_marked_run(tmp_path: Path) -> None:
         "how": "signaled", "signal": "SIGKILL", "code": 9}
     assert "agent_killed_by=SIGKILL" in evs[8]["agent_action"]["action_summary"]
     assert checks(evs)["output.json_only"]["evidence"].endswith(": empty")
+
+
+def test_output_the_agent_unlinks_or_replaces_is_kept(tmp_path: Path) -> None:
+    proc, run_dir = observe(tmp_path, "code,json,hide-output")
+    assert proc.returncode == 0, proc.stderr
+    stdout = (run_dir / "artifacts" / "claude_stdout.txt").read_bytes()
+    assert stdout.startswith(b'{"result": "Added summarize-logs"')
+    art = events(run_dir)[4]["agent_action"]["artifacts"][0]
+    assert art["hash"] == f"sha256:{hashlib.sha256(stdout).hexdigest()}"
+    assert check_events(run_dir).returncode == 0
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:

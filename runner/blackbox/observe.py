@@ -132,15 +132,21 @@ def _observe(req: ObserveRequest, writer: EventWriter, interrupts: _Interrupts) 
                 constraints=tuple(c.as_event() for c in sc.constraints),
                 context=steps.request_context(sc, secrets_in_request),
                 artifacts=(steps.workspace_artifact(ws, run_dir),))
-    result, invoked = _run_agent(req, writer, ws, root)
-    return _after_agent(req, writer, ws, root, result, invoked, interrupts)
+    art = run_dir / "artifacts"
+    outputs = (os.open(art / C.ARTIFACT_STDOUT, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644),
+               os.open(art / C.ARTIFACT_STDERR, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+    try:  # read back through the runner's own descriptors: unlinking the files hides nothing
+        result, invoked = _run_agent(req, writer, ws, root, outputs)
+        return _after_agent(req, writer, ws, root, result, invoked, interrupts, outputs)
+    finally:
+        for fd in outputs:
+            os.close(fd)
 
 
-def _run_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace,
-               root: str) -> tuple[RunResult, str]:
+def _run_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: str,
+               outputs: tuple[int, int]) -> tuple[RunResult, str]:
     """The agent under the session; agent_invoked is written right before it is let go."""
     mode = req.scenario.capture_mode
-    art = req.run_dir / "artifacts"
     verbose = "on" if "--verbose" in req.argv else "off"
     invoked: list[str] = []
 
@@ -155,23 +161,20 @@ def _run_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace,
                                  "start_timestamp": rfc3339(writer.now()), "stdin": "/dev/null"}),),
         ))
 
-    fds = (os.open(os.devnull, os.O_RDONLY),
-           os.open(art / C.ARTIFACT_STDOUT, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644),
-           os.open(art / C.ARTIFACT_STDERR, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     try:
         result = execute(RunRequest(
             run_id=req.run_id, exe=req.exe, argv=req.argv, workdir=ws.root, out_dir=req.run_dir,
             ringbuf_pages=req.ringbuf_pages, env=req.env, user=req.user, isolate_net=req.isolate_net,
-            stdio=fds, on_start=on_start,
+            stdio=(stdin, *outputs), on_start=on_start,
         ))
     finally:
-        for fd in fds:
-            os.close(fd)
+        os.close(stdin)
     return result, invoked[0]
 
 
-def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: str,
-                 result: RunResult, invoked: str, interrupts: _Interrupts) -> ObserveResult:
+def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: str, result: RunResult,
+                 invoked: str, interrupts: _Interrupts, outputs: tuple[int, int]) -> ObserveResult:
     sc, mode, run_dir = req.scenario, req.scenario.capture_mode, req.run_dir
     kernel = steps.read_kernel(result.spool)
     agent_end = exit_dict(kernel.log.exits.get(1)) if kernel.log else None
@@ -183,8 +186,11 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
         artifacts=(Artifact("process", "agent completion", None, sha256_ref(end_text.encode()),
                             {"exit_code": result.exit_code, "duration_ms": kernel.duration_ms,
                              "end": agent_end}),))
-    stdout = steps.read_output(run_dir / "artifacts" / C.ARTIFACT_STDOUT)
-    stderr = steps.read_output(run_dir / "artifacts" / C.ARTIFACT_STDERR, keep=0)
+    for fd, name in zip(outputs, (C.ARTIFACT_STDOUT, C.ARTIFACT_STDERR), strict=True):
+        if steps.restore_output(fd, run_dir / "artifacts" / name):
+            log.warning("observe.output_restored", file=name, hint="the agent unlinked or replaced it")
+    stdout = steps.read_output(outputs[0], C.ARTIFACT_STDOUT)
+    stderr = steps.read_output(outputs[1], C.ARTIFACT_STDERR, keep=0)
     writer.emit(C.ARTIFACTS_CAPTURED, completed, action_type="other",
                 summary="stdout and stderr persisted as artifacts (declared, non-normative)",
                 output_raw="captured_as_artifact",

@@ -124,17 +124,34 @@ class OutputFile:
     head: bytes
 
 
-def read_output(path: Path, keep: int = MAX_OUTPUT_BYTES) -> OutputFile:
-    """Hash the whole file, keep its first `keep` bytes: a flood cannot exhaust memory."""
+def read_output(fd: int, name: str, keep: int = MAX_OUTPUT_BYTES) -> OutputFile:
+    """Hash the whole file from offset 0, keep its first `keep` bytes: a flood cannot exhaust memory."""
     digest, size, lines, head = hashlib.sha256(), 0, 0, bytearray()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-            lines += chunk.count(b"\n")
-            if len(head) < keep:
-                head += chunk[: keep - len(head)]
-    return OutputFile(path.name, f"sha256:{digest.hexdigest()}", size, lines, bytes(head))
+    while chunk := os.pread(fd, 1 << 20, size):
+        digest.update(chunk)
+        size += len(chunk)
+        lines += chunk.count(b"\n")
+        if len(head) < keep:
+            head += chunk[: keep - len(head)]
+    return OutputFile(name, f"sha256:{digest.hexdigest()}", size, lines, bytes(head))
+
+
+def restore_output(fd: int, path: Path) -> bool:
+    """Put the runner's copy back at `path` if the agent unlinked or replaced the file; True if it did."""
+    try:
+        if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+            return False
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f".{path.name}.restore")
+    with open(tmp, "wb") as out:
+        offset = 0
+        while chunk := os.pread(fd, 1 << 20, offset):
+            out.write(chunk)
+            offset += len(chunk)
+    tmp.replace(path)
+    return True
 
 
 def output_artifact(kind: str, out: OutputFile) -> Artifact:
