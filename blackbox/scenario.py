@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from blackbox.capture import apply_mode
 from blackbox.catalog import (
     CAPTURE_MODES,
     JSON_ONLY,
@@ -50,8 +51,14 @@ class Constraint:
     rule: str
     source: str
 
-    def as_event(self) -> dict[str, str]:
-        return {"id": self.id, "type": self.type, "rule": self.rule, "source": self.source}
+    def as_event(self, mode: str) -> dict[str, str]:
+        """The contract's constraint object; its text secret-redacted in every mode but full.
+
+        Not hashed in `hashed` mode: the rules are the evaluation's vocabulary,
+        which a reader must be able to read.
+        """
+        shown = (lambda t: t) if mode == "full" else (lambda t: apply_mode(t, "redacted"))
+        return {"id": self.id, "type": self.type, "rule": shown(self.rule), "source": shown(self.source)}
 
 
 @dataclass(frozen=True)

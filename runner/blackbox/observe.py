@@ -129,7 +129,7 @@ def _observe(req: ObserveRequest, writer: EventWriter, interrupts: _Interrupts) 
     secrets_in_request = count_secrets([sc.user_request]) if mode != "full" else 0
     writer.emit(C.WORKSPACE_PREPARED, root, action_type="other",
                 summary=f"workspace={sc.workspace_mode} files={ws.files} git_initialized_by_runner=true",
-                constraints=tuple(c.as_event() for c in sc.constraints),
+                constraints=tuple(c.as_event(mode) for c in sc.constraints),
                 context=steps.request_context(sc, secrets_in_request),
                 artifacts=(steps.workspace_artifact(ws, run_dir),))
     art = run_dir / "artifacts"
@@ -216,9 +216,11 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
                                  kernel.error or "kernel exec records unreadable", stdout.size))
     statuses = {k: str(v["status"]) for k, v in evaluation.items()}
     text = " ".join(f"{k}={v}" for k, v in statuses.items())
+    sources = ", ".join(n for n in (C.ARTIFACT_DIFF, C.ARTIFACT_COMMANDS if commands is not None else "",
+                                    C.ARTIFACT_STDOUT) if n)
     writer.emit(C.EVALUATION_PERFORMED, cmd_span, action_type="other",
-                summary=f"mechanical checks over fs_diff.patch, command_logs.jsonl and stdout: {text}",
-                constraints=tuple(c.as_event() for c in sc.constraints), evaluation=evaluation)
+                summary=f"mechanical checks over {sources}: {text}",
+                constraints=tuple(c.as_event(mode) for c in sc.constraints), evaluation=evaluation)
     marks = steps.finish_marks(end_text, interrupts.seen)
     writer.emit(C.RUN_FINISHED, root, action_type="other",
                 summary=f"{text} exit_code={result.exit_code} agent_end={end_text}{marks}",
