@@ -2,6 +2,8 @@
 
 `pass.events.jsonl`: the default fake-agent run (every status pass).
 `fail.events.jsonl`: a run that edited CI, printed prose with an emoji and added no test.
+`claude-logged-out.events.jsonl`: the real Claude Code CLI 2.1.197 (npm @anthropic-ai/claude-code),
+not logged in, `--net isolated`: it ran 15 commands (git, rg, ps | grep) and exited 1.
 """
 
 from __future__ import annotations

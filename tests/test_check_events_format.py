@@ -10,6 +10,7 @@ from blackbox.check import check_bytes
 def test_recorded_runs_are_valid() -> None:
     assert check(load("pass")) == []
     assert check(load("fail")) == []
+    assert check(load("claude-logged-out")) == []
 
 
 def test_non_utf8_line_is_rejected_with_its_line_number() -> None:
