@@ -46,3 +46,12 @@ def test_invented_intent_in_an_artifact_summary_is_rejected() -> None:
 @pytest.mark.parametrize("summary", OBSERVED)
 def test_observational_wording_passes(summary: str) -> None:
     assert INTENT.search(summary) is None
+
+
+def test_invented_intent_in_a_violation_message_is_rejected() -> None:
+    events = load("fail")
+    violation = events[7]["evaluation"]["alignment"]["violations"][0]
+    violation["message"] = "the agent decided prose was clearer"
+    found = only(check(events), "intent")
+    assert [(v.line, v.message.split(" invents")[0]) for v in found] == [
+        (8, "evaluation.alignment.violations[0].message")]

@@ -3,8 +3,8 @@
 - `black_box`: the mode is black_box, no prompt visibility is claimed
   (prompt_bundle null, prompt_bundle_hash "unknown"), tool_calls and
   tool_results are empty (the runner uses no tools).
-- `intent`: summaries state what was observed, never what the agent
-  believed, wanted or reasoned.
+- `intent`: summaries and violation messages state what was observed,
+  never what the agent believed, wanted or reasoned.
 - `evidence`: a pass/warn/fail outcome must rest on findings that cite an
   evidence source (an artifact name or a sha256 reference), with bounded
   excerpts; a section's status must be what its findings add up to.
@@ -54,6 +54,9 @@ def intent(ev: dict[str, Any]) -> Iterator[str]:
     texts = [("agent_action.action_summary", get(ev, "agent_action", "action_summary"))]
     for n, art in enumerate(get(ev, "agent_action", "artifacts") or []):
         texts.append((f"agent_action.artifacts[{n}].summary", get(art, "summary")))
+    for section in ("alignment", "quality", "policy"):
+        for n, v in enumerate(get(ev, "evaluation", section, "violations") or []):
+            texts.append((f"evaluation.{section}.violations[{n}].message", get(v, "message")))
     for path, text in texts:
         m = INTENT.search(text) if isinstance(text, str) else None
         if m:
