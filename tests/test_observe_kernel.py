@@ -127,6 +127,17 @@ def test_output_the_agent_unlinks_or_replaces_is_kept(tmp_path: Path) -> None:
     assert check_events(run_dir).returncode == 0
 
 
+def test_hostile_file_names_reach_events_and_terminal_escaped(tmp_path: Path) -> None:
+    proc, run_dir = observe(tmp_path, "code,evil-name,json")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+    shown = "  fail    scope.no_ci_changes: fs_diff.patch: A .github/workflows/\\x1b[2J\\x1b]0;pwned\\x07.yml"
+    assert shown in proc.stderr.splitlines()
+    assert check_events(run_dir).returncode == 0
+    evidence = checks(events(run_dir))["scope.no_ci_changes"]["evidence"]
+    assert evidence == "fs_diff.patch: A .github/workflows/\x1b[2J\x1b]0;pwned\x07.yml"
+
+
 def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():

@@ -62,10 +62,13 @@ class ObserveRequest:
 
 @dataclass(frozen=True)
 class ObserveResult:
+    """What the command line reports: where the run is, the agent's exit code, the evaluation."""
+
     run_dir: Path
     exit_code: int
     statuses: dict[str, str]
     events: int
+    findings: list[dict[str, str]]
 
 
 class _Interrupts:
@@ -226,4 +229,5 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
                 summary=f"{text} exit_code={result.exit_code} agent_end={end_text}{marks}",
                 evaluation=evaluation, artifacts=(steps.archive_artifact(result, kernel),))
     log.info("observe.done", run_dir=str(run_dir), **statuses)
-    return ObserveResult(run_dir, result.exit_code, statuses, len(writer.names))
+    findings = [c for section in evaluation.values() for c in section["checks"]]  # type: ignore[union-attr]
+    return ObserveResult(run_dir, result.exit_code, statuses, len(writer.names), findings)

@@ -178,6 +178,14 @@ def main(args: argparse.Namespace) -> int:
     req = build_request(args)
     result = observe(req)
     statuses = " ".join(f"{k}={v}" for k, v in result.statuses.items())
-    print(f"observe: {result.run_dir}/events.jsonl ({result.events} events) {statuses} "
-          f"agent exit {result.exit_code}", file=sys.stderr)
+    lines = [f"observe: {result.run_dir}/events.jsonl ({result.events} events) {statuses} "
+             f"agent exit {result.exit_code}"]
+    lines += [f"  {f['status']:<7} {f['id']}: {f['evidence']}" for f in result.findings]
+    print("\n".join(terminal_safe(line) for line in lines), file=sys.stderr)
     return result.exit_code
+
+
+def terminal_safe(text: str) -> str:
+    """Agent-controlled text (paths in evidence) with control characters escaped: no terminal injection."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
+                   for c in text)
