@@ -66,3 +66,15 @@ def test_observe_refuses_an_existing_run_directory(tmp_path: Path) -> None:
     assert proc.returncode == 125
     assert "already exists: choose another --run-id" in proc.stderr
     assert list((tmp_path / "r1").iterdir()) == []
+
+
+def test_check_events_never_prints_a_raw_control_character(tmp_path: Path) -> None:
+    events = load()
+    events[4]["event"] = "evil\x1b[2J\x07"
+    events[7]["evaluation"]["policy"]["status"] = "\x1b]0;x\x07"  # echoed by the run_finished rule
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(dump(events))
+    proc = assay("check-events", path)
+    assert proc.returncode == 1 and proc.stdout
+    assert not any(ch in proc.stdout for ch in "\x1b\x07")
+    assert "run_finished: action_summary must state policy=\\x1b]0;x\\x07" in proc.stdout

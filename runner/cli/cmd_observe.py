@@ -19,6 +19,7 @@ from blackbox.scenario import SCENARIO_ID, Scenario, ScenarioError, inline_scena
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES
 from runner.blackbox.observe import ObserveRequest, observe
 from runner.cli.cmd_run import check_run_id, credentials
+from runner.cli.terminal import terminal_safe
 from runner.errors import RunnerError
 
 PROMPT_PLACEHOLDER = "{prompt}"
@@ -184,8 +185,3 @@ def main(args: argparse.Namespace) -> int:
     print("\n".join(terminal_safe(line) for line in lines), file=sys.stderr)
     return result.exit_code
 
-
-def terminal_safe(text: str) -> str:
-    """Agent-controlled text (paths in evidence) with control characters escaped: no terminal injection."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
-                   for c in text)
