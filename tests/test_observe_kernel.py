@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -136,6 +139,28 @@ def test_hostile_file_names_reach_events_and_terminal_escaped(tmp_path: Path) ->
     assert check_events(run_dir).returncode == 0
     evidence = checks(events(run_dir))["scope.no_ci_changes"]["evidence"]
     assert evidence == "fs_diff.patch: A .github/workflows/\x1b[2J\x1b]0;pwned\x07.yml"
+
+
+def test_agent_as_another_user_owns_only_its_workspace() -> None:
+    runs = Path(tempfile.mkdtemp(prefix="assay-bb-user-"))  # pytest's tmp tree is closed to other users
+    try:
+        runs.chmod(0o755)
+        _as_nobody(runs)
+    finally:
+        shutil.rmtree(runs)
+
+
+def _as_nobody(runs: Path) -> None:
+    proc, run_dir = observe(runs, None, "--user", "nobody")
+    assert proc.returncode == 0, proc.stderr
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert (run_dir / "workspace" / "summarize_logs.py").stat().st_uid == nobody
+    assert (run_dir / "workspace").stat().st_uid == nobody
+    for evidence in ("events.jsonl", "artifacts/command_logs.jsonl", "artifacts/fs_diff.patch",
+                     "baseline.git"):
+        assert (run_dir / evidence).stat().st_uid == 0, evidence
+    assert check_events(run_dir).returncode == 0
+    assert {c["status"] for c in checks(events(run_dir)).values()} == {"pass"}
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
