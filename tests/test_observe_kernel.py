@@ -89,7 +89,7 @@ def test_fake_agent_run_is_nine_valid_events_with_the_kernel_command_log(tmp_pat
         "output.json_only": "pass", "quality.tests_required": "pass",
         "style.no_emojis": "pass", "scope.no_ci_changes": "pass"}
     assert "command_logs.jsonl #2: test run, exit 0" in checks(evs)["quality.tests_required"]["evidence"]
-    assert (run_dir / f"{run_dir.name}.tar.gz").is_file()
+    assert assay("validate", run_dir / f"{run_dir.name}.tar.gz").returncode == 0  # the v0 archive beside
 
 
 def test_ci_edit_and_emoji_fail_citing_diff_and_stdout(tmp_path: Path) -> None:
