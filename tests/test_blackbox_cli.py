@@ -50,6 +50,7 @@ def test_check_events_unreadable_file(tmp_path: Path) -> None:
     (("--scenario", SCENARIO, "--workspace-mode", "existing"), "workspace mode 'existing' needs"),
     (("do it", "--scenario-id", "../up"), "--scenario-id '../up': use 1-128 letters"),
     (("do it", "--run-id", "a/b"), "invalid --run-id 'a/b'"),
+    (("do it", "--timeout", "0"), "--timeout must be a positive number of seconds, got 0.0"),
 ])
 def test_observe_input_errors_are_one_line(tmp_path: Path, args: tuple, message: str) -> None:
     runs = tmp_path / "runs"

@@ -195,6 +195,17 @@ def test_runner_terminated_mid_run_forwards_and_finishes_marked(tmp_path: Path) 
     assert "agent_killed_by=SIGTERM" in evs[8]["agent_action"]["action_summary"]
 
 
+def test_agent_past_its_timeout_is_terminated_and_marked(tmp_path: Path) -> None:
+    proc, run_dir = observe(tmp_path, "code,sleep,json", "--timeout", "1.5")
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    evs = events(run_dir)
+    assert check_events(run_dir).returncode == 0
+    summary = evs[8]["agent_action"]["action_summary"]
+    assert "agent_killed_by=SIGTERM agent_timed_out_after_s=1.5" in summary
+    assert "runner_interrupted_by" not in summary
+    assert evs[2]["agent_action"]["artifacts"][0]["metadata"]["timeout_s"] == 1.5
+
+
 def test_runner_killed_mid_run_leaves_a_valid_prefix_reported_incomplete(tmp_path: Path) -> None:
     proc, run_dir = _start_sleeping(tmp_path)
     before = (run_dir / "events.jsonl").read_bytes()

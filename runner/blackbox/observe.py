@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from runner.errors import RunnerError
 from runner.logs import get_logger
 
 log = get_logger("observe")
+TERM_GRACE = 10.0
+"""Seconds between the timeout's SIGTERM to the agent and the kill of its whole cgroup."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class ObserveRequest:
     user: Credentials | None = None
     isolate_net: bool = False
     ringbuf_pages: int = 64
+    timeout: float | None = None
+    """Seconds the agent may run before it is sent SIGTERM (then killed TERM_GRACE later)."""
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     @property
@@ -84,6 +89,37 @@ class _Interrupts:
     def restore(self) -> None:
         for s, handler in self._old.items():
             signal.signal(s, handler)
+
+
+class _Deadline:
+    """Ends an agent that outlives --timeout through the session's own signal path.
+
+    The runner signals itself: the session forwards the first SIGTERM to the
+    agent and answers a second one by killing the run's cgroup, exactly as
+    for a user's SIGTERM, so a timeout is one more observed way to end.
+    """
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._timers: list[threading.Timer] = []
+
+    def start(self) -> None:
+        if self.seconds is None:
+            return
+        self._timers = [threading.Timer(self.seconds, self._fire),
+                        threading.Timer(self.seconds + TERM_GRACE, self._fire)]
+        for t in self._timers:
+            t.daemon = True
+            t.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def cancel(self) -> None:
+        for t in self._timers:
+            t.cancel()
 
 
 def identity(req: ObserveRequest) -> RunIdentity:
@@ -139,15 +175,19 @@ def _observe(req: ObserveRequest, writer: EventWriter, interrupts: _Interrupts) 
     outputs = (os.open(art / C.ARTIFACT_STDOUT, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644),
                os.open(art / C.ARTIFACT_STDERR, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
     try:  # read back through the runner's own descriptors: unlinking the files hides nothing
-        result, invoked = _run_agent(req, writer, ws, root, outputs)
-        return _after_agent(req, writer, ws, root, result, invoked, interrupts, outputs)
+        deadline = _Deadline(req.timeout)
+        try:
+            result, invoked = _run_agent(req, writer, ws, root, outputs, deadline)
+        finally:
+            deadline.cancel()
+        return _after_agent(req, writer, ws, root, result, invoked, interrupts, outputs, deadline)
     finally:
         for fd in outputs:
             os.close(fd)
 
 
 def _run_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: str,
-               outputs: tuple[int, int]) -> tuple[RunResult, str]:
+               outputs: tuple[int, int], deadline: _Deadline) -> tuple[RunResult, str]:
     """The agent under the session; agent_invoked is written right before it is let go."""
     mode = req.scenario.capture_mode
     verbose = "on" if "--verbose" in req.argv else "off"
@@ -161,8 +201,10 @@ def _run_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: st
             artifacts=(Artifact("process", "agent invocation", None,
                                 sha256_ref(json.dumps(shown).encode()),
                                 {"cwd": "workspace", "argv": shown,
-                                 "start_timestamp": rfc3339(writer.now()), "stdin": "/dev/null"}),),
+                                 "start_timestamp": rfc3339(writer.now()), "stdin": "/dev/null",
+                                 "timeout_s": req.timeout}),),
         ))
+        deadline.start()
 
     stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -177,7 +219,8 @@ def _run_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: st
 
 
 def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: str, result: RunResult,
-                 invoked: str, interrupts: _Interrupts, outputs: tuple[int, int]) -> ObserveResult:
+                 invoked: str, interrupts: _Interrupts, outputs: tuple[int, int],
+                 deadline: _Deadline) -> ObserveResult:
     sc, mode, run_dir = req.scenario, req.scenario.capture_mode, req.run_dir
     kernel = steps.read_kernel(result.spool)
     agent_end = exit_dict(kernel.log.exits.get(1)) if kernel.log else None
@@ -224,7 +267,7 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
     writer.emit(C.EVALUATION_PERFORMED, cmd_span, action_type="other",
                 summary=f"mechanical checks over {sources}: {text}",
                 constraints=tuple(c.as_event(mode) for c in sc.constraints), evaluation=evaluation)
-    marks = steps.finish_marks(end_text, interrupts.seen)
+    marks = steps.finish_marks(end_text, interrupts.seen, req.timeout if deadline.fired else None)
     writer.emit(C.RUN_FINISHED, root, action_type="other",
                 summary=f"{text} exit_code={result.exit_code} agent_end={end_text}{marks}",
                 evaluation=evaluation, artifacts=(steps.archive_artifact(result, kernel),))

@@ -191,11 +191,13 @@ def commands_summary(commands: list[Command], kernel: KernelFacts) -> str:
     return f"{len(commands)} command(s) observed by the kernel ({cats or 'none'}){lost}"
 
 
-def finish_marks(end_text: str, interrupts: list[str]) -> str:
-    """What marks a run that did not end normally: the agent's signal, signals to the runner."""
+def finish_marks(end_text: str, interrupts: list[str], timed_out: float | None) -> str:
+    """What marks a run that did not end normally: the agent's signal, a timeout, signals to the runner."""
     marks = ""
     if end_text.startswith("signaled:"):
         marks += f" agent_killed_by={end_text.split(':', 1)[1]}"
+    if timed_out is not None:
+        marks += f" agent_timed_out_after_s={timed_out:g}"
     if interrupts:
         marks += f" runner_interrupted_by={','.join(interrupts)}"
     return marks

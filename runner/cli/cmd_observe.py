@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--user", metavar="USER", help="run the agent as this user (it owns the workspace)")
     p.add_argument("--net", choices=("host", "isolated"), default="host",
                    help="'isolated': a loopback-only network namespace (default: host)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="send the agent SIGTERM after SECONDS, kill its process tree 10 s later "
+                        "(default: no limit)")
     p.add_argument("--ringbuf-pages", type=int, default=DEFAULT_RINGBUF_PAGES, metavar="N",
                    help=f"ring buffer size in pages, a power of two (default: {DEFAULT_RINGBUF_PAGES})")
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="[PROMPT] [-- AGENT [ARGS...]]",
@@ -163,6 +166,8 @@ def build_request(args: argparse.Namespace) -> ObserveRequest:
     pages = args.ringbuf_pages
     if pages < 1 or pages & (pages - 1):
         raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise RunnerError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     run_id = check_run_id(args.run_id)
     if (args.runs_root / run_id).exists():
         raise RunnerError(f"{args.runs_root / run_id} already exists: choose another --run-id")
@@ -171,7 +176,7 @@ def build_request(args: argparse.Namespace) -> ObserveRequest:
     return ObserveRequest(
         scenario=sc, argv=argv, exe=executable(argv[0], env), runs_root=args.runs_root.resolve(),
         run_id=run_id, environment=environment, workspace_source=source, user=credentials(args.user),
-        isolate_net=args.net == "isolated", ringbuf_pages=pages, env=env,
+        isolate_net=args.net == "isolated", ringbuf_pages=pages, env=env, timeout=args.timeout,
     )
 
 
