@@ -8,7 +8,7 @@ file and new-file line number, so a finding can cite the exact line.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 
@@ -44,10 +44,6 @@ class DiffFacts:
     added: tuple[AddedLine, ...] = ()
     hash: str = "unknown"
     error: str = ""
-    notes: tuple[str, ...] = field(default=())
-
-    def all_paths(self) -> list[str]:
-        return sorted({p for c in self.changes for p in c.paths()})
 
 
 def decode_name(raw: bytes) -> str:

@@ -75,10 +75,6 @@ class Scenario:
     success_criteria: tuple[str, ...] = ()
     parameters: dict[str, object] = field(default_factory=dict)
 
-    @property
-    def constraint_ids(self) -> frozenset[str]:
-        return frozenset(c.id for c in self.constraints)
-
 
 def split_sections(text: str) -> dict[str, str]:
     """`## Heading` -> body (stripped), keyed by the lower-cased heading."""
