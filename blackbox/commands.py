@@ -41,6 +41,7 @@ _BY_NAME = {
                  "tar", "gzip", "echo", "printf", "stat", "readlink", "realpath", "dirname",
                  "basename", "true", "false", "test"},
 }
+_SCRIPT_RUNNERS = frozenset({"node", "ruby", "perl", "php", "bun", "deno"})
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -116,6 +117,9 @@ def is_test_run(argv: tuple[str, ...] | list[str]) -> bool:
     args = list(argv[1:])
     if name in _TEST_TOOLS:
         return True
+    script = next((a for a in args if not a.startswith("-")), "")
+    if (_PYTHON.match(name) or name in _SCRIPT_RUNNERS) and _name(script) in _TEST_TOOLS:
+        return True  # an interpreter given the test tool's script: node .bin/jest, python3 /usr/bin/pytest
     if _PYTHON.match(name):
         module = args[args.index("-m") + 1] if "-m" in args[:-1] else None
         return module in _TEST_MODULES

@@ -143,6 +143,8 @@ def test_unevaluable_constraint_is_unknown_and_only_requested_constraints_are_ch
     (("pytest", "-q"), "test_runner"), (("/usr/bin/python3", "-m", "unittest"), "test_runner"),
     (("go", "test", "./..."), "test_runner"), (("npm", "test"), "test_runner"), (("cargo", "build"), "build"),
     (("python3", "-m", "pip", "install", "x"), "interpreter"), (("git", "status"), "vcs"),
+    (("node", "node_modules/.bin/jest", "--ci"), "test_runner"),
+    (("python3", "/usr/bin/pytest", "-q"), "test_runner"), (("node", "server.js"), "interpreter"),
     (("bash", "-c", "pytest"), "shell"), (("curl", "x"), "network"), (("python3", "-m"), "interpreter"),
     (("weird",), "other"),
 ])
