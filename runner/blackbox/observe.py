@@ -199,7 +199,7 @@ def _run_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: st
             C.AGENT_INVOKED, root, action_type="plan",
             summary=f"agent process started: verbose={verbose} cwd=workspace (under the kernel monitor)",
             artifacts=(Artifact("process", "agent invocation", None,
-                                sha256_ref(json.dumps(shown).encode()),
+                                sha256_ref(json.dumps(shown).encode()),  # of argv as shown
                                 {"cwd": "workspace", "argv": shown,
                                  "start_timestamp": rfc3339(writer.now()), "stdin": "/dev/null",
                                  "timeout_s": req.timeout}),),
@@ -225,13 +225,14 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
     kernel = steps.read_kernel(result.spool)
     agent_end = exit_dict(kernel.log.exits.get(1)) if kernel.log else None
     end_text = steps.describe_end(result.exit_code, agent_end)
+    ending = {"exit_code": result.exit_code, "end": agent_end}  # hashed: how it ended, not when
     completed = writer.emit(
         C.AGENT_COMPLETED, invoked, action_type="other",
         summary=f"agent process ended: exit_code={result.exit_code} "
                 f"duration_ms={kernel.duration_ms} ({end_text})",
-        artifacts=(Artifact("process", "agent completion", None, sha256_ref(end_text.encode()),
-                            {"exit_code": result.exit_code, "duration_ms": kernel.duration_ms,
-                             "end": agent_end}),))
+        artifacts=(Artifact("process", "agent completion", None,
+                            sha256_ref(json.dumps(ending, sort_keys=True).encode()),
+                            {**ending, "duration_ms": kernel.duration_ms}),))
     for fd, name in zip(outputs, (C.ARTIFACT_STDOUT, C.ARTIFACT_STDERR), strict=True):
         if steps.restore_output(fd, run_dir / "artifacts" / name):
             log.warning("observe.output_restored", file=name, hint="the agent unlinked or replaced it")
