@@ -60,7 +60,8 @@ def checks(evs: list[dict]) -> dict[str, dict]:
 
 
 def check_events(run_dir: Path) -> subprocess.CompletedProcess[str]:
-    return assay("check-events", run_dir / "events.jsonl")
+    """check-events on a real run, its artifacts held to their hashes."""
+    return assay("check-events", "--verify-artifacts", run_dir / "events.jsonl")
 
 
 def test_fake_agent_run_is_nine_valid_events_with_the_kernel_command_log(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from blackbox.check import catalog_rules, fields, patterns, run
+from blackbox.check import catalog_rules, fields, integrity, patterns, run
 from blackbox.check.base import Line, Violation
 
 
@@ -42,16 +42,19 @@ def parse_lines(data: bytes) -> tuple[list[Line], list[Violation]]:
     return lines, bad
 
 
-def check_bytes(data: bytes) -> list[Violation]:
-    """Every violation of an events.jsonl given as bytes."""
+def check_bytes(data: bytes, artifacts_dir: Path | None = None) -> list[Violation]:
+    """Every violation of an events.jsonl given as bytes; with `artifacts_dir`, its files' hashes too."""
     lines, out = parse_lines(data)
     for line in lines:
         out += fields.check(line)
         out += patterns.check(line)
     out += run.check(lines)
     out += catalog_rules.check(lines)
+    if artifacts_dir is not None:
+        out += integrity.check(lines, artifacts_dir)
     return sorted(set(out))
 
 
-def check_file(path: Path) -> list[Violation]:
-    return check_bytes(path.read_bytes())
+def check_file(path: Path, verify_artifacts: bool = False) -> list[Violation]:
+    """The violations of an events.jsonl; `verify_artifacts` holds the files beside it to their hashes."""
+    return check_bytes(path.read_bytes(), path.parent if verify_artifacts else None)

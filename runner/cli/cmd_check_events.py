@@ -24,12 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("file", type=Path, metavar="FILE", help="an events.jsonl")
+    p.add_argument("--verify-artifacts", action="store_true",
+                   help="also require every artifact FILE references (content_ref, relative to FILE's "
+                        "directory) to exist and match its sha256")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        violations = check_file(args.file)
+        violations = check_file(args.file, args.verify_artifacts)
     except OSError as exc:
         print(f"assay-runner: error: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
