@@ -95,14 +95,17 @@ class _Signals:
 
 
 def capture(source: EventSource, spooler: Spooler, command: Command, group: Group, sdk: Messages,
-            control: RunControl) -> tuple[int, str | None]:
+            control: RunControl, on_start: Callable[[], None] | None = None) -> tuple[int, str | None]:
     """Start the command and spool everything until it is over; its exit code and why it ended early.
 
     Records reach the spool from the moment the sink is set, before "go";
     after the command exits the source is drained once more, so nothing in
-    flight is lost. The caller writes the trailer.
+    flight is lost. `on_start` runs right before the command is let go. The
+    caller writes the trailer.
     """
     source.set_sink(spooler.add)
+    if on_start is not None:
+        on_start()
     spooler.phase("run_started")
     command.start()
     exit_code, ended_by = _drain_until_exit(source, spooler, command, group, sdk, control)

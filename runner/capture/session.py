@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,8 +50,12 @@ class RunRequest:
     user: Credentials | None = None
     isolate_net: bool = False
     policy: ResolvedPolicy | None = None
+    stdio: tuple[int, int, int] | None = None
+    """stdin, stdout, stderr for the command (default: the runner's own)."""
+    on_start: Callable[[], None] | None = None
+    """Called right before the command is let go (after the monitor is attached)."""
     caller: CallerProcess | None = None
-    """The daemon's caller's stdio, working directory, umask and limits (spawn.CallerProcess)."""
+    """The daemon's caller's working directory, umask and limits (spawn.CallerProcess)."""
     control: RunControl | None = None
     """Status line and requests; None is direct mode's terminal."""
     limits: CgroupLimits | None = None
@@ -88,7 +93,7 @@ def execute(req: RunRequest) -> RunResult:
         monitor, early = _attach(req, cgroup, enforcement)
         spec = CommandSpec(req.exe, req.argv, str(req.workdir), {**req.env, **sdk.env()},
                            keep_fds=(sdk.child_fd,), ruleset=enforcement.ruleset,
-                           user=req.user, isolate_net=req.isolate_net,
+                           user=req.user, isolate_net=req.isolate_net, stdio=req.stdio,
                            caller=req.caller)
         sdk.start()
         spawned = spawn(spec, cgroup, limits.procs_files)
@@ -103,7 +108,7 @@ def execute(req: RunRequest) -> RunResult:
         for rec in early:  # the helper's first records arrived before the spooler existed
             spooler.add(rec)
         exit_code, ended_by = capture(monitor, spooler, spawned, cgroup, sdk,
-                                      req.control or TerminalControl())
+                                      req.control or TerminalControl(), req.on_start)
         spool_path = spooler.finish(SpoolTrailer(
             exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(), ended_by=ended_by,
         ))

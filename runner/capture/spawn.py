@@ -70,7 +70,6 @@ class CallerProcess:
     more than the daemon's own hard limit either.
     """
 
-    stdio: tuple[int, int, int]
     cwd_fd: int
     umask: int
     rlimits: tuple[tuple[int, int, int], ...] = ()
@@ -88,6 +87,8 @@ class CommandSpec:
     ruleset: Ruleset | None = None
     user: Credentials | None = None
     isolate_net: bool = False
+    stdio: tuple[int, int, int] | None = None
+    """stdin, stdout, stderr for the command (default: the runner's own)."""
     caller: CallerProcess | None = None
     """The daemon's caller's process attributes; None in direct mode (the command inherits ours)."""
 
@@ -223,7 +224,10 @@ def _exec_command(spec: CommandSpec) -> None:
             os.setgroups(list(spec.user.groups))
             os.setresgid(spec.user.gid, spec.user.gid, spec.user.gid)
             os.setresuid(spec.user.uid, spec.user.uid, spec.user.uid)
-        if spec.caller is not None:
+        if spec.stdio is not None:
+            for target, fd in enumerate(spec.stdio):
+                os.dup2(fd, target)
+        if spec.caller is not None:  # after stdio: a failure here is said on the caller's stderr
             _enter_callers_cwd(spec.cwd, spec.caller.cwd_fd)
         _close_fds_except(spec.keep_fds)
         os.execve(spec.exe, spec.argv, spec.env)
@@ -236,9 +240,7 @@ def _exec_command(spec: CommandSpec) -> None:
 
 
 def _take_callers_process(caller: CallerProcess) -> None:
-    """The caller's stdio, umask and resource limits (never above the daemon's hard limits)."""
-    for target, fd in enumerate(caller.stdio):
-        os.dup2(fd, target)
+    """The caller's umask and resource limits (never above the daemon's hard limits)."""
     os.umask(caller.umask & 0o777)
     for which, soft, hard in caller.rlimits:
         cap = _lower(hard, resource.getrlimit(which)[1])

@@ -200,7 +200,7 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
         run_id=msg.run_id, exe=os.fsdecode(msg.exe), argv=[os.fsdecode(a) for a in msg.argv],
         workdir=workdir, out_dir=staging, ringbuf_pages=pages, env=env,
         user=creds if creds.uid != 0 else None, isolate_net=msg.isolate_net, policy=policy,
-        caller=CallerProcess(stdio=stdio, cwd_fd=cwd_fd, umask=msg.umask, rlimits=tuple(msg.rlimits)),
+        stdio=stdio, caller=CallerProcess(cwd_fd=cwd_fd, umask=msg.umask, rlimits=tuple(msg.rlimits)),
         limits=config.limits,
     )
 
