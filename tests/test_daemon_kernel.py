@@ -430,3 +430,24 @@ def test_runs_beyond_the_limit_are_refused_not_queued(world: World) -> None:
         assert "limits.max_concurrent_runs = 1" in second.stderr and not (work / "out2").exists()
         first.communicate(timeout=120)
         assert first.returncode == 0
+
+
+MEMORY_LIMIT = """
+from pathlib import Path
+for line in Path("/proc/self/cgroup").read_text().splitlines():
+    _, controllers, path = line.split(":", 2)
+    if "memory" in controllers.split(","):  # cgroup v1 hierarchy (hybrid hosts)
+        print(Path(f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes").read_text().strip())
+        break
+    if controllers == "" and Path(f"/sys/fs/cgroup{path}/memory.max").exists():  # unified
+        print(Path(f"/sys/fs/cgroup{path}/memory.max").read_text().strip())
+        break
+"""
+
+
+def test_the_memory_limit_is_set_on_the_runs_own_cgroup(world: World) -> None:
+    user = world.member
+    work = user.workspace(world.root, "work-memory")
+    proc = world.run(user, work, "memory", PY, "-c", MEMORY_LIMIT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[0] == str(1 << 30)  # memory_max = "1G" in the module's config
