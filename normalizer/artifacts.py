@@ -14,6 +14,7 @@ enum value is reported with the field's path.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 import msgspec
@@ -234,3 +235,9 @@ class SdkEvent(_Strict):
     sdk_version: NonBlank | msgspec.UnsetType | None = msgspec.UNSET
     tool_call_id: NonBlank | msgspec.UnsetType | None = msgspec.UNSET
     tool: NonBlank | msgspec.UnsetType | None = msgspec.UNSET
+
+
+def is_safe_run_id(run_id: str) -> bool:
+    """Upstream's `is_safe_run_id` (crates/assay-runner-core/src/run.rs:216-220), non-empty:
+    the whole string is ASCII letters, digits, '_' and '-' (a trailing newline fails)."""
+    return re.fullmatch(r"[A-Za-z0-9_-]+", run_id) is not None
