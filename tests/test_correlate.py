@@ -139,7 +139,8 @@ def test_blank_tool_or_id_counts_as_missing() -> None:
 
 
 def test_unfinished_call_is_bound_to_the_end_of_the_run() -> None:
-    r, _ = report([started(10, "t", "tc_1"), started(20, "t", "tc_2"), finished(30, "t", "tc_2")], (5, 25, 40))
+    messages = [started(10, "t", "tc_1"), started(20, "t", "tc_2"), finished(30, "t", "tc_2")]
+    r, _ = report(messages, (5, 25, 40))
     assert r.ambiguities == ["tool_call_unfinished:tc_1"]
     assert [(b.tool_call_id, b.window.end, b.kernel_event_count) for b in r.bindings] == [
         ("tc_1", "run_finished", 2), ("tc_2", "tool_call_completed:tc_2", 1)]
