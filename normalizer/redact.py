@@ -97,10 +97,16 @@ class Redactor:
         return "".join(out)
 
     def note(self) -> str:
-        """The observation-health note that records the tally (value-free)."""
+        """The observation-health note that records the tally (value-free).
+
+        Upstream's `redaction` block (crates/assay-runner-schema/src/health.rs:10-21)
+        is not a field of our v0 contract, so its mode, count and per-rule counts
+        are a code-prefixed note. A count is written `rule(n)`, not `rule=n`:
+        `github-token=2` would itself match the credential-assignment rule.
+        """
         parts = [f"redaction: mode={MODE} redacted_count={self.total}"]
         if self.by_rule:
-            parts.append("by_rule=" + ",".join(f"{k}={v}" for k, v in sorted(self.by_rule.items())))
+            parts.append("by_rule=" + ",".join(f"{k}({v})" for k, v in sorted(self.by_rule.items())))
         return " ".join(parts)
 
 
