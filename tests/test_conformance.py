@@ -27,7 +27,7 @@ from runner.evidence.conformance.base import UPSTREAM
 from runner.evidence.conformance.capdiff import capability_diff_problems
 from runner.evidence.conformance.upstream import PINNED, UPSTREAM_DIR, git_blob_id
 from runner.evidence.publish import publish
-from spool.format import SdkMessage, read_spool
+from spool.format import SdkMessage, SpoolHeader, encode_frame, iter_frames, read_spool
 
 sys.path.insert(0, str(ROOT / "tests" / "programs" / "conformance"))
 from secret_names import SECRETS
@@ -133,6 +133,31 @@ def test_a_string_past_the_redactor_makes_publication_fail_closed(
         "github-token-shaped value after redaction (a runner bug); nothing was written and the raw "
         "spool is kept")
     assert list(tmp_path.iterdir()) == []
+
+
+def _spool_with_run_id(path: Path, run_id: str) -> Path:
+    """The recorded example spool with another recorded run id (an older runner allowed '.')."""
+    frames = []
+    with (DATA / "example.spool").open("rb") as f:
+        for frame in iter_frames(f):
+            if isinstance(frame, SpoolHeader):
+                frame = msgspec.structs.replace(frame, run_id=run_id)
+            frames.append(encode_frame(frame))
+    path.write_bytes(b"".join(frames))
+    return path
+
+
+def test_normalize_refuses_a_recorded_run_id_assay_would_refuse(tmp_path: Path) -> None:
+    spool = _spool_with_run_id(tmp_path / "old.spool", "run.old")
+    proc = assay("normalize", spool)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "assay-runner: error: the spool's run id 'run.old' is not one Assay accepts: give a new one "
+        "with --run-id (ASCII letters, digits, '_' or '-')")
+    assert not spool.with_suffix(".tar.gz").exists()
+    proc = assay("normalize", "--run-id", "run_old", spool)
+    assert proc.returncode == 0, proc.stderr
+    assert_assay_accepts(Archive(spool.with_suffix(".tar.gz")).path)
 
 
 # --- the capability-diff rule ----------------------------------------------

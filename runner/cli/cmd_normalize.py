@@ -29,7 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    run_id = check_run_id(args.run_id) if args.run_id is not None else None
+    try:
+        run_id = check_run_id(args.run_id) if args.run_id is not None else None
+    except RunnerError as exc:
+        raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc
     if not args.spool.is_file():
         raise RunnerError(f"no such spool: {args.spool}", EXIT_BAD_INPUT)
     try:
