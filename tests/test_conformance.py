@@ -65,6 +65,10 @@ def test_the_redactor_uses_the_vendored_table_in_order() -> None:
     assert [p.pattern for _, p in rules()] == [r["pattern"] for r in table["rules"]]
 
 
+def test_golden_archives_are_accepted() -> None:
+    assert_assay_accepts(ROOT / "golden" / "archive-minimal", ROOT / "golden" / "archive-sdk-policy")
+
+
 # --- redaction --------------------------------------------------------------
 
 
