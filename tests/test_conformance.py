@@ -274,6 +274,20 @@ def test_secret_shaped_paths_endpoints_and_tools_never_reach_the_archive(tmp_pat
     assert_assay_accepts(archive.path)
 
 
+@pytest.mark.kernel
+def test_redacted_runs_stay_byte_identical(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = assay("determinism", "--runs", "3", "--out", tmp_path / "out", "--run-id", "conf_secret_det",
+                 "--workdir", work, "--sandbox", "danger-full-access", "--",
+                 PY, "-B", PROGRAMS / "conformance" / "secret_names.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    archives = [tmp_path / "out" / f"run-{i}" / "conf_secret_det.tar.gz" for i in (1, 2, 3)]
+    assert len({a.read_bytes() for a in archives}) == 1
+    assert "redacted_count=0" not in str(Archive(archives[0]).health["notes"])
+    assert_assay_accepts(*archives)
+
+
 def _policy(path: Path, deny: list[str]) -> Path:
     text = (AGENT / "policy.toml").read_text()
     path.write_text(re.sub(r'^deny = \["shell"\]$', f"deny = {deny!r}".replace("'", '"'), text, flags=re.M))
