@@ -241,8 +241,12 @@ def _cross_problems(parsed: Parsed) -> Iterator[Problem]:
 # --- entry points ----------------------------------------------------------
 
 
-def find_problems(members: dict[str, bytes]) -> tuple[list[Problem], Parsed]:
-    """Every problem of an archive's members, and what decoded cleanly."""
+def find_problems(members: dict[str, bytes], sweep: bool = True) -> tuple[list[Problem], Parsed]:
+    """Every problem of an archive's members, and what decoded cleanly.
+
+    `sweep=False` leaves out the secret sweep, for a caller that has just run it
+    (`publish` sweeps every member first, whatever its size).
+    """
     parsed = Parsed()
     problems = list(_structure_problems(members))
     known = [name for name in V0_MEMBERS if name in members]
@@ -252,18 +256,19 @@ def find_problems(members: dict[str, bytes]) -> tuple[list[Problem], Parsed]:
     problems += _manifest_problems(members, parsed.documents.get(MANIFEST))
     problems += _run_id_problems(parsed)
     problems += _cross_problems(parsed)
-    for name in (*known, *extra):
-        problems += secret_problems(name, members[name])
+    if sweep:
+        for name in (*known, *extra):
+            problems += secret_problems(name, members[name])
     return problems, parsed
 
 
-def validate_members(members: dict[str, bytes]) -> list[str]:
+def validate_members(members: dict[str, bytes], sweep: bool = True) -> list[str]:
     """Problem lines (`member: problem`) for an archive's members; [] if valid.
 
     `members` is every member by archive path, the manifest included: before
     writing, pass `{MANIFEST: build_manifest(run_id, members), **members}`.
     """
-    return [str(p) for p in find_problems(members)[0]]
+    return [str(p) for p in find_problems(members, sweep)[0]]
 
 
 class Report(msgspec.Struct):

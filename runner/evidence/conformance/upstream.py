@@ -45,8 +45,8 @@ def _where(path: Any) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _kernel_errors(shape: str) -> tuple[str, ...]:
-    obj = json.loads(shape)
+def _kernel_errors(shape: tuple[tuple[str, Any], ...]) -> tuple[str, ...]:
+    obj = {k: list(v) if isinstance(v, tuple) else v for k, v in shape}
     errors = sorted(_kernel_validator().iter_errors(obj), key=lambda e: list(e.absolute_path))
     return tuple(f"{e.message} - at `{_where(e.absolute_path)}` "
                  f"(schema {'/'.join(map(str, e.absolute_schema_path))})" for e in errors)
@@ -66,4 +66,5 @@ def kernel_schema_errors(line: dict[str, Any]) -> tuple[str, ...]:
             shape[key] = 0
     if isinstance(shape.get("value"), str):
         shape["value"] = ""
-    return _kernel_errors(json.dumps(shape, sort_keys=True))
+    key = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in shape.items()))
+    return _kernel_errors(key)
