@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -162,6 +163,35 @@ def test_normalize_refuses_a_recorded_run_id_assay_would_refuse(tmp_path: Path) 
     proc = assay("normalize", "--run-id", "run_old", spool)
     assert proc.returncode == 0, proc.stderr
     assert_assay_accepts(Archive(spool.with_suffix(".tar.gz")).path)
+
+
+def test_the_cli_refuses_to_publish_past_a_disabled_redactor_and_keeps_the_spool(tmp_path: Path) -> None:
+    """`assay-runner normalize` with the redactor switched off (in the process, as a bug would):
+    exit 125, one line, no archive, the spool untouched."""
+    spool = tmp_path / "leak.spool"
+    frames = []
+    with (DATA / "example.spool").open("rb") as f:
+        for frame in iter_frames(f):
+            frames.append(encode_frame(frame))
+    tool = SdkMessage(ts=1, event="tool_call_started", tool=f"deploy-{SECRETS['aws']}", tool_call_id="tc_1")
+    spool.write_bytes(b"".join(frames[:1]) + encode_frame(tool) + b"".join(frames[1:]))
+    before = spool.read_bytes()
+    code = ("import sys, normalizer.redact as r\n"
+            "r.Redactor.redact = lambda self, text: text\n"
+            "from runner.cli.main import main\n"
+            "sys.exit(main(['normalize', sys.argv[1]]))\n")
+    proc = subprocess.run([PY, "-c", code, str(spool)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, check=False)
+    assert proc.returncode == EXIT_RUNNER_ERROR, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "assay-runner: error: refusing to publish leak.tar.gz: layers/sdk.ndjson still holds an "
+        "unredacted aws-access-key-id-shaped value after redaction (a runner bug); nothing was written "
+        "and the raw spool is kept")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["leak.spool"]
+    assert spool.read_bytes() == before
+    proc = assay("normalize", spool)  # the same spool with the real redactor: published, redacted
+    assert proc.returncode == 0, proc.stderr
+    assert SECRETS["aws"].encode() not in (tmp_path / "leak.tar.gz").read_bytes()
 
 
 # --- the capability-diff rule ----------------------------------------------
