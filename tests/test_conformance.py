@@ -8,6 +8,7 @@ independent `../shared/tools/assay-compat/assay_compat.py`, which must report
 
 from __future__ import annotations
 
+import random
 import re
 import shutil
 import subprocess
@@ -101,6 +102,34 @@ def test_earliest_match_wins_then_the_longest() -> None:
     out = r.redact(f"Bearer {SECRETS['jwt']}")
     assert re.fullmatch(r"<redacted:bearer-token:[0-9a-f]{8}>", out)
     assert r.by_rule == {"bearer-token": 1}
+
+
+def test_every_rule_has_its_prefilter() -> None:
+    """A refreshed table with a changed pattern must get its literals re-derived (else it runs unfiltered)."""
+    assert [(name, p.pattern) for name, p in rules()] == list(redact.NEEDLES)
+
+
+def _corpus() -> list[str]:
+    rng = random.Random(11)
+    alphabet = ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.=:/ \"'&#~+"
+                "\u0131\u0130\u017f\u212a")  # dotless i, dotted I, long s, Kelvin sign
+    pieces = ["AKIA", "ASIA", "ghp_", "gho_", "sk-", "sk-proj-", "xoxb-", "AIza", "sk_live_", "pk_test_",
+              "-----BEGIN RSA PRIVATE KEY-----", "eyJ", ".eyJ", "Bearer ", "BEARER\t", "access_token=",
+              "refresh-token=", "sig=", "Signature=", "api_key=", "API-KEY: ", "secret:", "toKen=",
+              "pa\u017fsword = ", "passwd:", "client_secret=", "<redacted:jwt:0123abcd>"]
+    out = [f"x {piece}{'A1b2C3d4' * 6} y" for piece in pieces]
+    for _ in range(3000):
+        out.append("".join(rng.choice(pieces) if rng.random() < 0.15 else rng.choice(alphabet)
+                           for _ in range(rng.randint(1, 90))))
+    return out
+
+
+def test_the_prefilter_never_changes_a_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = _corpus()
+    filtered = [(Redactor().redact(t), find_unredacted(t)) for t in corpus]
+    monkeypatch.setattr(redact, "NEEDLES", {})
+    assert [(Redactor().redact(t), find_unredacted(t)) for t in corpus] == filtered
+    assert sum(1 for _, rule in filtered if rule) > 100  # the corpus does hit the rules
 
 
 # --- publishing fails closed -----------------------------------------------

@@ -47,7 +47,7 @@ def is_loader_telemetry(path: str) -> bool:
 
 def line_rules(e: KernelEvent) -> Iterator[str]:
     """One kernel line against the published schema and upstream's decoder."""
-    for error in kernel_schema_errors(msgspec.to_builtins(e)):
+    for error in kernel_schema_errors(e):
         yield f"line schema: {error}"
     expected = KIND_BY_EVENT_TYPE.get(e.event_type, f"event_{e.event_type}")
     if e.kind != expected:  # decode.rs:24-35
