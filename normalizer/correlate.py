@@ -37,6 +37,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
+from heapq import heappop, heappush
 from typing import NamedTuple
 
 from normalizer.artifacts import (
@@ -87,13 +88,32 @@ def _end(call: ToolCall) -> int:
     return call.finished_ts if call.finished_ts is not None else END
 
 
+def sole_call_blocks(calls: Sequence[ToolCall], blocks: Sequence[Block]) -> dict[int, Block]:
+    """Call index -> the earliest block inside its window and no other call's.
+
+    One sweep over calls and blocks in time order (a heap of open windows),
+    so a flood of calls and blocks costs n log n, not n times m.
+    """
+    order = sorted(range(len(calls)), key=lambda i: calls[i].started_ts)
+    open_calls: dict[int, None] = {}
+    ends: list[tuple[int, int]] = []
+    blocked: dict[int, Block] = {}
+    j = 0
+    for block in sorted(blocks):
+        while j < len(order) and calls[order[j]].started_ts <= block.ts:
+            open_calls[order[j]] = None
+            heappush(ends, (_end(calls[order[j]]), order[j]))
+            j += 1
+        while ends and ends[0][0] < block.ts:
+            open_calls.pop(heappop(ends)[1], None)
+        if len(open_calls) == 1:
+            blocked.setdefault(next(iter(open_calls)), block)
+    return blocked
+
+
 def decisions(calls: Sequence[ToolCall], blocks: Sequence[Block]) -> list[Decided]:
     """One decision per distinct id of a decided call with a tool, in start order."""
-    blocked: dict[int, Block] = {}
-    for block in blocks:
-        inside = [i for i, c in enumerate(calls) if c.started_ts <= block.ts <= _end(c)]
-        if len(inside) == 1:
-            blocked.setdefault(inside[0], block)
+    blocked = sole_call_blocks(calls, blocks)
     by_id: dict[str, Decided] = {}
     for i, c in enumerate(calls):
         if c.tool_call_id is None or c.tool is None or c.decision is None:

@@ -15,9 +15,9 @@ import msgspec
 
 from normalizer.artifacts import CorrelationReport, PolicyEvent, SdkEvent
 from normalizer.build import json_member
-from normalizer.correlate import Block, correlate, decisions, policy_events
+from normalizer.correlate import Block, correlate, decisions, policy_events, sole_call_blocks
 from normalizer.redact import Redactor
-from normalizer.sdk import sdk_layer
+from normalizer.sdk import ToolCall, sdk_layer
 from spool.format import SdkMessage
 
 RUN = "run_t"
@@ -110,6 +110,27 @@ def test_one_policy_line_and_one_binding_per_call_with_blocks_deciding_deny() ->
 def test_a_block_outside_every_window_decides_nothing() -> None:
     _, lines = report(FIVE_CALLS, (), (Block(25, "file_blocked"),))
     assert {p.decision for p in lines[:4]} == {"allow"}
+
+
+def test_blocks_go_to_the_one_call_whose_window_holds_them() -> None:
+    """The sweep agrees with the definition, on random windows (some unfinished) and blocks."""
+    rng = random.Random(3)
+    for _ in range(200):
+        calls = []
+        for i in range(rng.randint(0, 8)):
+            start = rng.randint(0, 100)
+            end = None if rng.random() < 0.2 else start + rng.randint(0, 30)
+            calls.append(ToolCall(tool_call_id=f"c{i}", tool="t", started_ts=start, finished_ts=end,
+                                  decision="allow", rule=None))
+        blocks = [Block(rng.randint(0, 140), rng.choice(["file_blocked", "connect_blocked"]))
+                  for _ in range(rng.randint(0, 8))]
+        expected: dict[int, Block] = {}
+        for block in sorted(blocks):
+            inside = [i for i, c in enumerate(calls) if c.started_ts <= block.ts
+                      and (c.finished_ts is None or block.ts <= c.finished_ts)]
+            if len(inside) == 1:
+                expected.setdefault(inside[0], block)
+        assert sole_call_blocks(calls, blocks) == expected
 
 
 def test_without_a_policy_there_are_no_decisions_and_no_bindings() -> None:
