@@ -166,12 +166,21 @@ class RunEvent(_Strict):
     `run_finished` (crates/assay-runner-core/src/run.rs:11, 166-209). Ours
     carry the marker and its order only: upstream's elapsed times would break
     byte-identical runs, and its command/env would carry the agent's argv.
+    The optional fields are upstream's, read (so its archives validate) and
+    never written.
     """
 
     schema: Literal["assay.runner.event.v0"]
     run_id: RunId
     seq: NonNegative
     type: RunEventType
+    agent_shim: str | msgspec.UnsetType = msgspec.UNSET
+    command: list[str] | msgspec.UnsetType = msgspec.UNSET
+    env_keys: list[str] | msgspec.UnsetType = msgspec.UNSET
+    exit_code: int | msgspec.UnsetType | None = msgspec.UNSET
+    signal: int | msgspec.UnsetType | None = msgspec.UNSET
+    success: bool | msgspec.UnsetType = msgspec.UNSET
+    window_elapsed_ms: NonNegative | msgspec.UnsetType = msgspec.UNSET
 
 
 class ManifestEntry(_Strict):

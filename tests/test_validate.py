@@ -303,6 +303,12 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
         lines(PHASES, lambda xs: xs[0].update(schema="assay.runner.phase_event.v0", phase=xs[0].pop("type"))),
         ["events.ndjson: line 1: Invalid enum value 'assay.runner.phase_event.v0' - at `$.schema`"],
     ),
+    "upstream's own run event fields are read": (
+        lines(PHASES, lambda xs: (xs[0].update(agent_shim="none", command=["true"], env_keys=[],
+                                               window_elapsed_ms=0),
+                                  xs[1].update(exit_code=0, signal=None, success=True, window_elapsed_ms=3))),
+        [],
+    ),
     "phase event type upstream does not write": (
         set_line(PHASES, 0, type="command_exited"),
         ["events.ndjson: line 1: Invalid enum value 'command_exited' - at `$.type`"],
