@@ -128,6 +128,7 @@ def test_the_prefilter_never_changes_a_result(monkeypatch: pytest.MonkeyPatch) -
     corpus = _corpus()
     filtered = [(Redactor().redact(t), find_unredacted(t)) for t in corpus]
     monkeypatch.setattr(redact, "NEEDLES", {})
+    monkeypatch.setattr(redact, "_any_literal", lambda: None)
     assert [(Redactor().redact(t), find_unredacted(t)) for t in corpus] == filtered
     assert sum(1 for _, rule in filtered if rule) > 100  # the corpus does hit the rules
 
