@@ -12,7 +12,7 @@ DEMO_CMD ?= --policy fixtures/agent/policy.toml --workdir $(DEMO_WORKSPACE) \
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint schemas bench image clean
+.PHONY: setup demo test lint schemas bench image image-smoke clean
 
 setup:
 	@bash scripts/setup.sh
@@ -43,6 +43,11 @@ bench: setup
 IMAGE ?= assay-runner:latest
 image:
 	bash scripts/image.sh $(IMAGE)
+
+# The image smoke test alone (it is also part of `make test`): starts dockerd
+# when none runs, `make image`, then doctor and a validated run in the container.
+image-smoke: setup
+	$(VENV)/bin/pytest -q -m image tests/test_image.py
 
 $(VENV)/bin/ruff:
 	@bash scripts/setup.sh
