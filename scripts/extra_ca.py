@@ -15,6 +15,7 @@ Prints one line per certificate written; stdlib only (runs before any venv).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -58,6 +59,7 @@ def main(argv: list[str]) -> int:
         path = outdir / f"build-extra-{index}.crt"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(to_pem(body))
+        os.utime(tmp, (0, 0))  # the same bytes and metadata every build: docker's cache holds
         tmp.replace(path)
         print(f"extra CA: {path.name} ({'host store' if source == 'host' else source})")
     return 0
