@@ -16,8 +16,8 @@
 #
 # Build arguments and inputs:
 # - BASE_IMAGE: a Debian bookworm image. The default is the minbase rootfs that
-#   `scripts/image.sh` makes with debootstrap and imports (no registry needed);
-#   `debian:bookworm-slim` works where a registry is reachable.
+#   `scripts/image.sh` makes with debootstrap and imports (no registry needed).
+#   A pulled `debian:bookworm-slim` should do as well (not tried: no registry).
 # - docker/extra-ca/*.crt: extra CA certificates (PEM) the image trusts, for
 #   builds behind a TLS-intercepting proxy. `make image` fills it from the host
 #   (EXTRA_CA=host, the default) or a file (EXTRA_CA=path); docs/setup.md.
