@@ -31,7 +31,13 @@ def certificates(text: str) -> list[str]:
 
 
 def host_extras() -> list[str]:
-    """Certificates in the host bundle that no stock Mozilla file holds."""
+    """Certificates in the host bundle that no stock Mozilla file holds.
+
+    A host without Debian's bundle (another distro) has no extras to give.
+    """
+    if not HOST_BUNDLE.exists():
+        print(f"extra CA: none ({HOST_BUNDLE} does not exist)")
+        return []
     stock = {c for f in STOCK_DIR.glob("*.crt") for c in certificates(f.read_text())}
     return [c for c in certificates(HOST_BUNDLE.read_text()) if c not in stock]
 
