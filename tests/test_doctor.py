@@ -264,6 +264,41 @@ def test_fix_mounts_restores_tracefs_debugfs_and_cgroup2() -> None:
     ]
 
 
+def test_mountinfo_read_only_flag() -> None:
+    ro = HYBRID.replace("/sys/fs/cgroup/unified rw,relatime", "/sys/fs/cgroup/unified ro,relatime")
+    flags = {str(m.mount_point): m.read_only for m in mounts.parse_mountinfo(ro)}
+    assert flags["/sys/fs/cgroup/unified"] is True
+    assert flags["/sys/fs/cgroup"] is False
+
+
+# Bind-remount this host's cgroup v2 read-only in a private mount namespace, as
+# docker does in a container, and let the container entrypoint's fix undo it.
+_READ_ONLY_CGROUP2 = """
+import subprocess
+from runner.host import checks, container, mounts
+target = mounts.cgroup2_mount()
+subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
+print(checks.check_cgroup2().status)
+for note in container.fix_container_mounts():
+    print(note)
+print(checks.check_cgroup2().status)
+"""
+
+
+@pytest.mark.kernel
+def test_container_fix_makes_a_read_only_cgroup2_writable() -> None:
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c",
+         _READ_ONLY_CGROUP2],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    target = mounts.cgroup2_mount()
+    assert proc.stdout.splitlines() == [
+        "FAIL", f"made the read-only mount at {target} writable", "ok",
+    ]
+
+
 def test_cgroup2_mount_of_this_machine_is_a_cgroup2_directory() -> None:
     mount = mounts.cgroup2_mount()
     assert (mount / "cgroup.controllers").is_file()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.host.mounts import cgroup2_mount
 from tests.image_support import checkout_tag, docker, docker_daemon, run_line
 from tests.support import CLI, ROOT, Archive
 from tests.test_doctor import CHECKS
@@ -114,3 +115,17 @@ def test_isolated_network_needs_and_works_with_net_admin(image: str, tmp_path: P
                         "cat", "/proc/net/dev", extra=("--cap-add", "NET_ADMIN"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "lo:" in proc.stdout and "eth0" not in proc.stdout, proc.stdout
+
+
+def test_read_only_cgroup2_from_docker_is_made_writable(image: str, tmp_path: Path) -> None:
+    """Docker gives a container without --privileged a read-only cgroup v2 (on v2 hosts).
+
+    Reproduced on any host by binding the host's cgroup v2 mount read-only:
+    the entrypoint must clear the flag, and doctor's write probe must pass.
+    """
+    host = str(cgroup2_mount())
+    proc = run_in_image(image, tmp_path, "doctor", extra=("-v", f"{host}:{host}:ro"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"made the read-only mount at {host} writable" in proc.stderr, proc.stderr
+    cgroup2 = [row for row in proc.stdout.splitlines() if row.split()[1] == "cgroup2"]
+    assert cgroup2 and cgroup2[0].startswith("ok") and cgroup2[0].endswith("writable"), proc.stdout

@@ -13,14 +13,33 @@ explained by the command's own checks.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 
 from runner.cli.main import main as cli_main
-from runner.host.mounts import fix_mounts
+from runner.errors import RunnerError
+from runner.host.mounts import cgroup2_mount, fix_mounts, mounts, remount_writable
+
+
+def fix_container_mounts() -> Iterator[str]:
+    """`fix_mounts`, then make a read-only cgroup v2 mount writable.
+
+    Docker mounts cgroup v2 read-only in a container without --privileged
+    (on a cgroup v2 host, or when bound with `:ro`). Inside the container's
+    own mount namespace clearing that flag is harmless; on a host a
+    read-only cgroup2 mount is deliberate, so `doctor --fix` leaves it.
+    """
+    yield from fix_mounts()
+    try:
+        target = cgroup2_mount()
+    except RunnerError:
+        return  # fix_mounts said why
+    if any(m.mount_point == target and m.read_only for m in mounts()):
+        yield remount_writable(target)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Mount tracefs, debugfs and cgroup v2 when missing, then `assay-runner ARGS`."""
-    for note in fix_mounts():
+    """Mount tracefs, debugfs and a writable cgroup v2 when missing, then `assay-runner ARGS`."""
+    for note in fix_container_mounts():
         print(f"assay-runner: container: {note}", file=sys.stderr, flush=True)
     return cli_main(argv)
 

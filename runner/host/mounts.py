@@ -26,6 +26,7 @@ class Mount:
     mount_point: Path
     fstype: str
     root: str
+    read_only: bool = False
 
 
 def _unescape(field: str) -> str:
@@ -41,7 +42,8 @@ def parse_mountinfo(text: str) -> list[Mount]:
         fields, tail = left.split(), right.split()
         if not sep or len(fields) < 5 or not tail:
             continue
-        mount = Mount(Path(_unescape(fields[4])), tail[0], _unescape(fields[3]))
+        read_only = "ro" in fields[5].split(",") if len(fields) > 5 else False
+        mount = Mount(Path(_unescape(fields[4])), tail[0], _unescape(fields[3]), read_only)
         by_point.pop(mount.mount_point, None)  # re-insert: keep mount order
         by_point[mount.mount_point] = mount
     return list(by_point.values())
@@ -122,6 +124,17 @@ def _mount(fstype: str, target: Path) -> str:
     if proc.returncode == 0:
         return f"mounted {fstype} at {target}"
     return f"could not mount {fstype} at {target}: {last_line(proc)}"
+
+
+def remount_writable(target: Path) -> str:
+    """Clear the read-only flag of the mount at target; one note saying what happened."""
+    proc = subprocess.run(
+        ["mount", "-o", "remount,bind,rw", str(target)],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode == 0:
+        return f"made the read-only mount at {target} writable"
+    return f"could not make {target} writable: {last_line(proc)}"
 
 
 def fix_mounts() -> Iterator[str]:
