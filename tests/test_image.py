@@ -5,7 +5,7 @@ behind a TLS-intercepting proxy); then the `docker run` line of
 docs/setup.md runs `doctor` and a `run` whose archive must validate and hold
 the kernel evidence of the command. The build's line with the image size is
 printed to the terminal, also under `pytest -q`. This test always runs in
-`make test` (CI included): warm, it takes about half a minute (docs/setup.md).
+`make test` (CI included): warm, it takes 10 to 30 s (docs/setup.md).
 """
 
 from __future__ import annotations
