@@ -23,7 +23,8 @@
 #   (EXTRA_CA=host, the default) or a file (EXTRA_CA=path); docs/setup.md.
 #
 # Two stages: `build` makes the venv (pip and its downloads stay there);
-# the final stage adds only Debian's python3-bpfcc and copies the venv.
+# the final stage adds only Debian's python3-bpfcc and copies the checkout
+# with its venv.
 ARG BASE_IMAGE=assay-runner-base:bookworm
 
 FROM ${BASE_IMAGE} AS build
@@ -46,12 +47,14 @@ COPY pyproject.toml ./
 RUN python3 -m venv --system-site-packages .venv \
  && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' >/tmp/requirements.txt \
  && .venv/bin/pip install --no-input -r /tmp/requirements.txt "setuptools>=68"
-# The sources (.dockerignore leaves out tests, docs and the like); the wheel
-# holds the packages pyproject.toml lists, so a new package needs no edit here.
+# The checkout (.dockerignore leaves out tests, docs and the like), installed
+# editable as `make setup` does: the packages are the ones pyproject.toml
+# lists, and code that reads data beside them (schema/upstream/) finds it.
 COPY . .
-RUN .venv/bin/pip install --no-input --no-deps --no-build-isolation . \
+RUN .venv/bin/pip install --no-input --no-deps --no-build-isolation -e . \
  && .venv/bin/pip uninstall -y -q setuptools pip \
- && find .venv -name __pycache__ -prune -exec rm -rf {} +
+ && rm -rf docker build ./*.egg-info \
+ && find . -name __pycache__ -prune -exec rm -rf {} +
 
 FROM ${BASE_IMAGE}
 LABEL org.assay-runner.image=1
@@ -63,7 +66,7 @@ RUN apt-get update \
  && update-ca-certificates \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log
-COPY --from=build /opt/assay-runner/.venv /opt/assay-runner/.venv
+COPY --from=build /opt/assay-runner /opt/assay-runner
 WORKDIR /opt/assay-runner
 ENTRYPOINT ["/opt/assay-runner/.venv/bin/python", "-m", "runner.host.container"]
 CMD ["doctor"]
