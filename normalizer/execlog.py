@@ -124,7 +124,7 @@ def exec_log(spool: Spool) -> ExecLog:
     """Walk the spool in ring order and collect every exec and every process end."""
     header = spool.header
     tree = TreeBuilder(header.control_pids, header.shim_pid)
-    resolver = PathResolver(header.workdir)
+    resolver = PathResolver(header.workdir, tree.thread_of)
     pending: dict[int, _Pending] = {}  # host tid -> exec in flight
     done: list[_Pending] = []
     ends = _Ends()
