@@ -58,6 +58,15 @@ AT_REMOVEDIR = 0x200
 SETID_BITS = 0o6000
 FS_HOOKS = frozenset({HOOK_UNLINK, HOOK_RENAME, HOOK_MKDIR, HOOK_SYMLINK, HOOK_LINK,
                       HOOK_TRUNCATE, HOOK_CHMOD, HOOK_IO_URING, HOOK_OPEN_BY_HANDLE})
+_SOURCES = {
+    HOOK_UNLINK: (UNLINK, RMDIR), HOOK_RENAME: (RENAME_FROM, RENAME_TO), HOOK_MKDIR: (MKDIR,),
+    HOOK_SYMLINK: (SYMLINK, SYMLINK_TARGET), HOOK_LINK: (LINK_FROM, LINK_TO),
+    HOOK_TRUNCATE: (TRUNCATE,), HOOK_CHMOD: (CHMOD, CHMOD_SETID),
+    HOOK_IO_URING: (IO_URING_SETUP,), HOOK_OPEN_BY_HANDLE: (OPEN_BY_HANDLE,),
+}
+EVENT_HOOKS = {event + failed: hook for hook, events in _SOURCES.items()
+               for event in events for failed in (0, FAILED)}
+"""Event id -> the raw hook whose record it comes from (for cross-checks against the spool)."""
 UNTRACED_IO_HOOKS = frozenset({HOOK_IO_URING, HOOK_OPEN_BY_HANDLE})
 """Hooks that only say an untraced I/O path was set up (health notes them)."""
 
