@@ -77,6 +77,7 @@ class MonitorConfig:
     ringbuf_pages: int = DEFAULT_RINGBUF_PAGES
     net_policy: NetPolicySpec | None = None
     cgroup_path: str = ""
+    tasks_max: int = TASKS_MAX
 
     @property
     def wake_every(self) -> int:
@@ -124,7 +125,7 @@ class Monitor:
             raise MonitorError(f"cannot import bcc ({exc}); install python3-bpfcc") from exc
         cflags = [
             f"-I{SOURCE_DIR}",
-            f"-DTASKS_MAX={TASKS_MAX}",
+            f"-DTASKS_MAX={config.tasks_max}",
             f"-DRINGBUF_PAGES={pages}",
             f"-DWAKE_EVERY={config.wake_every}",
             f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
