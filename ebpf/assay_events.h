@@ -38,7 +38,8 @@
 #define HOOK_CHMOD 56    /* chmod, fchmodat, fchmodat2, fchmod: joined */
 #define HOOK_IO_URING 57 /* io_uring_setup enter: its operations are not traced */
 #define HOOK_OPEN_BY_HANDLE 58 /* open_by_handle_at: joined (no path exists) */
-#define HOOK_MAX 59      /* size of the per-hook counter array */
+#define HOOK_MKNOD 59    /* mknod, mknodat: joined */
+#define HOOK_MAX 60      /* size of the per-hook counter array */
 
 #define ASSAY_DATA_MAX 4096 /* PATH_MAX: the most one string takes */
 #define ASSAY_PAYLOAD_MAX 8192 /* two strings (two-path syscalls, argv) */
@@ -69,7 +70,7 @@
  *   UNLINK:  a0 dirfd, a1 flags (AT_REMOVEDIR for rmdir); payload: path
  *   RENAME/LINK: a0 old dirfd, a1 new dirfd, a2 flags; payload: old, new
  *   SYMLINK: a0 new dirfd; payload: target text, link path
- *   MKDIR:   a0 dirfd, a1 mode; TRUNCATE: a0 dirfd (AT_FDCWD), a1 length
+ *   MKDIR/MKNOD: a0 dirfd, a1 mode (MKNOD: a2 dev); TRUNCATE: a0 dirfd (AT_FDCWD), a1 length
  *   CHMOD:   a0 dirfd (fd when a3 = 1: fchmod), a1 mode, a2 flags
  *   IO_URING: a0 entries; OPEN_BY_HANDLE: a0 mount dirfd, a1 flags
  *   NET_BLOCK: a0 HOOK_CONNECT or HOOK_SENDMSG (what was denied), a1 IP protocol

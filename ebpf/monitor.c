@@ -610,6 +610,22 @@ TRACEPOINT_PROBE(syscalls, sys_enter_mkdirat)
     return 0;
 }
 
+TRACEPOINT_PROBE(syscalls, sys_enter_mknod)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_MKNOD, (u64)args->filename, AT_FDCWD_, args->mode, args->dev, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_mknodat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_MKNOD, (u64)args->filename, args->dfd, args->mode, args->dev, 0);
+    return 0;
+}
+
 /* symlink: first string the target text (never resolved), second the link. */
 TRACEPOINT_PROBE(syscalls, sys_enter_symlink)
 {

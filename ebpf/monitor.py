@@ -22,7 +22,7 @@ TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
 JOINED_SYSCALLS = (
     "openat", "openat2", "open", "creat", "connect", "sendto", "sendmsg", "chdir", "fchdir",
     "execve", "execveat", "unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2",
-    "mkdir", "mkdirat", "symlink", "symlinkat", "link", "linkat", "truncate",
+    "mkdir", "mkdirat", "mknod", "mknodat", "symlink", "symlinkat", "link", "linkat", "truncate",
     "chmod", "fchmodat", "fchmodat2", "fchmod", "dup", "dup2", "dup3", "fcntl", "open_by_handle_at",
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""

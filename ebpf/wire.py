@@ -42,7 +42,8 @@ HOOK_TRUNCATE = 55
 HOOK_CHMOD = 56
 HOOK_IO_URING = 57
 HOOK_OPEN_BY_HANDLE = 58
-HOOK_MAX = 59
+HOOK_MKNOD = 59
+HOOK_MAX = 60
 
 TRUNC_FIRST = 1
 TRUNC_SECOND = 2
@@ -78,6 +79,7 @@ HOOK_NAMES = {
     HOOK_CHMOD: "chmod",
     HOOK_IO_URING: "io_uring_setup",
     HOOK_OPEN_BY_HANDLE: "open_by_handle_at",
+    HOOK_MKNOD: "mknod",
 }
 """Hooks the monitor attaches, by id: the keys of drop counters and notes."""
 

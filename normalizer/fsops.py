@@ -18,6 +18,7 @@ with only the common fields (`value` a path or null). The mapping
 | 129 | truncate (by path)                         | the path                  |
 | 130 | chmod, fchmod, fchmodat, fchmodat2         | the path                  |
 | 131 | the same, setting setuid or setgid         | the path                  |
+| 132 | mknod, mknodat (file, fifo, socket, device) | the path                 |
 | 140 | io_uring_setup (its operations are unseen) | null                      |
 | 141 | open_by_handle_at (no path exists)         | null                      |
 
@@ -38,6 +39,7 @@ from ebpf.wire import (
     HOOK_IO_URING,
     HOOK_LINK,
     HOOK_MKDIR,
+    HOOK_MKNOD,
     HOOK_OPEN_BY_HANDLE,
     HOOK_RENAME,
     HOOK_SYMLINK,
@@ -49,19 +51,19 @@ from normalizer.paths import Resolved
 
 UNLINK, RMDIR, RENAME_FROM, RENAME_TO, MKDIR = 120, 121, 122, 123, 124
 SYMLINK, SYMLINK_TARGET, LINK_FROM, LINK_TO, TRUNCATE = 125, 126, 127, 128, 129
-CHMOD, CHMOD_SETID = 130, 131
+CHMOD, CHMOD_SETID, MKNOD = 130, 131, 132
 IO_URING_SETUP, OPEN_BY_HANDLE = 140, 141
 FAILED = 100
 """Added to an operation's id when the syscall failed."""
 
 AT_REMOVEDIR = 0x200
 SETID_BITS = 0o6000
-FS_HOOKS = frozenset({HOOK_UNLINK, HOOK_RENAME, HOOK_MKDIR, HOOK_SYMLINK, HOOK_LINK,
+FS_HOOKS = frozenset({HOOK_UNLINK, HOOK_RENAME, HOOK_MKDIR, HOOK_MKNOD, HOOK_SYMLINK, HOOK_LINK,
                       HOOK_TRUNCATE, HOOK_CHMOD, HOOK_IO_URING, HOOK_OPEN_BY_HANDLE})
 _SOURCES = {
     HOOK_UNLINK: (UNLINK, RMDIR), HOOK_RENAME: (RENAME_FROM, RENAME_TO), HOOK_MKDIR: (MKDIR,),
     HOOK_SYMLINK: (SYMLINK, SYMLINK_TARGET), HOOK_LINK: (LINK_FROM, LINK_TO),
-    HOOK_TRUNCATE: (TRUNCATE,), HOOK_CHMOD: (CHMOD, CHMOD_SETID),
+    HOOK_TRUNCATE: (TRUNCATE,), HOOK_CHMOD: (CHMOD, CHMOD_SETID), HOOK_MKNOD: (MKNOD,),
     HOOK_IO_URING: (IO_URING_SETUP,), HOOK_OPEN_BY_HANDLE: (OPEN_BY_HANDLE,),
 }
 EVENT_HOOKS = {event + failed: hook for hook, events in _SOURCES.items()
@@ -84,6 +86,8 @@ def _lines(r: Resolved) -> list[tuple[int, str | None]]:
         return [(LINK_FROM, r.path), (LINK_TO, r.path2)]
     if hook == HOOK_MKDIR:
         return [(MKDIR, r.path)]
+    if hook == HOOK_MKNOD:
+        return [(MKNOD, r.path)]
     if hook == HOOK_TRUNCATE:
         return [(TRUNCATE, r.path)]
     if hook == HOOK_CHMOD:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.kernel
 PY = "/usr/bin/python3"
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 TRACED = ("mkdir,mkdirat,unlink,unlinkat,rmdir,rename,renameat,renameat2,link,linkat,symlink,"
-          "symlinkat,truncate,chmod,fchmod,fchmodat,io_uring_setup,open_by_handle_at,execve")
+          "symlinkat,mknod,mknodat,truncate,chmod,fchmod,fchmodat,io_uring_setup,open_by_handle_at,execve")
 SETID = 0o6000
 
 
@@ -44,6 +44,8 @@ def expected(call: Call) -> list[tuple[int, str | None]]:
         "linkat": lambda: [(127, p(0, 1)), (128, p(2, 3))],
         "symlink": lambda: [(125, p(None, 1)), (126, call.text(0))],
         "symlinkat": lambda: [(125, p(1, 2)), (126, call.text(0))],
+        "mknod": lambda: [(132, p(None, 0))],
+        "mknodat": lambda: [(132, p(0, 1))],
         "truncate": lambda: [(129, p(None, 0))],
         "chmod": lambda: [(131 if int(call.args[1], 8) & SETID else 130, p(None, 0))],
         "fchmodat": lambda: [(131 if int(call.args[2], 8) & SETID else 130, p(0, 1))],
@@ -78,7 +80,7 @@ def test_every_operation_strace_saw_is_a_kernel_line(observed) -> None:
     assert got == want
     # the attack's ingredients are all there, so equality above is not vacuous
     kinds = {t for t, _ in want}
-    assert {120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 140, 141,
+    assert {120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 140, 141,
             101, 220, 222, 224} <= kinds, sorted(kinds)
     assert (126, "g") in want and (131, f"{work}/g") in want
 

@@ -1,7 +1,7 @@
 """Every file-system change issue 8 found unobserved, done once each, in DIR.
 
 Usage: fs_ops.py DIR
-Plain and dirfd-relative forms, a setuid and a setgid chmod (also by fd),
+Plain and dirfd-relative forms, a fifo made with mknod, a setuid and a setgid chmod (also by fd),
 failed attempts, a failed exec, io_uring_setup and open_by_handle_at.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import stat
 import sys
 
 SYS_RENAMEAT2, SYS_IO_URING_SETUP = 316, 425
@@ -34,6 +35,7 @@ def main() -> None:
     fd = os.open(f"{d}/g", os.O_RDONLY)
     os.fchmod(fd, 0o2755)
     os.close(fd)
+    os.mknod(f"{d}/fifo", 0o600 | stat.S_IFIFO)
     os.unlink(f"{d}/h")
     os.rmdir(f"{d}/dir")
     for attempt in (lambda: os.unlink(f"{d}/missing"), lambda: os.rename(f"{d}/missing", f"{d}/x"),
