@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("runner", "normalizer", "policy", "spool", "ebpf", "assay_sdk")
+PACKAGES = ("runner", "normalizer", "policy", "spool", "ebpf", "assay_sdk", "blackbox")
 
 # package prefix -> import prefixes it must never reach
 FORBIDDEN = {
@@ -23,6 +23,7 @@ FORBIDDEN = {
     "policy": ("runner", "normalizer", "ebpf", "bcc"),
     "spool": ("runner", "bcc"),
     "runner.evidence": ("runner.capture", "runner.enforce", "runner.host", "ebpf", "bcc"),
+    "blackbox": ("runner", "ebpf", "bcc"),
 }
 MAX_LINES = 520
 

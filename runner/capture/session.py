@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,10 @@ class RunRequest:
     user: Credentials | None = None
     isolate_net: bool = False
     policy: ResolvedPolicy | None = None
+    stdio: tuple[int, int, int] | None = None
+    """stdin, stdout, stderr for the command (default: the runner's own)."""
+    on_start: Callable[[], None] | None = None
+    """Called right before the command is let go (after the monitor is attached)."""
 
     @property
     def archive_path(self) -> Path:
@@ -102,7 +107,7 @@ def execute(req: RunRequest) -> RunResult:
         monitor, early = _attach(req, cgroup, enforcement)
         spec = CommandSpec(req.exe, req.argv, str(req.workdir), {**req.env, **sdk.env()},
                            keep_fds=(sdk.child_fd,), ruleset=enforcement.ruleset,
-                           user=req.user, isolate_net=req.isolate_net)
+                           user=req.user, isolate_net=req.isolate_net, stdio=req.stdio)
         sdk.start()
         spawned = spawn(spec, cgroup)
         sdk.close_child_end()
@@ -116,6 +121,8 @@ def execute(req: RunRequest) -> RunResult:
         for rec in early:  # the helper's first records arrived before the spooler existed
             spooler.add(rec)
         monitor.set_sink(spooler.add)
+        if req.on_start is not None:
+            req.on_start()
         spooler.phase("run_started")
         spawned.start()
         exit_code = _drain_until_exit(monitor, spooler, spawned, cgroup, sdk)

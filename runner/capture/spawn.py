@@ -68,6 +68,8 @@ class CommandSpec:
     ruleset: Ruleset | None = None
     user: Credentials | None = None
     isolate_net: bool = False
+    stdio: tuple[int, int, int] | None = None
+    """stdin, stdout, stderr for the command (default: the runner's own)."""
 
 
 @dataclass
@@ -191,6 +193,9 @@ def _exec_command(spec: CommandSpec) -> None:
             os.setgroups(list(spec.user.groups))
             os.setresgid(spec.user.gid, spec.user.gid, spec.user.gid)
             os.setresuid(spec.user.uid, spec.user.uid, spec.user.uid)
+        if spec.stdio is not None:
+            for target, fd in enumerate(spec.stdio):
+                os.dup2(fd, target)
         _close_fds_except(spec.keep_fds)
         os.execve(spec.exe, spec.argv, spec.env)
     except FileNotFoundError as exc:

@@ -15,7 +15,8 @@ from runner import __version__
 from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.logs import configure_logging
 
-COMMANDS = ("run", "normalize", "validate", "diff", "determinism", "doctor", "policy")
+COMMANDS = ("run", "normalize", "validate", "diff", "determinism", "doctor", "policy", "observe",
+            "check-events")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the runner's info logs on a terminal too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"runner.cli.cmd_{name}").register(sub)
+        importlib.import_module(f"runner.cli.cmd_{name.replace('-', '_')}").register(sub)
     return parser
 
 

@@ -1,0 +1,7 @@
+"""Black-box DecisionEvents (../shared/spec/decision-events-blackbox.md): pure parts.
+
+Scenario parsing, capture modes, the command-log model, the evaluation, the
+events writer and the `check-events` validator. Nothing here touches the
+kernel or the runner's capture side (tests/test_layers.py enforces it): the
+orchestration that runs an agent lives in runner/blackbox/.
+"""
