@@ -14,6 +14,7 @@ import hashlib
 import os
 import tempfile
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
