@@ -103,14 +103,15 @@ def execute(req: RunRequest) -> RunResult:
             format=SPOOL_FORMAT, run_id=req.run_id, argv=req.argv, workdir=str(req.workdir),
             control_pids=[spawned.helper_pid], shim_pid=spawned.shim_pid,
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
-            policy=req.policy,
+            policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
         for rec in early:  # the helper's first records arrived before the spooler existed
             spooler.add(rec)
         exit_code, ended_by = capture(monitor, spooler, spawned, cgroup, sdk,
                                       req.control or TerminalControl(), req.on_start)
         spool_path = spooler.finish(SpoolTrailer(
-            exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(), ended_by=ended_by,
+            exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(),
+            untracked_tasks=monitor.untracked(), ended_by=ended_by,
         ))
         spooler = None
     finally:
@@ -133,7 +134,7 @@ def _attach(req: RunRequest, cgroup: RunCgroup,
     """Compile and attach the monitor; records land in the returned list until a sink is set."""
     t0 = time.monotonic()
     early: list[bytes] = []
-    config = MonitorConfig(cgroup.id, cgroup.level, req.ringbuf_pages,
+    config = MonitorConfig(cgroup.id, req.ringbuf_pages,
                            net_policy=enforcement.net, cgroup_path=str(cgroup.path))
     try:
         monitor = Monitor(config, early.append)
