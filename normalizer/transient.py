@@ -9,7 +9,10 @@ of a deterministic job looks different. A path is *transient* when both hold:
    table documented in docs/determinism.md), and
 2. the run itself created it (a successful create-mode open, mkdir, symlink,
    link or rename onto it) and, by the end of the run, it was removed or
-   renamed away, with nothing of the run recreating it.
+   renamed away, with nothing of the run recreating it; or the run tried to
+   create it and could not because its directory did not exist (git picks a
+   random name before it makes the object directory, then picks another),
+   so it never existed.
 
 A name that is still there at the end is never transient, however random it
 looks: an agent keeping `out-8f3a2c.json` is a real difference.
@@ -28,6 +31,14 @@ import re
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+
+from normalizer.classify import Classified
+from normalizer.fsops import LINK_TO, MKDIR, MKNOD, RENAME_FROM, RENAME_TO, RMDIR, SYMLINK, UNLINK
+
+O_CREAT = 0o100
+ENOENT = 2
+_CREATES = frozenset({MKDIR, MKNOD, SYMLINK, LINK_TO})
+_REMOVES = frozenset({UNLINK, RMDIR})
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,29 @@ class TransientNames:
     _ancestors: Counter[str] = field(default_factory=Counter)
     """Directories holding candidate paths: a rename of one moves them."""
 
+    _rename_from: str | None = None
+
+    def observe(self, who: Hashable, c: Classified) -> None:
+        """Follow one evidence candidate of thread `who` (ring order; telemetry included)."""
+        if c.value is None:
+            return
+        kind = c.event_type
+        if kind == 1:  # openat: a create-mode open made the file, or tried to
+            if c.meta is not None and c.meta.flags & O_CREAT:
+                if c.meta.status is None:
+                    self.created(c.value, who, c.order)
+                elif c.meta.return_value == -ENOENT:  # its directory was missing: it never existed
+                    self.attempted(c.value, who, c.order)
+        elif kind in _CREATES:
+            self.created(c.value, who, c.order)
+        elif kind in _REMOVES:
+            self.removed(c.value)
+        elif kind == RENAME_FROM:
+            self._rename_from = c.value
+        elif kind == RENAME_TO and self._rename_from is not None:  # always right after its source
+            self.renamed(self._rename_from, c.value, who, c.order)
+            self._rename_from = None
+
     def created(self, path: str, who: Hashable, order: int) -> None:
         """The run made `path` (a file, directory or link) by thread `who`'s `order`-th event."""
         life = self._lives.get(path)
@@ -128,6 +162,12 @@ class TransientNames:
         self._spans[path] = span
         for parent in _parents(path):
             self._ancestors[parent] += 1
+
+    def attempted(self, path: str, who: Hashable, order: int) -> None:
+        """The run tried to create `path` where it could not exist (mkstemp before its mkdir)."""
+        if path not in self._lives:
+            self.created(path, who, order)
+            self.removed(path)
 
     def removed(self, path: str) -> None:
         """`path` was unlinked or its directory removed."""

@@ -150,3 +150,13 @@ def test_template_table(path: str, template: str, random: str) -> None:
     first = next(t for t in TEMPLATES if t.random_span(path) is not None)
     start, end = first.random_span(path)  # type: ignore[misc]
     assert (first.name, path[start:end]) == (template, random)
+
+
+def test_a_create_attempt_in_a_missing_directory_is_transient() -> None:
+    t = TransientNames()
+    t.attempted("/r/.git/objects/7f/tmp_obj_SFTOzP", 1, 0)  # ENOENT: objects/7f not made yet
+    t.created("/r/.git/objects/7f/tmp_obj_Ab12Cd", 1, 2)
+    t.removed("/r/.git/objects/7f/tmp_obj_Ab12Cd")
+    s = t.finish(rank)
+    assert s.apply("/r/.git/objects/7f/tmp_obj_SFTOzP") == "/r/.git/objects/7f/tmp_obj_~1"
+    assert s.apply("/r/.git/objects/7f/tmp_obj_Ab12Cd") == "/r/.git/objects/7f/tmp_obj_~2"
