@@ -36,6 +36,7 @@ from normalizer.classify import Classified
 from normalizer.fsops import LINK_TO, MKDIR, MKNOD, RENAME_FROM, RENAME_TO, RMDIR, SYMLINK, UNLINK
 
 O_CREAT = 0o100
+O_EXCL = 0o200
 ENOENT = 2
 _CREATES = frozenset({MKDIR, MKNOD, SYMLINK, LINK_TO})
 _REMOVES = frozenset({UNLINK, RMDIR})
@@ -52,9 +53,13 @@ class Template:
     name: str
     pattern: re.Pattern[str]
     parent: re.Pattern[str] | None = None
+    exclusive: bool = False
+    """Only for files created with O_EXCL (mkstemp's signature): for shapes too plain to claim alone."""
 
-    def random_span(self, path: str) -> tuple[int, int] | None:
+    def random_span(self, path: str, exclusive: bool = True) -> tuple[int, int] | None:
         """Where the random part of `path`'s last component is, as offsets into `path`."""
+        if self.exclusive and not exclusive:
+            return None
         head, base = posixpath.split(path)
         m = self.pattern.fullmatch(base)
         if m is None:
@@ -77,20 +82,21 @@ TEMPLATES: tuple[Template, ...] = (
     Template("cpython-pyc", re.compile(r".+\.pyc\.(?P<rand>[0-9]+)")),
     Template("python-tempfile",
              re.compile(rf"(?:tmp|pip-[a-z-]+-|pytest-[a-z-]+-)(?P<rand>{_PY8})[A-Za-z0-9_.-]*")),
+    Template("python-named-tempfile", re.compile(rf".+?(?P<rand>{_PY8})\.tmp")),
     Template("python-tempdir-probe", re.compile(rf"(?P<rand>{_PY8})")),
     Template("npm-cacache", re.compile(rf"(?P<rand>{_UUID}|{_ALNUM6})"), parent=re.compile(r"tmp")),
     Template("coreutils-mktemp", re.compile(r"tmp\.(?P<rand>[A-Za-z0-9]{10})")),
-    Template("mkstemp", re.compile(rf".*?(?P<rand>{_ALNUM6})")),
+    Template("mkstemp", re.compile(rf".*?(?P<rand>{_ALNUM6})"), exclusive=True),
 )
 """Checked in order; the first match names the random part. docs/determinism.md lists them."""
 
 PLACEHOLDER = "~"
 
 
-def random_span(path: str) -> tuple[int, int] | None:
+def random_span(path: str, exclusive: bool = True) -> tuple[int, int] | None:
     """The random part of `path`'s last component under the first matching template."""
     for template in TEMPLATES:
-        span = template.random_span(path)
+        span = template.random_span(path, exclusive)
         if span is not None:
             return span
     return None
@@ -131,10 +137,11 @@ class TransientNames:
         kind = c.event_type
         if kind == 1:  # openat: a create-mode open made the file, or tried to
             if c.meta is not None and c.meta.flags & O_CREAT:
+                exclusive = bool(c.meta.flags & O_EXCL)
                 if c.meta.status is None:
-                    self.created(c.value, who, c.order)
+                    self.created(c.value, who, c.order, exclusive)
                 elif c.meta.return_value == -ENOENT:  # its directory was missing: it never existed
-                    self.attempted(c.value, who, c.order)
+                    self.attempted(c.value, who, c.order, exclusive)
         elif kind in _CREATES:
             self.created(c.value, who, c.order)
         elif kind in _REMOVES:
@@ -145,14 +152,17 @@ class TransientNames:
             self.renamed(self._rename_from, c.value, who, c.order)
             self._rename_from = None
 
-    def created(self, path: str, who: Hashable, order: int) -> None:
-        """The run made `path` (a file, directory or link) by thread `who`'s `order`-th event."""
+    def created(self, path: str, who: Hashable, order: int, exclusive: bool = False) -> None:
+        """The run made `path` (a file, directory or link) by thread `who`'s `order`-th event.
+
+        `exclusive`: it was an O_EXCL open, as mkstemp makes its files.
+        """
         life = self._lives.get(path)
         if life is not None:
             if not life.exists:
                 life.exists = True
             return
-        span = random_span(path)
+        span = random_span(path, exclusive)
         if span is None:
             return
         self._track(path, span, _Life((who, order)))
@@ -163,10 +173,10 @@ class TransientNames:
         for parent in _parents(path):
             self._ancestors[parent] += 1
 
-    def attempted(self, path: str, who: Hashable, order: int) -> None:
+    def attempted(self, path: str, who: Hashable, order: int, exclusive: bool = False) -> None:
         """The run tried to create `path` where it could not exist (mkstemp before its mkdir)."""
         if path not in self._lives:
-            self.created(path, who, order)
+            self.created(path, who, order, exclusive)
             self.removed(path)
 
     def removed(self, path: str) -> None:

@@ -36,7 +36,7 @@ def test_same_job_different_random_names_give_the_same_values() -> None:
     def run(names: list[str]) -> list[str]:
         t = TransientNames()
         for i, n in enumerate(names):
-            t.created(f"/tmp/{n}.s", 1, i)
+            t.created(f"/tmp/{n}.s", 1, i, exclusive=True)
             t.removed(f"/tmp/{n}.s")
         s = t.finish(rank)
         return [s.apply(f"/tmp/{n}.s") for n in names]
@@ -60,6 +60,18 @@ def test_a_name_recreated_after_removal_persists() -> None:
     assert t.finish(rank).apply("/repo/.git/tgOTK2R") == "/repo/.git/t~1"
 
 
+def test_mkstemp_shape_needs_an_exclusive_create() -> None:
+    t = TransientNames()
+    t.created("/tmp/pip-build-tracker-7wy0zay0/c666818e8a19fb99", 1, 0)  # O_TRUNC: a hash, not mkstemp
+    t.removed("/tmp/pip-build-tracker-7wy0zay0/c666818e8a19fb99")
+    t.created("/w/data.Xy12Zq", 1, 1, exclusive=True)
+    t.removed("/w/data.Xy12Zq")
+    s = t.finish(rank)
+    assert s.apply("/tmp/pip-build-tracker-7wy0zay0/c666818e8a19fb99") == \
+        "/tmp/pip-build-tracker-7wy0zay0/c666818e8a19fb99"
+    assert s.apply("/w/data.Xy12Zq") == "/w/data.~1"
+
+
 def test_created_and_removed_plain_names_keep_their_names() -> None:
     t = TransientNames()
     t.created("/work/notes.txt", 1, 0)
@@ -70,11 +82,11 @@ def test_created_and_removed_plain_names_keep_their_names() -> None:
 def test_git_probe_template_needs_a_git_directory() -> None:
     assert random_span("/repo/.git/tgOTK2R") is not None
     t = TransientNames()
-    t.created("/work/tgOTK2R", 1, 0)  # outside .git: only mkstemp's last six are random
+    t.created("/work/tgOTK2R", 1, 0, exclusive=True)  # outside .git: only mkstemp's last six are random
     t.removed("/work/tgOTK2R")
     assert t.finish(rank).apply("/work/tgOTK2R") == "/work/t~1"
     t = TransientNames()
-    t.created("/work/tgOTK2Rx", 1, 0)
+    t.created("/work/tgOTK2Rx", 1, 0, exclusive=True)
     t.removed("/work/tgOTK2Rx")
     assert t.finish(rank).apply("/work/tgOTK2Rx") == "/work/tg~1"
 
@@ -139,6 +151,7 @@ def test_gcc_companion_files_share_their_number() -> None:
     ("/w/__pycache__/m.cpython-311.pyc.140234", "cpython-pyc", "140234"),
     ("/tmp/pip-build-tracker-94x2xx35", "python-tempfile", "94x2xx35"),
     ("/tmp/tmpuk7rqxgf", "python-tempfile", "uk7rqxgf"),
+    ("/v/site-packages/demo-1.0.dist-info/RECORDnfcvj0c_.tmp", "python-named-tempfile", "nfcvj0c_"),
     ("/tmp/o_pzgq5i", "python-tempdir-probe", "o_pzgq5i"),
     ("/c/_cacache/tmp/4d3cfb14-d068-455d-909f-5ec754f6493b", "npm-cacache",
      "4d3cfb14-d068-455d-909f-5ec754f6493b"),
