@@ -175,3 +175,17 @@ def test_substitutions_match_what_strace_sees(tmp_path: Path, name: str) -> None
     seen = _strace_transients(trace, work / "repo", RANDOM[name])
     assert seen, "the witness saw no random temporary names"
     assert substituted(Archive(tmp_path / "out" / f"{name}.tar.gz")) == len(seen)
+
+
+def test_kept_random_and_time_stamped_names_still_fail(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = ('f=$(mktemp -p "$PWD" keep.XXXXXX); echo data > "$f"; '  # mkstemp, kept
+              'date +%s%N > "stamp-$(date +%s%N).txt"')  # a name from the clock, kept
+    proc, report = determinism(tmp_path / "out", "kept", work, "sh", "-c", script)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    surface = next(d for d in report["differing_members"] if d["member"] == "capability-surface.json")
+    added = surface["runs"][0]["surface_changes"]["filesystem_paths"]["added"]
+    assert any("/keep." in p and "~" not in p for p in added), added
+    assert any("/stamp-" in p for p in added), added
+    assert "only in run 2:" in proc.stdout and "/stamp-" in proc.stdout
