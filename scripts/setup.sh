@@ -16,6 +16,9 @@ VENV=.venv
 # systemd: systemd-analyze and systemd-socket-activate for the daemon's unit tests (tests/test_packaging.py).
 PACKAGES=(python3-bpfcc python3-venv bpftrace strace make gcc iproute2 git ca-certificates
           docker.io debootstrap systemd)
+# npm: the npm determinism workload (tests/test_transient_kernel.py). Machines
+# that ship Node.js from another source already have it; Debian's otherwise.
+command -v npm >/dev/null || PACKAGES+=(npm)
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 say() { printf 'setup: %s\n' "$*"; }
