@@ -33,6 +33,11 @@ _TELEMETRY = re.compile(
 )
 
 
+def is_telemetry_path(path: str) -> bool:
+    """True for a path whose successful opens the contract classes as telemetry."""
+    return bool(_TELEMETRY.match(path))
+
+
 def is_telemetry(event: Classified) -> bool:
     """True for an open whose path the contract classes as telemetry."""
-    return event.kind == "openat" and event.value is not None and bool(_TELEMETRY.match(event.value))
+    return event.kind == "openat" and event.value is not None and is_telemetry_path(event.value)

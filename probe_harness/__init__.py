@@ -1,0 +1,15 @@
+"""The probe harness: tiny probe scripts, each trying one operation inside a
+sandbox and emitting one `boundary_event_v1` record (probes/AGENTS.md).
+
+The contracts are files (`schema/boundary_object_schema*.json`,
+`catalogs/*.json`); this package loads and enforces them, runs probes in the
+run modes (baseline, the runner's sandbox presets, an external wrapper), gates
+new probes, and corroborates probe outcomes with the runner's kernel layer.
+It talks to the runner only through its command line and reads archives with
+`runner.evidence`; it never imports the capture side.
+"""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBES_DIR = ROOT / "probes"
