@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("runner", "normalizer", "policy", "spool", "ebpf", "assay_sdk", "blackbox")
+PACKAGES = ("runner", "normalizer", "policy", "spool", "ebpf", "assay_sdk", "blackbox", "probe_harness")
 
 # package prefix -> import prefixes it must never reach
 FORBIDDEN = {
@@ -24,6 +24,8 @@ FORBIDDEN = {
     "spool": ("runner", "bcc"),
     "runner.evidence": ("runner.capture", "runner.enforce", "runner.host", "ebpf", "bcc"),
     "blackbox": ("runner", "ebpf", "bcc"),
+    # the probe harness drives the runner through its command line and reads archives only
+    "probe_harness": ("runner.capture", "runner.enforce", "runner.host", "runner.cli", "ebpf", "bcc"),
 }
 MAX_LINES = 520
 

@@ -86,7 +86,20 @@ def netns() -> Iterator[Netns]:
     _ip("netns", "add", far)
     server = None
     try:
-        _ip("link", "add", f"pbn{tag}", "netns", near, "type", "veth", "peer", "name", f"pbf{tag}", "netns", far)
+        _ip(
+            "link",
+            "add",
+            f"pbn{tag}",
+            "netns",
+            near,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            f"pbf{tag}",
+            "netns",
+            far,
+        )
         for ns, dev, addr in ((near, f"pbn{tag}", NEAR), (far, f"pbf{tag}", FAR)):
             _ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
@@ -99,7 +112,9 @@ def netns() -> Iterator[Netns]:
         )
         server = subprocess.Popen(["ip", "netns", "exec", far, sys.executable, "-c", code])
         for _ in range(100):
-            probe = subprocess.run(["ip", "netns", "exec", far, "ss", "-ltnH"], capture_output=True, text=True)
+            probe = subprocess.run(
+                ["ip", "netns", "exec", far, "ss", "-ltnH"], capture_output=True, text=True
+            )
             if f"{FAR}:{PORT}" in probe.stdout:
                 break
             time.sleep(0.05)
@@ -142,7 +157,9 @@ def runner_matrix(netns: Netns, tmp_path_factory: pytest.TempPathFactory) -> Mat
 def bwrap_matrix(netns: Netns, tmp_path_factory: pytest.TempPathFactory) -> Matrix:
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is not installed: run make setup (scripts/setup.sh installs it)")
-    return run_matrix(tmp_path_factory.mktemp("bwrap"), netns, "--modes", "baseline,external", "--wrapper", BWRAP)
+    return run_matrix(
+        tmp_path_factory.mktemp("bwrap"), netns, "--modes", "baseline,external", "--wrapper", BWRAP
+    )
 
 
 def _table(records: list[dict]) -> dict[tuple[str, str], dict]:
@@ -184,7 +201,9 @@ def test_matrix_records_all_validate(runner_matrix: Matrix) -> None:
     listened = subprocess.run([BIN / "probe", "--listen"], input=runner_matrix.stdout, capture_output=True,
                               text=True, check=False)  # fmt: skip
     assert listened.returncode == 0
-    assert listened.stdout.splitlines()[-1].startswith(f"{len(EXPECTED) * 4} records: {len(EXPECTED) * 4} valid")
+    assert listened.stdout.splitlines()[-1].startswith(
+        f"{len(EXPECTED) * 4} records: {len(EXPECTED) * 4} valid"
+    )
 
 
 def test_matrix_outcome_table(runner_matrix: Matrix) -> None:
