@@ -95,7 +95,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     runner_batches = []
     for _ in range(args.repeat):
         for mode in modes:
+            started = time.monotonic()
             batch = run_batch(mode, probes, settings, contracts)
+            err.write(f"probe: mode {mode}: {len(probes)} probes in {time.monotonic() - started:.2f} s\n")
             good = [r.record for r in batch.results if r.record is not None]
             for record in good:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
