@@ -14,11 +14,13 @@ trusted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,11 +137,20 @@ def run_direct(path: Path, mode: str, settings: Settings, contracts: Contracts) 
     return Result(probe, mode, record if why is None else None, why)
 
 
-def prepare_workspace(settings: Settings) -> None:
-    """The workspace must exist; its TMPDIR is created here, before any sandbox starts."""
+@contextlib.contextmanager
+def prepared_workspace(settings: Settings) -> Iterator[None]:
+    """Check the workspace and create its TMPDIR before any sandbox starts (a read-only
+    sandbox could not); remove the TMPDIR afterwards if this created it and probes left it empty."""
     if not settings.workspace.is_dir():
         raise ProbeError(f"workspace {settings.workspace} is not a directory: pass --workspace DIR")
+    created = not settings.tmpdir.exists()
     settings.tmpdir.mkdir(exist_ok=True)
+    try:
+        yield
+    finally:
+        if created:
+            with contextlib.suppress(OSError):
+                settings.tmpdir.rmdir()
 
 
 def _inner_command(mode: str, probes: list[Path], settings: Settings) -> list[str]:
@@ -306,8 +317,8 @@ def main() -> int:
         if len(probes) != 1:
             raise ProbeError("probe-exec runs one probe; use 'probe --target --probe ID ...' for several")
         check_modes([args.mode], contracts.boundary.run_modes, settings)
-        prepare_workspace(settings)
-        batch = run_batch(args.mode, probes, settings, contracts)
+        with prepared_workspace(settings):
+            batch = run_batch(args.mode, probes, settings, contracts)
     except (ContractError, ModeError, ProbeError) as exc:
         print(f"probe-exec: error: {exc}", file=sys.stderr)
         return 2

@@ -31,12 +31,20 @@ from probe_harness.execute import (
     Result,
     add_common_options,
     all_probes,
-    prepare_workspace,
+    prepared_workspace,
     resolve_probe,
     run_batch,
     settings_from,
 )
-from probe_harness.modes import BASELINE, DEFAULT_MATRIX_MODES, EXTERNAL, RUNNER_MODES, ModeError, check_modes
+from probe_harness.modes import (
+    BASELINE,
+    DEFAULT_MATRIX_MODES,
+    EXTERNAL,
+    RUNNER_MODES,
+    ModeError,
+    Settings,
+    check_modes,
+)
 from probe_harness.probefile import primary_capability
 
 
@@ -77,23 +85,20 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """--matrix and --target."""
-    settings, contracts = settings_from(args)
-    probes = select_probes(args, contracts)
-    modes = select_modes(args)
-    check_modes(modes, contracts.boundary.run_modes, settings)
-    if args.list_only:
-        for mode in modes:
-            for p in probes:
-                out.write(f"{mode}\t{p.stem}\t{primary_capability(p)}\n")
-        return 0
-    prepare_workspace(settings)
-    start = time.monotonic()
+def stream(
+    repeat: int,
+    modes: list[str],
+    probes: list[Path],
+    settings: Settings,
+    contracts: Contracts,
+    out: TextIO,
+    err: TextIO,
+) -> tuple[int, list[Result], list[tuple[str, str | None, Path | None, list[dict[str, Any]]]]]:
+    """Run every batch, writing records as they come; the count, the failures and the runner batches."""
     failures: list[Result] = []
     records = 0
     runner_batches = []
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         for mode in modes:
             started = time.monotonic()
             batch = run_batch(mode, probes, settings, contracts)
@@ -109,6 +114,23 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     err.write(f"probe: FAIL {r.mode} {r.probe}: {r.error}\n")
             if mode in RUNNER_MODES:
                 runner_batches.append((mode, batch.run_id, batch.archive, good))
+    return records, failures, runner_batches
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """--matrix and --target."""
+    settings, contracts = settings_from(args)
+    probes = select_probes(args, contracts)
+    modes = select_modes(args)
+    check_modes(modes, contracts.boundary.run_modes, settings)
+    if args.list_only:
+        for mode in modes:
+            for p in probes:
+                out.write(f"{mode}\t{p.stem}\t{primary_capability(p)}\n")
+        return 0
+    start = time.monotonic()
+    with prepared_workspace(settings):
+        records, failures, runner_batches = stream(args.repeat, modes, probes, settings, contracts, out, err)
     wall = time.monotonic() - start
     disagree = 0
     if runner_batches:
