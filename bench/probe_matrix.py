@@ -28,15 +28,16 @@ PROBE = REPO / ".venv" / "bin" / "probe"
 MODE_LINE = re.compile(r"^probe: mode (\S+): (\d+) probes in ([0-9.]+) s$")
 
 
-def one_run(work: Path) -> dict:
+def one_run(work: Path, jobs: int | None) -> dict:
     """One `probe --matrix` in a fresh workspace: wall time, per-mode times, record count."""
     ws, home = work / "ws", work / "home"
     (home / ".ssh").mkdir(parents=True)
     ws.mkdir()
     env = {**os.environ, "HOME": str(home)}
     start = time.monotonic()
+    jobs_flag = ["--jobs", str(jobs)] if jobs else []
     done = subprocess.run(
-        [PROBE, "--matrix", "--workspace", ws, "--out", work / "out"],
+        [PROBE, "--matrix", "--workspace", ws, "--out", work / "out", *jobs_flag],
         env=env,
         capture_output=True,
         text=True,
@@ -55,6 +56,9 @@ def one_run(work: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--jobs", type=int, help="passed to probe --matrix (default: its own, all modes at once)"
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench.probe_matrix: needs root (the runner modes)", file=sys.stderr)
@@ -63,7 +67,7 @@ def main() -> int:
     for rep in range(args.reps):
         with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
             load = os.getloadavg()[0]
-            run = {**one_run(Path(tmp)), "load_1m_before": round(load, 2)}
+            run = {**one_run(Path(tmp), args.jobs), "load_1m_before": round(load, 2)}
         runs.append(run)
         modes = "  ".join(f"{k} {v:.1f}" for k, v in run["modes_s"].items())
         print(
@@ -75,7 +79,10 @@ def main() -> int:
     out = REPO / "bench" / "results" / "probe-matrix.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
-        json.dumps({"runs": runs, "median_wall_s": median, "cpus": os.cpu_count()}, indent=2) + "\n"
+        json.dumps(
+            {"jobs": args.jobs, "runs": runs, "median_wall_s": median, "cpus": os.cpu_count()}, indent=2
+        )
+        + "\n"
     )
     return 0 if all(r["exit"] == 0 for r in runs) else 1
 

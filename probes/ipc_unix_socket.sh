@@ -6,7 +6,7 @@ probe_name="ipc_unix_socket"
 probe_version="1"
 primary_capability_id="cap_ipc_unix_socket"
 
-target="${TMPDIR}/u$$.sock"
+target="${TMPDIR}/u$$-${RANDOM}${RANDOM}.sock"
 op=(probe-op unix-socket "${target}")
 printf -v command_executed '%q ' "${op[@]}"
 

@@ -59,6 +59,7 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path) -> None:
         (("--matrix", "--modes", "read-only", "--boundary", ROOT / "catalogs" / "cfbo-v1.json"),
          "run mode 'read-only' is not admitted by the boundary schema in use"),
         (("--matrix", "--repeat", "0"), "--repeat must be at least 1"),
+        (("--matrix", "--jobs", "0"), "--jobs must be at least 1"),
     ]  # fmt: skip
     for args, message in cases:
         done = _run(BIN / "probe", *args, "--workspace", tmp_path, cwd=tmp_path)
