@@ -245,3 +245,34 @@ def test_errno_normalization_table() -> None:
         assert status_for_errno(code) == "denied"
     for code in (errno.ENOENT, errno.ECONNREFUSED, errno.ENETUNREACH, errno.ETIMEDOUT):
         assert status_for_errno(code) == "error"
+
+
+def test_emit_payload_and_args_from_files(tmp_path: Path) -> None:
+    payload = tmp_path / "payload.json"
+    payload.write_text(json.dumps({"stdout_snippet": "out", "stderr_snippet": None, "raw": {"a": 1}}))
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"mode": "append"}))
+    stderr = tmp_path / "stderr.txt"
+    stderr.write_bytes(b"bash: f: Permission denied\n\xff")
+    flags = ["--payload-file", str(payload), "--payload-stderr-file", str(stderr),
+             "--payload-raw-field", "b", "two", "--operation-args-file", str(args)]  # fmt: skip
+    record = emit([*BASE_FLAGS, *flags], ENV)
+    denied = "bash: f: Permission denied\n\ufffd"
+    assert record["payload"] == {"stdout_snippet": "out", "stderr_snippet": denied, "raw": {"a": 1, "b": "two"}}
+    assert record["operation"]["args"] == {"mode": "append"}
+    payload.write_text(json.dumps({"stdout": "x"}))
+    with pytest.raises(EmitError, match="--payload-file has unknown keys: stdout"):
+        emit([*BASE_FLAGS, "--payload-file", str(payload)], ENV)
+    with pytest.raises(EmitError, match="cannot read --payload-file"):
+        emit([*BASE_FLAGS, "--payload-file", str(tmp_path / "missing.json")], ENV)
+
+
+def test_detect_stack_cli() -> None:
+    env = {**os.environ, "FENCE_SANDBOX_MODE": "read-only"}
+    done = subprocess.run([BIN / "detect-stack"], env=env, capture_output=True, text=True, check=False)
+    uname = os.uname()
+    assert json.loads(done.stdout) == {"sandbox_mode": "read-only", "os": f"{uname[0]} {uname[2]} {uname[4]}"}
+    env["FENCE_SANDBOX_MODE"] = "yolo"
+    bad = subprocess.run([BIN / "detect-stack"], env=env, capture_output=True, text=True, check=False)
+    assert (bad.returncode, bad.stdout) == (1, "")
+    assert "FENCE_SANDBOX_MODE='yolo' is not a sandbox mode" in bad.stderr
