@@ -258,7 +258,8 @@ def test_emit_payload_and_args_from_files(tmp_path: Path) -> None:
              "--payload-raw-field", "b", "two", "--operation-args-file", str(args)]  # fmt: skip
     record = emit([*BASE_FLAGS, *flags], ENV)
     denied = "bash: f: Permission denied\n\ufffd"
-    assert record["payload"] == {"stdout_snippet": "out", "stderr_snippet": denied, "raw": {"a": 1, "b": "two"}}
+    expected = {"stdout_snippet": "out", "stderr_snippet": denied, "raw": {"a": 1, "b": "two"}}
+    assert record["payload"] == expected
     assert record["operation"]["args"] == {"mode": "append"}
     payload.write_text(json.dumps({"stdout": "x"}))
     with pytest.raises(EmitError, match="--payload-file has unknown keys: stdout"):
