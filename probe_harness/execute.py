@@ -216,7 +216,7 @@ def run_batch(mode: str, probes: list[Path], settings: Settings, contracts: Cont
     if mode == BASELINE:
         return Batch(mode, [run_direct(p, mode, settings, contracts) for p in probes])
     cmd, run_id = _sandboxed(mode, probes, settings)
-    log_path = settings.out / f"{run_id or 'external'}.log"
+    log_path = settings.out / f"{run_id or f'external-{secrets.token_hex(4)}'}.log"
     settings.out.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
         try:
