@@ -9,8 +9,8 @@ whole batch) and judged by the rule of its verb:
 |---|---|---|
 | write, create | a successful write open of the target | a `file_blocked` line or a failed open of it |
 | read, list | a successful open of the target | a `file_blocked` line or a failed open of it |
-| exec | an `exec` line of the target | a blocked open when creating it failed; else no `exec` line |
-| spawn | at least `args.children` `exec` lines | no `exec` line |
+| exec | an `exec` line of the target | an `event_101` (failed exec) line, or a blocked create |
+| spawn | at least `args.children` `exec` lines | a failed exec (`event_101`) of the program |
 | connect | a `connect` line (`unix:PATH` for a path) | a `connect_blocked` line; unix: no `connect` line |
 | send | an `event_6`/`event_7` datagram line | a `connect_blocked` line |
 
@@ -40,6 +40,7 @@ from runner.evidence.archive import ArchiveError, read_archive
 KERNEL_MEMBER = "layers/kernel.ndjson"
 REPORT_SCHEMA = "assay.probe.corroboration.v1"
 UNTRACED_STEPS = frozenset({"symlink", "bind"})
+EXEC_FAILED = "event_101"  # a failed execve/execveat, with the path it asked for
 WRITE_VERBS = frozenset({"write", "create"})
 READ_VERBS = frozenset({"read", "list"})
 
@@ -82,11 +83,11 @@ def _classify(line: dict[str, Any], verb: str) -> str | None:
             if verb in WRITE_VERBS:
                 return "success" if line.get("access_mode") in ("write", "read_write") else None
             return "success" if verb in READ_VERBS else None
-        if kind == "exec" and verb == "exec":
-            return "success"
+        if verb == "exec":
+            return {"exec": "success", EXEC_FAILED: "blocked"}.get(kind)
         return None
     if verb == "spawn":
-        return "success" if kind == "exec" else None
+        return {"exec": "success", EXEC_FAILED: "blocked"}.get(kind)
     if verb == "connect":
         return {"connect": "success", "connect_blocked": "blocked"}.get(kind)
     if verb == "send":
@@ -168,7 +169,7 @@ def judge(record: dict[str, Any], lines: Iterable[dict[str, Any]]) -> dict[str, 
             "reason": f"record says denied, kernel shows success (line {seen['success'][0]})",
         }
     unix = verb == "connect" and value.startswith("unix:")
-    absence_ok = step in UNTRACED_STEPS or unix or verb == "spawn" or (verb == "exec" and step == "exec")
+    absence_ok = step in UNTRACED_STEPS or unix
     if seen["blocked"]:
         return {**entry, "verdict": "agree", "basis": "line", "reason": None}
     if absence_ok:

@@ -35,6 +35,10 @@ FAILED = {"access_mode": "write", "status": "error", "return_value": -13}
 W = "/ws/f"
 
 CASES = [
+    (_record("exec", "/ws/s.sh", "denied", "exec"), [_line(1, "event_101", "/ws/s.sh")], "agree", "line"),
+    (_record("exec", "/ws/s.sh", "denied", "exec"), [], "disagree", "line"),
+    (_record("spawn", "/bin/true", "denied", "spawn"), [_line(1, "event_101", "/bin/true")], "agree", "line"),
+    (_record("spawn", "/bin/true", "denied", "spawn"), [], "disagree", "line"),
     # (record, lines, verdict, basis)
     (_record("write", W, "success"), [_line(1, "openat", W, **OPEN_W)], "agree", "line"),
     (_record("write", W, "success"), [], "disagree", "line"),
