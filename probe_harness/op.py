@@ -69,6 +69,15 @@ def endpoint(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def remove(path: str) -> bool:
+    """Best-effort clean-up of what the operation created: a failed removal is not its outcome."""
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
 WRITE_FLAGS = {
     "create": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
     "append": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
@@ -90,8 +99,7 @@ def op_write(a: argparse.Namespace) -> Outcome:
         os.close(fd)
     detail: dict[str, Any] = {"bytes": written}
     if a.cleanup:
-        os.unlink(a.path)
-        detail["removed"] = True
+        detail["removed"] = remove(a.path)
     if written != len(data):
         return Outcome(a.path, None, f"short write {written}/{len(data)}", "partial", detail)
     return Outcome(a.path, detail=detail)
@@ -123,11 +131,11 @@ def op_symlink_write(a: argparse.Namespace) -> Outcome:
     try:
         out = op_write(argparse.Namespace(path=a.link, mode="create", data="probe\n", cleanup=False))
         if out.errno is None:
-            os.unlink(a.target)
+            out.detail["removed"] = remove(a.target)
         out.detail["resolves_to"] = a.target
         return out
     finally:
-        os.unlink(a.link)
+        remove(a.link)
 
 
 def op_exec_script(a: argparse.Namespace) -> Outcome:
@@ -144,7 +152,7 @@ def op_exec_script(a: argparse.Namespace) -> Outcome:
     except OSError as exc:
         return Outcome.failed(a.path, exc, "exec")
     finally:
-        os.unlink(a.path)
+        remove(a.path)
     if done.returncode != 0:
         return Outcome(
             a.path, None, f"script exited {done.returncode}", "error", {"exit_code": done.returncode}
@@ -234,7 +242,7 @@ def op_unix_socket(a: argparse.Namespace) -> Outcome:
         except OSError as exc:
             return Outcome.failed(a.path, exc, "connect")
         finally:
-            os.unlink(a.path)
+            remove(a.path)
     return Outcome(a.path)
 
 

@@ -117,3 +117,25 @@ def test_a_failing_probe_does_not_stop_the_stream(tmp_path: Path) -> None:
     assert "probe: FAIL baseline fs_user_ssh_list: exited 1: " in done.stderr
     assert "HOME: unbound variable" in done.stderr
     assert "1 records, 1 failed" in done.stderr
+
+
+def test_probe_op_reports_status_errno_target_and_detail(tmp_path: Path) -> None:
+    def op(*args: str | Path) -> tuple[int, list[str]]:
+        done = _run(BIN / "probe-op", *args, cwd=tmp_path)
+        return done.returncode, done.stdout.rstrip("\n").split("\x1f")
+
+    code, fields = op("write", tmp_path / "f", "--cleanup")
+    assert code == 0
+    assert fields[:4] == ["success", "", "ok", str(tmp_path / "f")]
+    assert json.loads(fields[4]) == {"bytes": 6, "removed": True}
+    assert not (tmp_path / "f").exists()
+    code, fields = op("write", tmp_path / "no" / "f")
+    assert (code, fields[:3]) == (0, ["error", "ENOENT", "open: No such file or directory"])
+    assert json.loads(fields[4]) == {"step": "open"}
+    code, fields = op("unix-socket", tmp_path / "s.sock")
+    assert (code, fields[0], fields[3]) == (0, "success", str(tmp_path / "s.sock"))
+    code, fields = op("tcp-loopback")
+    assert code == 0 and fields[0] == "success" and fields[3].startswith("127.0.0.1:")
+    bad = _run(BIN / "probe-op", "teleport", cwd=tmp_path)
+    assert (bad.returncode, bad.stdout) == (1, "")
+    assert bad.stderr.startswith("probe-op: error: ")
