@@ -85,7 +85,9 @@ def check_modes(modes: list[str], admitted: tuple[str, ...], settings: Settings)
                 "(catalogs/cfbo-linux-v1.json)"
             )
         if mode in RUNNER_MODES and os.geteuid() != 0:
-            raise ModeError(f"run mode {mode!r} runs probes under assay-runner, which needs root")
+            raise ModeError(
+                f"run mode {mode!r} runs probes under assay-runner, which needs root (or: --modes baseline)"
+            )
         if mode == EXTERNAL:
             settings.wrapper_argv()
 
