@@ -244,3 +244,19 @@ def test_bubblewrap_matrix_matches_what_bubblewrap_enforces(bwrap_matrix: Matrix
     external = [r for r in bwrap_matrix.records if r["run"]["mode"] == "external"]
     assert {r["stack"]["sandbox_mode"] for r in external} == {None}
     assert not (bwrap_matrix.out / "corroboration.json").exists()
+
+
+def test_bubblewrap_without_network_is_an_error_not_a_denial(netns: Netns, tmp_path: Path) -> None:
+    """`--unshare-net` leaves only loopback: the peer is unreachable (ENETUNREACH), which the
+    errno table records as `error`, since the same errno comes from a host without a route."""
+    env = {**os.environ, "FENCE_NET_PEER": netns.peer}
+    cmd = ["nsenter", f"--net=/run/netns/{netns.near}", str(BIN / "probe"), "--target", "--modes", "external",
+           "--probe", "net_outbound_tcp", "--probe", "net_loopback_tcp", "--workspace", str(tmp_path),
+           "--wrapper", f"{BWRAP} --unshare-net"]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    got = {
+        r["probe"]["id"]: (r["result"]["observed_result"], r["result"]["errno"])
+        for r in map(json.loads, done.stdout.splitlines())
+    }
+    assert got == {"net_outbound_tcp": ("error", "ENETUNREACH"), "net_loopback_tcp": ("success", None)}
