@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +46,7 @@ from probe_harness.modes import (
     check_modes,
 )
 from probe_harness.probefile import primary_capability
+from runner.evidence.archive import write_atomic
 
 
 class UsageError(ValueError):
@@ -76,15 +75,6 @@ def select_modes(args: argparse.Namespace) -> list[str]:
     if args.target:
         return [BASELINE]
     return [*DEFAULT_MATRIX_MODES, *([EXTERNAL] if args.wrapper else [])]
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and rename, so readers never see half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def stream(
@@ -153,7 +143,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         rep = corroborate.report(runner_batches)
         disagree = rep["counts"]["disagree"]
         path = args.report or settings.out / "corroboration.json"
-        write_atomic(path, json.dumps(rep, indent=2, sort_keys=True) + "\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, (json.dumps(rep, indent=2, sort_keys=True) + "\n").encode())
         for e in rep["entries"]:
             if e["verdict"] == "disagree":
                 err.write(f"probe: DISAGREE {e['mode']} {e['probe']}: {e['reason']}\n")
