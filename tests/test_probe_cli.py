@@ -139,3 +139,19 @@ def test_probe_op_reports_status_errno_target_and_detail(tmp_path: Path) -> None
     bad = _run(BIN / "probe-op", "teleport", cwd=tmp_path)
     assert (bad.returncode, bad.stdout) == (1, "")
     assert bad.stderr.startswith("probe-op: error: ")
+
+
+def test_the_published_key_still_works_for_baseline(tmp_path: Path) -> None:
+    """cfbo-v1 (run.mode: baseline only) is kept: baseline records under it validate against it."""
+    cfbo = ROOT / "catalogs" / "cfbo-v1.json"
+    done = _run(BIN / "probe", "--target", "--probe", "fs_tmp_write", "--boundary", cfbo,
+                "--workspace", tmp_path, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["schema_key"] == "cfbo-v1"
+    listened = subprocess.run([BIN / "probe", "--listen", "--boundary", cfbo], input=done.stdout,
+                              capture_output=True, text=True, check=False)  # fmt: skip
+    assert listened.returncode == 0, listened.stdout
+    other = subprocess.run([BIN / "probe", "--listen"], input=done.stdout, capture_output=True, text=True,
+                           check=False)  # fmt: skip
+    assert other.returncode == 1
+    assert "schema_key: 'cfbo-v1', expected 'cfbo-linux-v1'" in other.stdout
