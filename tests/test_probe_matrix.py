@@ -252,6 +252,7 @@ def test_bubblewrap_without_network_is_an_error_not_a_denial(netns: Netns, tmp_p
     env = {**os.environ, "FENCE_NET_PEER": netns.peer}
     cmd = ["nsenter", f"--net=/run/netns/{netns.near}", str(BIN / "probe"), "--target", "--modes", "external",
            "--probe", "net_outbound_tcp", "--probe", "net_loopback_tcp", "--workspace", str(tmp_path),
+           "--out", str(tmp_path / "out"),
            "--wrapper", f"{BWRAP} --unshare-net"]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
