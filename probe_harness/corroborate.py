@@ -23,8 +23,9 @@ successful open of a path the contract classes as telemetry (`/proc`, `/sys`,
 `/dev`, loader paths: `normalizer.telemetry`): the kernel layer drops those
 by contract, so there is nothing to join (their denials are kept and checked).
 
-Kernel lines are read generically (`kind`, `value`, `access_mode`, `status`,
-`return_value`) so that shape changes elsewhere in a line do not break this.
+Kernel lines are read generically (`kind`, `value`, `access_mode` or else
+`flags & 3`, `status`, `return_value`) so that shape changes elsewhere in a
+line do not break this.
 """
 
 from __future__ import annotations
@@ -71,6 +72,14 @@ def _failed(line: dict[str, Any]) -> bool:
     return line.get("status") == "error" or (isinstance(rv, int) and rv < 0)
 
 
+def _access(line: dict[str, Any]) -> str | None:
+    """The line's access mode, or the one its open flags imply (flags & 3) when it has none."""
+    if line.get("access_mode") is not None:
+        return line["access_mode"]
+    flags = line.get("flags")
+    return ("read", "write", "read_write", "unknown")[flags & 3] if isinstance(flags, int) else None
+
+
 def _classify(line: dict[str, Any], verb: str) -> str | None:
     """'success', 'blocked' or None (irrelevant) for one line already matched on value."""
     kind = line.get("kind")
@@ -81,7 +90,7 @@ def _classify(line: dict[str, Any], verb: str) -> str | None:
             if _failed(line):
                 return "blocked" if line.get("return_value") in (-1, -13, -30, None) else None
             if verb in WRITE_VERBS:
-                return "success" if line.get("access_mode") in ("write", "read_write") else None
+                return "success" if _access(line) in ("write", "read_write") else None
             return "success" if verb in READ_VERBS else None
         if verb == "exec":
             return {"exec": "success", EXEC_FAILED: "blocked"}.get(kind)

@@ -35,6 +35,8 @@ FAILED = {"access_mode": "write", "status": "error", "return_value": -13}
 W = "/ws/f"
 
 CASES = [
+    (_record("write", W, "success"), [_line(1, "openat", W, flags=577, status="success")], "agree", "line"),
+    (_record("write", W, "success"), [_line(1, "openat", W, flags=0, status="success")], "disagree", "line"),
     (_record("exec", "/ws/s.sh", "denied", "exec"), [_line(1, "event_101", "/ws/s.sh")], "agree", "line"),
     (_record("exec", "/ws/s.sh", "denied", "exec"), [], "disagree", "line"),
     (_record("spawn", "/bin/true", "denied", "spawn"), [_line(1, "event_101", "/bin/true")], "agree", "line"),
