@@ -3,7 +3,8 @@
 A probe reports its own outcome; the runner's kernel layer says what the
 kernel saw. Each record is joined with the kernel lines whose `value` is the
 record's target (probes use unique targets, so one runner run can hold a
-whole batch) and judged by the rule of its verb:
+whole batch; a target the normalizer recorded as a transient random name,
+`dir/name-12~1`, still joins) and judged by the rule of its verb:
 
 | verb | success needs | denied needs |
 |---|---|---|
@@ -31,11 +32,13 @@ line do not break this.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from normalizer.telemetry import is_telemetry_path
+from normalizer.transient import PLACEHOLDER, random_span
 from runner.evidence.archive import ArchiveError, read_archive
 
 KERNEL_MEMBER = "layers/kernel.ndjson"
@@ -111,6 +114,18 @@ def _kernel_value(record: dict[str, Any]) -> str:
     return op["target"]
 
 
+def value_pattern(target: str) -> re.Pattern[str]:
+    """What the kernel layer may write for `target`: itself, or, when the normalizer recorded
+    it as a transient random name (created and gone by the end: `normalizer.transient`),
+    itself with the random part replaced by `~N`. Probes create and remove such names."""
+    span = random_span(target)
+    if span is None:
+        return re.compile(re.escape(target))
+    start, end = span
+    canonical = f"{re.escape(target[:start])}{re.escape(PLACEHOLDER)}[0-9]+{re.escape(target[end:])}"
+    return re.compile(f"{re.escape(target)}|{canonical}")
+
+
 def judge(record: dict[str, Any], lines: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """One report entry: the verdict for `record` against the kernel lines of its run."""
     op, status = record["operation"], record["result"]["observed_result"]
@@ -118,8 +133,9 @@ def judge(record: dict[str, Any], lines: Iterable[dict[str, Any]]) -> dict[str, 
     op_detail = record["payload"]["raw"].get("op")
     step = op_detail.get("step") if isinstance(op_detail, dict) else None
     seen = {"success": [], "blocked": []}
+    matches = value_pattern(value).fullmatch
     for line in lines:
-        if line.get("value") == value:
+        if isinstance(line.get("value"), str) and matches(line["value"]):
             cls = _classify(line, verb)
             if cls:
                 seen[cls].append(line["_line"])

@@ -130,3 +130,16 @@ def test_judge(record: dict, lines: list[dict], verdict: str, basis: str | None)
     entry = judge(record, lines)
     assert (entry["verdict"], entry["basis"]) == (verdict, basis), entry
     assert (entry["reason"] is None) == (verdict == "agree" and basis == "line")
+
+
+def test_a_transient_random_name_still_joins() -> None:
+    """The normalizer writes a created-and-removed random name as `prefix~N` (normalizer.transient)."""
+    target = "/var/tmp/fence-outside-3-2012345678"
+    record = _record("write", target, "success")
+    assert (
+        judge(record, [_line(1, "openat", "/var/tmp/fence-outside-3-2012~1", **OPEN_W)])["verdict"] == "agree"
+    )
+    assert (
+        judge(record, [_line(1, "openat", "/var/tmp/fence-other-3-2012~1", **OPEN_W)])["verdict"]
+        == "disagree"
+    )
