@@ -1,0 +1,45 @@
+"""What each observation-health note means, in a reviewer's words.
+
+Notes are `code: key=value ...` (docs/artifacts.md). The code says which
+part of the capture the note is about; this table says what it tells a
+reviewer and when to worry. A test keeps it complete: every note code the
+normalizer can write must be here.
+"""
+
+from __future__ import annotations
+
+MEANINGS = {
+    "s2_kernel_capture": (
+        "How many kernel events the monitor kept and whether any were lost (ringbuf_drops), "
+        "and which network evidence the run has: connect_only means TCP/UDP connects were seen "
+        "but no datagram peers; endpoints are diagnostic, not a complete list of traffic."
+    ),
+    "s2_kernel_drops": (
+        "Kernel records were lost, per hook: the kernel layer is partial and anything the "
+        "run did may be missing from the evidence. Re-run; a busy machine or a flood of "
+        "syscalls causes it."
+    ),
+    "s2_path_resolution": (
+        "Some paths could not be made absolute (their working directory or directory fd "
+        "was never seen); those files appear as the relative path the program passed."
+    ),
+    "s3_cgroup_correlation": (
+        "Events in the run's cgroup could not be tied to the command's process tree "
+        "(root_seen=false: the command itself was never seen starting). Evidence may be "
+        "attributed to the wrong process or missing."
+    ),
+    "s4_policy_capture": (
+        "A policy was enforced: how many policy lines the run has, and how many opens and "
+        "connects the kernel refused (file_blocked, connect_blocked)."
+    ),
+    "s5_sdk_capture": (
+        "The agent reported tool calls over the SDK channel: these are self-reported by the "
+        "agent, bound to kernel events by the runner's own receipt times."
+    ),
+}
+UNKNOWN = "No description in this version of assay-runner; see docs/artifacts.md."
+
+
+def meaning(note: str) -> str:
+    """The reviewer's explanation of one note (by its code)."""
+    return MEANINGS.get(note.split(":", 1)[0], UNKNOWN)

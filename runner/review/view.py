@@ -1,0 +1,337 @@
+"""One run, arranged for a reviewer: the data behind `show`, `show --json` and `report`.
+
+Built from the archive's members, decoded through the contract's models
+(normalizer/artifacts.py), and, when a spool is given, from `SpoolFacts`
+(times, parent links, windows). Strings are kept exactly as recorded here;
+each renderer escapes them for its medium (escape.py for terminals, HTML
+escaping for the report).
+
+Without a spool, what the archive alone cannot say is left empty and
+`timeline` says so: processes have no parents, bindings have the archive's
+counts but not which events they hold.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import defaultdict
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+from normalizer.artifacts import Binding, KernelEvent, ObservationHealth, PhaseEvent, PolicyEvent, SdkEvent
+from runner.evidence.capdiff import decode_artifacts
+from runner.evidence.compare import PASSING, check_health
+from runner.review.notes import meaning
+from runner.review.spool_facts import SpoolFacts
+
+VIEW_SCHEMA = "assay.runner.review.v0"
+KERNEL = "layers/kernel.ndjson"
+POLICY = "layers/policy.ndjson"
+SDK = "layers/sdk.ndjson"
+PHASES = "events.ndjson"
+FILE_KINDS = frozenset({"openat", "file_blocked"})
+ENDPOINT_KINDS = {"connect": "connect", "connect_blocked": "connect blocked",
+                  "event_6": "datagram (sendto)", "event_7": "datagram (sendmsg)"}
+BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
+T = TypeVar("T")
+
+
+class ReviewError(ValueError):
+    """The archive's members cannot be read as the contract says."""
+
+
+class FileEntry(msgspec.Struct):
+    """One path the command opened or was refused, with how."""
+
+    path: str
+    name: str
+    access_modes: list[str]
+    """Access modes of its opens (read, write, read_write, unknown), sorted."""
+    operation_flags: list[str]
+    opens: int
+    failed: int
+    """Opens that returned an error (not policy blocks)."""
+    blocked: list[str]
+    """Accesses the policy refused (`file_blocked` lines), sorted."""
+
+
+class DirectoryGroup(msgspec.Struct):
+    directory: str
+    files: list[FileEntry]
+
+
+class EndpointEntry(msgspec.Struct):
+    endpoint: str
+    kinds: list[str]
+    events: int
+    blocked: bool
+
+
+class ProcessEntry(msgspec.Struct):
+    """A process of the run, numbered as in the kernel layer (the command is 1)."""
+
+    pid: int
+    parent: int | None
+    children: list[int]
+    execs: list[str]
+    argv: list[str] | None
+    """The command line where recorded: the observed command's own for pid 1."""
+    events: int
+
+
+class BlockEntry(msgspec.Struct):
+    """A policy block: the kernel line and the decision behind it."""
+
+    seq: int
+    kind: str
+    target: str
+    access: str | None
+    return_value: int | None
+    decision: str | None
+    rule: str | None
+    tool_call_id: str | None
+
+
+class NoteEntry(msgspec.Struct):
+    code: str
+    text: str
+    meaning: str
+
+
+class HealthView(msgspec.Struct):
+    verdict: str
+    """`passing` when kernel_layer, ringbuf_drops and cgroup_correlation are as required."""
+    failures: list[str]
+    kernel_layer: str
+    ringbuf_drops: int
+    cgroup_correlation: str
+    policy_layer: str
+    sdk_layer: str
+    network_protocol_coverage: str
+    network_endpoint_claim_scope: str
+    notes: list[NoteEntry]
+
+
+class EventRef(msgspec.Struct):
+    """A kernel-layer line inside a tool-call window."""
+
+    seq: int
+    pid: int
+    kind: str
+    value: str | None
+    access_mode: str | None
+    status: str | None
+    offset_ms: float
+
+
+class BindingEntry(msgspec.Struct):
+    """A tool call: the correlation report's binding, and with a spool its window."""
+
+    tool_call_id: str
+    tool: str | None
+    policy_decision: str | None
+    kernel_event_count: int
+    start_ms: float | None
+    end_ms: float | None
+    events: list[EventRef] | None
+    """The kernel lines inside the window (None without a spool)."""
+
+
+class PhaseEntry(msgspec.Struct):
+    name: str
+    offset_ms: float | None
+
+
+class Summary(msgspec.Struct):
+    run_id: str
+    platform: str
+    command: list[str] | None
+    kernel_events: int
+    files: int
+    files_written: list[str]
+    endpoints: int
+    processes: int
+    blocks: int
+    tool_calls: int
+    correlation: str
+    ambiguities: list[str]
+    duration_ms: float | None
+
+
+class RunView(msgspec.Struct):
+    """Everything `show` and `report` display."""
+
+    schema: str
+    archive: str
+    spool: str | None
+    timeline: str
+    """`runner clock (spool)` or why there are no times."""
+    summary: Summary
+    health: HealthView
+    processes: list[ProcessEntry]
+    directories: list[DirectoryGroup]
+    endpoints: list[EndpointEntry]
+    blocks: list[BlockEntry]
+    bindings: list[BindingEntry]
+    phases: list[PhaseEntry]
+
+
+def _lines(members: dict[str, bytes], name: str, kind: type[T]) -> list[T]:
+    data = members.get(name, b"")
+    try:
+        return [msgspec.json.decode(line, type=kind) for line in data.splitlines() if line]
+    except msgspec.MsgspecError as exc:
+        raise ReviewError(f"{name}: {exc} (run 'assay-runner validate' on it)") from exc
+
+
+def _directories(kernel: list[KernelEvent]) -> list[DirectoryGroup]:
+    files: dict[str, FileEntry] = {}
+    for e in kernel:
+        if e.kind not in FILE_KINDS or e.value is None:
+            continue
+        entry = files.setdefault(e.value, FileEntry(e.value, posixpath.basename(e.value) or e.value,
+                                                    [], [], 0, 0, []))
+        access = e.access_mode if isinstance(e.access_mode, str) else "unknown"
+        if e.kind == "file_blocked":
+            entry.blocked = sorted({*entry.blocked, access})
+            continue
+        entry.opens += 1
+        entry.access_modes = sorted({*entry.access_modes, access})
+        if isinstance(e.operation_flags, list):
+            entry.operation_flags = sorted({*entry.operation_flags, *e.operation_flags})
+        if e.status == "error":
+            entry.failed += 1
+    groups: dict[str, list[FileEntry]] = defaultdict(list)
+    for path in sorted(files):
+        groups[posixpath.dirname(path) or "."].append(files[path])
+    return [DirectoryGroup(d, groups[d]) for d in sorted(groups)]
+
+
+def _endpoints(kernel: list[KernelEvent]) -> list[EndpointEntry]:
+    found: dict[str, EndpointEntry] = {}
+    for e in kernel:
+        if e.kind not in ENDPOINT_KINDS or e.value is None:
+            continue
+        entry = found.setdefault(e.value, EndpointEntry(e.value, [], 0, False))
+        entry.events += 1
+        entry.kinds = sorted({*entry.kinds, ENDPOINT_KINDS[e.kind]})
+        entry.blocked = entry.blocked or e.kind == "connect_blocked"
+    return [found[k] for k in sorted(found)]
+
+
+def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
+    parents: dict[int, int | None] = dict(facts.parents) if facts else {}
+    execs: dict[int, list[str]] = defaultdict(list)
+    events: dict[int, int] = defaultdict(int)
+    for e in kernel:
+        events[e.pid] += 1
+        parents.setdefault(e.pid, None)
+        if e.kind == "exec" and e.value is not None:
+            execs[e.pid].append(e.value)
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, parent in parents.items():
+        if parent is not None:
+            children[parent].append(pid)
+    return [
+        ProcessEntry(pid=pid, parent=parents[pid], children=sorted(children[pid]), execs=execs[pid],
+                     argv=facts.argv if facts and pid == 1 else None, events=events[pid])
+        for pid in sorted(parents)
+    ]
+
+
+def _blocks(kernel: list[KernelEvent], policy: list[PolicyEvent]) -> list[BlockEntry]:
+    decisions = {(p.target, p.access): p for p in policy if p.decision == "deny" and p.source != "tool"}
+    out = []
+    for e in kernel:
+        if e.kind not in BLOCK_KINDS or e.value is None:
+            continue
+        access = e.access_mode if isinstance(e.access_mode, str) else None
+        if e.kind == "file_blocked":
+            wanted = [(e.value, access)]
+        else:
+            wanted = [(e.value, "connect"), (e.value, "send")]
+        p = next((decisions[k] for k in wanted if k in decisions), None)
+        rv = e.return_value if isinstance(e.return_value, int) else None
+        out.append(BlockEntry(e.seq, e.kind, e.value, access if e.kind == "file_blocked" else
+                              (p.access if p else None), rv, p.summary if p else None,
+                              p.rule if p else None, p.tool_call_id if p else None))
+    return out
+
+
+def _bindings(correlation_bindings: list[Binding], sdk: list[SdkEvent], kernel: list[KernelEvent],
+              facts: SpoolFacts | None) -> list[BindingEntry]:
+    tools = {e.tool_call_id: e.tool for e in sdk if e.tool_call_id is not None and e.tool}
+    windows = {c.tool_call_id: c for c in facts.tool_calls} if facts else {}
+    out = []
+    for b in correlation_bindings:
+        call = windows.get(b.tool_call_id)
+        start = end = None
+        events: list[EventRef] | None = None
+        if facts is not None and call is not None and call.finished_ts is not None:
+            start, end = facts.offset_ms(call.started_ts), facts.offset_ms(call.finished_ts)
+            events = [
+                EventRef(e.seq, e.pid, e.kind, e.value,
+                         e.access_mode if isinstance(e.access_mode, str) else None,
+                         e.status if isinstance(e.status, str) else None, facts.offset_ms(ts))
+                for e, ts in zip(kernel, facts.kernel_ts, strict=True)
+                if call.started_ts <= ts <= call.finished_ts
+            ]
+        out.append(BindingEntry(b.tool_call_id, tools.get(b.tool_call_id), b.policy_decision,
+                                b.kernel_event_count, start, end, events))
+    return out
+
+
+def _health(members: dict[str, bytes], health: ObservationHealth) -> HealthView:
+    _, failures = check_health(1, members)
+    return HealthView(
+        verdict="passing" if not failures else "not passing",
+        failures=[f"{f.field}={f.value} (passing needs {f.expected})" for f in failures],
+        kernel_layer=health.kernel_layer, ringbuf_drops=health.ringbuf_drops,
+        cgroup_correlation=health.cgroup_correlation, policy_layer=health.policy_layer,
+        sdk_layer=health.sdk_layer, network_protocol_coverage=health.network_protocol_coverage,
+        network_endpoint_claim_scope=health.network_endpoint_claim_scope,
+        notes=[NoteEntry(n.split(":", 1)[0], n, meaning(n)) for n in health.notes],
+    )
+
+
+def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | None) -> RunView:
+    """Arrange one run for review; ReviewError when a member does not decode."""
+    try:
+        art = decode_artifacts(members)
+    except ValueError as exc:
+        raise ReviewError(f"{exc} (run 'assay-runner validate' on it)") from exc
+    kernel = _lines(members, KERNEL, KernelEvent)
+    policy = _lines(members, POLICY, PolicyEvent)
+    sdk = _lines(members, SDK, SdkEvent)
+    phase_lines = _lines(members, PHASES, PhaseEvent)
+    directories = _directories(kernel)
+    processes = _processes(kernel, facts)
+    blocks = _blocks(kernel, policy)
+    if facts is not None:
+        phases = [PhaseEntry(p.name, facts.offset_ms(p.ts)) for p in facts.phases]
+    else:
+        phases = [PhaseEntry(p.phase, None) for p in phase_lines]
+    written = sorted({e.value for e in kernel if e.kind == "openat" and e.value is not None
+                      and e.status == "success" and e.access_mode in ("write", "read_write")})
+    ends = [p.offset_ms for p in phases if p.offset_ms is not None]
+    summary = Summary(
+        run_id=art.health.run_id, platform=art.health.platform,
+        command=facts.argv if facts else None, kernel_events=len(kernel),
+        files=sum(len(d.files) for d in directories), files_written=written,
+        endpoints=len(art.surface.network_endpoints), processes=len(processes), blocks=len(blocks),
+        tool_calls=len(art.correlation.bindings), correlation=art.correlation.status,
+        ambiguities=list(art.correlation.ambiguities), duration_ms=max(ends) if ends else None,
+    )
+    return RunView(
+        schema=VIEW_SCHEMA, archive=str(archive), spool=facts.path if facts else None,
+        timeline="runner clock (spool)" if facts else "no spool: phases in archive order, no times",
+        summary=summary, health=_health(members, art.health), processes=processes,
+        directories=directories, endpoints=_endpoints(kernel), blocks=blocks,
+        bindings=_bindings(art.correlation.bindings, sdk, kernel, facts), phases=phases,
+    )
+
+
+PASSING_RULE = ", ".join(f"{k}={v}" for k, v in PASSING.items())
+"""The health rule `verdict` applies, for renderers to state."""
