@@ -14,7 +14,7 @@ counts but not which events they hold.
 from __future__ import annotations
 
 import posixpath
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TypeVar
 
@@ -149,6 +149,8 @@ class Summary(msgspec.Struct):
     platform: str
     command: list[str] | None
     kernel_events: int
+    kinds: dict[str, int]
+    """Kernel-layer lines per kind."""
     files: int
     files_written: list[str]
     endpoints: int
@@ -157,6 +159,7 @@ class Summary(msgspec.Struct):
     tool_calls: int
     correlation: str
     ambiguities: list[str]
+    policy_decisions: list[str]
     duration_ms: float | None
 
 
@@ -319,10 +322,12 @@ def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | Non
     summary = Summary(
         run_id=art.health.run_id, platform=art.health.platform,
         command=facts.argv if facts else None, kernel_events=len(kernel),
+        kinds=dict(sorted(Counter(e.kind for e in kernel).items())),
         files=sum(len(d.files) for d in directories), files_written=written,
         endpoints=len(art.surface.network_endpoints), processes=len(processes), blocks=len(blocks),
         tool_calls=len(art.correlation.bindings), correlation=art.correlation.status,
-        ambiguities=list(art.correlation.ambiguities), duration_ms=max(ends) if ends else None,
+        ambiguities=list(art.correlation.ambiguities),
+        policy_decisions=list(art.surface.policy_decisions), duration_ms=max(ends) if ends else None,
     )
     return RunView(
         schema=VIEW_SCHEMA, archive=str(archive), spool=facts.path if facts else None,

@@ -1,0 +1,161 @@
+"""Run one gate: prerequisites, three observed runs, validation, expectations.
+
+The runs are `assay-runner determinism --runs 3` in a child process, so a
+gate exercises exactly what a user runs and the byte-identity and health
+verdicts are the determinism command's own (runner/evidence/compare.py).
+Everything the gate produces lands in `OUT/gates/NAME/`:
+
+    gate.log                 the determinism output, then one line per check
+    determinism-report.json  the determinism command's report
+    run-N/ID.tar.gz, .spool  each run's archive and raw spool
+    expectations.toml        the expectations the gate was checked against
+    result.json              the gate's status and every problem
+
+The workspace copy the command runs in lives in `OUT/.work/NAME/` (not part
+of the pack: the runs' archives record what happened in it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Literal, TextIO
+
+import msgspec
+
+from runner.acceptance.expect import Expectations, check
+from runner.acceptance.gates import REPO, Gate
+from runner.errors import EXIT_CHECK_FAILED, RunnerError
+from runner.evidence.archive import ArchiveError, write_atomic
+from runner.evidence.validate import validate_path
+from runner.review.load import load_view
+
+Status = Literal["passed", "failed", "could_not_run"]
+RESULT = "result.json"
+LOG = "gate.log"
+EXPECTATIONS = "expectations.toml"
+RUNS = 3
+INTERRUPTED = 130
+
+
+class GateResult(msgspec.Struct):
+    """`gates/NAME/result.json`."""
+
+    gate: str
+    title: str
+    status: Status
+    reason: str
+    """One line: why it did not pass (empty when it passed)."""
+    problems: list[str]
+    runs: int
+    determinism_exit: int | None
+    command: list[str]
+
+
+class Interrupted(Exception):
+    """Ctrl-C reached the gate's runs: stop, do not start another gate."""
+
+
+def _say(log: TextIO, line: str) -> None:
+    log.write(line + "\n")
+    log.flush()
+    print(f"assay-runner: acceptance: {line}", file=sys.stderr, flush=True)
+
+
+def _workspace(gate: Gate, work: Path) -> Path:
+    """A fresh copy of the gate's fixture workspace (without what earlier runs wrote in it)."""
+    ws = work / gate.name / "workspace"
+    shutil.rmtree(ws.parent, ignore_errors=True)
+    shutil.copytree(REPO / gate.workspace, ws, symlinks=True,
+                    ignore=shutil.ignore_patterns("notes", "__pycache__", "hidden-write-output.txt"))
+    return ws
+
+
+def determinism_argv(gate: Gate, gate_dir: Path, workspace: Path, python: str) -> list[str]:
+    """The `assay-runner determinism` command line of a gate."""
+    argv = [python, "-m", "runner.cli.main", "determinism", "--runs", str(RUNS), "--run-id", gate.run_id,
+            "--out", str(gate_dir), "--workdir", str(workspace), "--force"]
+    if gate.policy:
+        argv += ["--policy", str(REPO / gate.expand(gate.policy, python))]
+    return [*argv, "--", *(gate.expand(part, python) for part in gate.command)]
+
+
+def _check_runs(gate: Gate, gate_dir: Path, exp: Expectations, workspace: Path, python: str,
+                log: TextIO) -> list[str]:
+    """Validate every run's archive; check the first run's evidence against the expectations."""
+    problems: list[str] = []
+    for number in range(1, RUNS + 1):
+        archive = gate_dir / f"run-{number}" / f"{gate.run_id}.tar.gz"
+        try:
+            report = validate_path(archive)
+        except (ArchiveError, OSError) as exc:
+            problems.append(f"run-{number}: archive unreadable: {exc}")
+            continue
+        problems += [f"run-{number}: {p}" for p in report.problems]
+        _say(log, f"validate run-{number}: {'OK' if report.valid else 'INVALID'} {archive.name}")
+    first = gate_dir / "run-1" / f"{gate.run_id}.tar.gz"
+    if not first.exists():
+        return [*problems, "run-1: no archive to check the expectations against"]
+    try:
+        view = load_view(first, first.with_name(f"{gate.run_id}.spool"))
+    except RunnerError as exc:
+        return [*problems, f"run-1: cannot review: {exc}"]
+    subst = {"$WORKSPACE": str(workspace), "$PYTHON": python, "$REPO": str(REPO)}
+    found = check(exp, view, subst)
+    _say(log, f"expectations: {'as expected' if not found else f'{len(found)} difference(s)'}")
+    return problems + [f"expectations: {p}" for p in found]
+
+
+def run_gate(gate: Gate, out: Path, exp: Expectations, expectations: Path,
+             host_problem: str | None) -> GateResult:
+    """Run one gate into `out/gates/NAME/`; its result (also written as result.json).
+
+    `exp` is the already checked content of the file `expectations`.
+    """
+    gate_dir = out / "gates" / gate.name
+    shutil.rmtree(gate_dir, ignore_errors=True)
+    gate_dir.mkdir(parents=True)
+    python = sys.executable
+    command = [gate.expand(part, python) for part in gate.command]
+    with open(gate_dir / LOG, "w", encoding="utf-8") as log:
+        _say(log, f"gate {gate.name}: {gate.title}")
+        result = GateResult(gate.name, gate.title, "could_not_run", "", [], RUNS, None, command)
+        missing = [host_problem] if host_problem else []
+        missing += [m for r in gate.requires if (m := r.missing(python))]
+        if missing:
+            result.reason = "; ".join(missing)
+            _say(log, f"COULD NOT RUN: gate {gate.name}: {result.reason}")
+            return _finish(gate_dir, result)
+        shutil.copyfile(expectations, gate_dir / EXPECTATIONS)
+        workspace = _workspace(gate, out / ".work")
+        argv = determinism_argv(gate, gate_dir, workspace, python)
+        _say(log, f"running: {' '.join(argv)}")
+        env = {k: v for k, v in os.environ.items() if k != "OUTSIDE"}  # fixtures' default outside path
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              env=env, check=False).returncode
+        result.determinism_exit = code
+        if code == INTERRUPTED:
+            raise Interrupted
+        if code not in (0, EXIT_CHECK_FAILED):
+            result.status, result.reason = "failed", f"determinism exited {code} (see {LOG})"
+            _say(log, f"FAIL: gate {gate.name}: {result.reason}")
+            return _finish(gate_dir, result)
+        result.problems = ([] if code == 0 else ["determinism: runs not byte-identical, exit codes "
+                                                 "differ, or health not passing (determinism-report.json)"])
+        result.problems += _check_runs(gate, gate_dir, exp, workspace, python, log)
+        result.status = "failed" if result.problems else "passed"
+        result.reason = f"{len(result.problems)} problem(s), first: {result.problems[0]}" \
+            if result.problems else ""
+        for problem in result.problems:
+            _say(log, f"problem: {problem}")
+        _say(log, f"PASS: gate {gate.name}" if result.status == "passed"
+             else f"FAIL: gate {gate.name}: {result.reason}")
+    return _finish(gate_dir, result)
+
+
+def _finish(gate_dir: Path, result: GateResult) -> GateResult:
+    write_atomic(gate_dir / RESULT, msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
+    return result

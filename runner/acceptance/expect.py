@@ -1,0 +1,169 @@
+"""A gate's expected evidence, and the check of one run against it.
+
+Expectations are a TOML file per gate (`fixtures/acceptance/<gate>.toml`).
+Every key is optional; a key that is present is checked, exactly unless its
+name ends in `_include` (then the listed entries must be among the run's).
+`$WORKSPACE`, `$PYTHON` and `$REPO` are replaced by the gate's workspace
+copy, the interpreter and the checkout before comparing:
+
+    [health]             policy_layer, sdk_layer, correlation (the report's status)
+    [evidence]           files_written (successful write opens), files_read_include,
+                         execs, endpoints, decisions (the surface's policy_decisions),
+                         blocks ("file_blocked:PATH", "connect_blocked:ENDPOINT")
+    [counts]             processes, kernel_events, and any kernel-line kind
+                         (exec, openat, file_blocked, connect_blocked, ...)
+    [[bindings]]         one per tool call, all of them (the set of ids is exact):
+                         tool_call_id, tool, decision, kernel_events,
+                         declared_writes: the paths the call says it writes,
+                         undeclared_writes: the writes inside its window that it
+                         did not declare and that the gate expects (default []:
+                         a clean call). A write is an open for writing (any
+                         outcome) or a `file_blocked` write.
+
+The hidden-write gate rests on the last two: its fixture's read_file call
+also writes a file; with `undeclared_writes = []` the gate fails naming the
+write, with the write listed it passes.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+
+from runner.review.view import RunView
+
+
+class BindingExpectation(msgspec.Struct, forbid_unknown_fields=True):
+    tool_call_id: str
+    tool: str | None = None
+    decision: str | None = None
+    kernel_events: int | None = None
+    declared_writes: list[str] = msgspec.field(default_factory=list)
+    undeclared_writes: list[str] = msgspec.field(default_factory=list)
+
+
+class HealthExpectation(msgspec.Struct, forbid_unknown_fields=True):
+    policy_layer: str | None = None
+    sdk_layer: str | None = None
+    correlation: str | None = None
+
+
+class EvidenceExpectation(msgspec.Struct, forbid_unknown_fields=True):
+    files_written: list[str] | None = None
+    files_read_include: list[str] | None = None
+    execs: list[str] | None = None
+    endpoints: list[str] | None = None
+    decisions: list[str] | None = None
+    blocks: list[str] | None = None
+
+
+class Expectations(msgspec.Struct, forbid_unknown_fields=True):
+    description: str = ""
+    health: HealthExpectation = msgspec.field(default_factory=HealthExpectation)
+    evidence: EvidenceExpectation = msgspec.field(default_factory=EvidenceExpectation)
+    counts: dict[str, int] = msgspec.field(default_factory=dict)
+    bindings: list[BindingExpectation] | None = None
+
+
+class ExpectationError(ValueError):
+    """The expectations file cannot be used (message names the file and the field)."""
+
+
+def load(path: Path) -> Expectations:
+    """Read and check an expectations file."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ExpectationError(f"{path}: {exc}") from exc
+    try:
+        return msgspec.convert(data, Expectations)
+    except msgspec.ValidationError as exc:
+        raise ExpectationError(f"{path}: {exc}") from exc
+
+
+def _subst(values: list[str], subst: dict[str, str]) -> list[str]:
+    out = []
+    for value in values:
+        for key, repl in subst.items():
+            value = value.replace(key, repl)
+        out.append(value)
+    return sorted(set(out))
+
+
+def _exact(what: str, want: list[str], got: list[str]) -> list[str]:
+    problems = [f"{what}: expected {v!r}, not in the run" for v in want if v not in got]
+    problems += [f"{what}: unexpected {v!r}" for v in got if v not in want]
+    return problems
+
+
+def _writes_in(view: RunView, binding_id: str) -> list[str] | None:
+    for b in view.bindings:
+        if b.tool_call_id == binding_id and b.events is not None:
+            return sorted({e.value for e in b.events if e.value is not None and (
+                (e.kind == "openat" and e.access_mode in ("write", "read_write"))
+                or (e.kind == "file_blocked" and e.access_mode == "write"))})
+    return None
+
+
+def _binding_problems(exp: BindingExpectation, view: RunView, subst: dict[str, str]) -> list[str]:
+    got = next(b for b in view.bindings if b.tool_call_id == exp.tool_call_id)
+    who = f"binding {exp.tool_call_id}"
+    problems = [
+        f"{who}: {name} is {actual!r}, expected {want!r}"
+        for name, want, actual in (("tool", exp.tool, got.tool),
+                                   ("decision", exp.decision, got.policy_decision),
+                                   ("kernel_events", exp.kernel_events, got.kernel_event_count))
+        if want is not None and want != actual
+    ]
+    writes = _writes_in(view, exp.tool_call_id)
+    if writes is None:
+        return [*problems, f"{who}: no window: the spool is needed to check its writes"]
+    undeclared = [w for w in writes if w not in _subst(exp.declared_writes, subst)]
+    expected = _subst(exp.undeclared_writes, subst)
+    problems += [f"{who} ({got.tool}): undeclared write {w!r} inside its window" for w in undeclared
+                 if w not in expected]
+    problems += [f"{who} ({got.tool}): expected undeclared write {w!r} was not seen" for w in expected
+                 if w not in undeclared]
+    return problems
+
+
+def check(exp: Expectations, view: RunView, subst: dict[str, str]) -> list[str]:
+    """Every way the run differs from the expectations (empty: as expected)."""
+    problems: list[str] = []
+    h = exp.health
+    for name, want, actual in (("policy_layer", h.policy_layer, view.health.policy_layer),
+                               ("sdk_layer", h.sdk_layer, view.health.sdk_layer),
+                               ("correlation", h.correlation, view.summary.correlation)):
+        if want is not None and want != actual:
+            problems.append(f"health: {name} is {actual!r}, expected {want!r}")
+    files = [f for d in view.directories for f in d.files]
+    actual = {
+        "files_written": view.summary.files_written,
+        "execs": sorted({x for p in view.processes for x in p.execs}),
+        "endpoints": [e.endpoint for e in view.endpoints],
+        "decisions": view.summary.policy_decisions,
+        "blocks": sorted(f"{b.kind}:{b.target}" for b in view.blocks),
+    }
+    e = exp.evidence
+    for name, got in actual.items():
+        want = getattr(e, name)
+        if want is not None:
+            problems += _exact(name, _subst(want, subst), got)
+    if e.files_read_include is not None:
+        read = {f.path for f in files if "read" in f.access_modes or "read_write" in f.access_modes}
+        problems += [f"files_read: expected {p!r}, not read in the run"
+                     for p in _subst(e.files_read_include, subst) if p not in read]
+    counts = Counter({"processes": len(view.processes), "kernel_events": view.summary.kernel_events,
+                      **view.summary.kinds})
+    problems += [f"counts: {name} is {counts[name]}, expected {want}"
+                 for name, want in sorted(exp.counts.items()) if counts[name] != want]
+    if exp.bindings is not None:
+        problems += _exact("bindings", sorted(b.tool_call_id for b in exp.bindings),
+                           sorted(b.tool_call_id for b in view.bindings))
+        for b in exp.bindings:
+            if any(v.tool_call_id == b.tool_call_id for v in view.bindings):
+                problems += _binding_problems(b, view, subst)
+    return problems

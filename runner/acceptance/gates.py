@@ -1,0 +1,125 @@
+"""The acceptance gates: one registry entry per gate.
+
+A gate is a command observed three times under `assay-runner determinism`
+(byte-identical archives, passing health), whose archives must validate and
+whose evidence must match the gate's expectations file
+(`fixtures/acceptance/<name>.toml`, format in expect.py). Adding a gate is
+one `Gate(...)` entry here plus its expectations file; the workflow gets one
+step for it (a test checks that every registered gate has one).
+
+A gate whose prerequisite is missing (the OpenAI Agents SDK not installed, a
+fixture not in this checkout) *could not run*: that is reported apart from a
+failure, and is never a pass.
+
+Placeholders in `command`, `policy` and `workspace`: `{repo}` the checkout the
+fixtures come from, `{python}` the interpreter running assay-runner (the
+venv's, where the SDK is installed).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import runner
+
+REPO = Path(runner.__file__).resolve().parents[1]
+"""The checkout the fixtures and expectations are read from."""
+
+GATED_PATHS = (
+    ".github/workflows/delegated-acceptance.yml",
+    "Makefile",
+    "assay_sdk",
+    "ebpf",
+    "fixtures",
+    "normalizer",
+    "policy",
+    "pyproject.toml",
+    "runner",
+    "scripts/setup.sh",
+    "spool",
+)
+"""What the gates exercise: a change here needs the gates (the workflow's
+pull_request paths) and the proof pack records each one's git tree id."""
+
+FIXTURE_WORKSPACE = "fixtures/agent/workspace"
+FIXTURE_POLICY = "fixtures/agent/policy.toml"
+
+
+@dataclass(frozen=True)
+class PythonModule:
+    """The gate needs `{python}` to import a module (e.g. the OpenAI Agents SDK)."""
+
+    module: str
+    fix: str
+
+    def missing(self, python: str) -> str | None:
+        """Why the prerequisite is missing, or None."""
+        done = subprocess.run([python, "-c", f"import {self.module}"], capture_output=True,
+                              text=True, check=False)
+        if done.returncode == 0:
+            return None
+        last = (done.stderr.strip().splitlines() or ["no error output"])[-1]
+        return f"{python} cannot import {self.module} ({last}): {self.fix}"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One named acceptance gate."""
+
+    name: str
+    title: str
+    command: tuple[str, ...]
+    policy: str | None = None
+    workspace: str = FIXTURE_WORKSPACE
+    requires: tuple[PythonModule, ...] = ()
+
+    @property
+    def expectations(self) -> Path:
+        """Its default expectations file."""
+        return REPO / "fixtures" / "acceptance" / f"{self.name}.toml"
+
+    @property
+    def run_id(self) -> str:
+        return f"acceptance-{self.name}"
+
+    def expand(self, text: str, python: str) -> str:
+        return text.format(repo=REPO, python=python)
+
+
+# Shell commands spell every program by absolute path, so the expected execs
+# do not depend on PATH; `exit 0` keeps the exit code independent of the
+# refused operations before it.
+KERNEL_ONLY = ("read -r line < README.md; /bin/mkdir -p notes; "
+               'echo "$line" > notes/kernel-only.txt; /bin/cat notes/kernel-only.txt')
+KERNEL_POLICY = ("read -r line < README.md; echo \"$line\" > policy-out.txt; "
+                 "echo refused > /tmp/assay-acceptance-outside.txt; "
+                 "echo > /dev/tcp/127.0.0.1/9; echo > /dev/tcp/127.0.0.1/9999; exit 0")
+SDK = PythonModule("agents", "install the SDK fixture's extra: make setup (pip install -e '.[sdk]')")
+
+GATES = (
+    Gate("kernel-only", "kernel layer only: files and execs of a shell, no policy, no SDK",
+         ("/bin/sh", "-c", KERNEL_ONLY)),
+    Gate("kernel-policy", "kernel + policy: a shell refused a write outside the workspace and a connect",
+         ("/bin/bash", "-c", KERNEL_POLICY), policy=FIXTURE_POLICY),
+    Gate("openai-agents-kernel-policy", "the OpenAI Agents SDK fixture under its policy (make demo)",
+         ("{python}", "-B", "{repo}/fixtures/agent/openai_agent.py"), policy=FIXTURE_POLICY,
+         requires=(SDK,)),
+    Gate("hidden-write", "a read_file tool call that also writes a file it did not declare",
+         ("{python}", "-B", "{repo}/fixtures/agent/hidden_write_agent.py"), policy=FIXTURE_POLICY),
+)
+BY_NAME = {g.name: g for g in GATES}
+ALL = "all"
+
+
+def select(spec: str) -> list[Gate]:
+    """`all` or comma-separated gate names, in registry order; ValueError names an unknown one."""
+    if spec == ALL:
+        return list(GATES)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown or not names:
+        raise ValueError(f"unknown gate {', '.join(unknown) or '(none given)'}: "
+                         f"choose {ALL} or from {', '.join(BY_NAME)}")
+    return [g for g in GATES if g.name in names]
