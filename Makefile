@@ -12,7 +12,8 @@ DEMO_CMD ?= --policy fixtures/agent/policy.toml --workdir $(DEMO_WORKSPACE) \
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint schemas bench image image-smoke clean
+.PHONY: setup demo test lint schemas bench image image-smoke clean \
+	acceptance acceptance-prepare acceptance-gate acceptance-verify
 
 setup:
 	@bash scripts/setup.sh
@@ -26,6 +27,29 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/pytest -q
+
+# Acceptance gates (docs/acceptance.md): every gate three times, then the proof
+# pack in $(ACCEPTANCE_OUT) is verified. Root. `assay-runner acceptance` tells
+# a failed gate (exit 1) from one that could not run (exit 3); make exits 2 for both.
+ACCEPTANCE_OUT ?= build/acceptance
+GATES ?= all
+GATE ?= all
+
+acceptance: setup
+	$(VENV)/bin/assay-runner acceptance --out $(ACCEPTANCE_OUT) --gates $(GATES)
+	$(VENV)/bin/assay-runner acceptance verify $(ACCEPTANCE_OUT) --require-gates $(GATES)
+
+# The steps of .github/workflows/delegated-acceptance.yml (after `make setup`):
+# clean up, one gate per step (each rewrites the pack), then verify that every
+# selected gate is in the pack and passed. tests/test_acceptance_workflow.py runs them.
+acceptance-prepare:
+	$(VENV)/bin/assay-runner acceptance prepare --out $(ACCEPTANCE_OUT)
+
+acceptance-gate:
+	$(VENV)/bin/assay-runner acceptance --out $(ACCEPTANCE_OUT) --gates $(GATE)
+
+acceptance-verify:
+	$(VENV)/bin/assay-runner acceptance verify $(ACCEPTANCE_OUT) --require-gates $(GATES)
 
 # Lint needs only the venv, not a ready kernel: no root once the venv exists.
 lint: $(VENV)/bin/ruff
