@@ -142,7 +142,8 @@ def check(exp: Expectations, view: RunView, subst: dict[str, str]) -> list[str]:
     files = [f for d in view.directories for f in d.files]
     actual = {
         "files_written": view.summary.files_written,
-        "execs": sorted({x for p in view.processes for x in p.execs}),
+        "execs": sorted({x.path for p in view.processes for x in p.execs
+                         if x.result == "success" and x.path}),
         "endpoints": [e.endpoint for e in view.endpoints],
         "decisions": view.summary.policy_decisions,
         "blocks": sorted(f"{b.kind}:{b.target}" for b in view.blocks),

@@ -17,7 +17,7 @@ import html
 import shlex
 
 from runner.review.escape import printable
-from runner.review.view import PASSING_RULE, BindingEntry, ProcessEntry, RunView
+from runner.review.view import PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
 
 WIDTH = 960
 """Timeline drawing width in CSS pixels."""
@@ -50,12 +50,12 @@ def _tree(processes: list[ProcessEntry]) -> str:
     by_pid = {p.pid: p for p in processes}
 
     def node(p: ProcessEntry) -> str:
-        what = shlex.join(p.argv) if p.argv else ", ".join(p.execs) or "(no exec recorded)"
-        execs = f'<div class="muted">exec <code>{esc(", ".join(p.execs))}</code></div>' \
-            if p.argv and p.execs else ""
+        execs = "".join(f"<div><code>{esc(exec_text(x))}</code></div>" for x in p.execs) \
+            or '<div class="muted">no exec recorded</div>'
+        ended = f", {esc(p.exit)}" if p.exit else ""
         kids = "".join(node(by_pid[c]) for c in p.children)
-        return (f'<li class="proc"><span class="pid">pid {p.pid}</span> <code>{esc(what)}</code> '
-                f'<span class="muted">{p.events} events</span>{execs}'
+        return (f'<li class="proc"><span class="pid">pid {p.pid}</span> '
+                f'<span class="muted">{p.events} events{ended}</span>{execs}'
                 + (f"<ul>{kids}</ul>" if kids else "") + "</li>")
 
     roots = "".join(node(p) for p in processes if p.parent is None)

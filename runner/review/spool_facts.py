@@ -1,8 +1,9 @@
 """What only the raw spool knows: runner-clock times, parent links, tool-call windows.
 
-The archive is deterministic, so it carries no times and numbers processes
-without saying who created whom. A reviewer wants both: which kernel events
-happened inside which tool call, and the process tree. The spool kept the
+The archive is deterministic, so it carries no times, no argv, and numbers
+processes without saying who created whom. A reviewer wants all three: which
+kernel events happened inside which tool call, and the process tree with
+each program's command line. The spool kept the
 raw records, so both are recomputed here with the normalizer's own stages
 (the same candidates, telemetry filter, tree numbering and SDK pairing the
 archive was written with), never re-implemented.
@@ -21,6 +22,7 @@ from pathlib import Path
 from normalizer.artifacts import KernelEvent
 from normalizer.build import candidates
 from normalizer.decode import iter_decode
+from normalizer.execlog import ExecLog, exec_log
 from normalizer.sdk import ToolCall, sdk_layer
 from normalizer.telemetry import is_telemetry
 from normalizer.tree import TreeBuilder, number_tree
@@ -46,6 +48,8 @@ class SpoolFacts:
     tool_calls: list[ToolCall]
     argv: list[str]
     """The command line the runner was asked to observe."""
+    execs: ExecLog
+    """Every exec with its argv and result, and how each process ended (normalizer/execlog.py)."""
 
     def offset_ms(self, ts: int) -> float:
         """Milliseconds since the first phase marker."""
@@ -86,6 +90,7 @@ def read_facts(path: Path, kernel: list[KernelEvent]) -> SpoolFacts:
         phases=phases,
         tool_calls=calls,
         argv=list(spool.header.argv),
+        execs=exec_log(spool),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from runner.review.escape import printable as p
-from runner.review.view import PASSING_RULE, BindingEntry, ProcessEntry, RunView
+from runner.review.view import PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
 
 
 def _ms(value: float | None) -> str:
@@ -22,10 +22,10 @@ def _tree(processes: list[ProcessEntry]) -> list[str]:
     lines: list[str] = []
 
     def walk(proc: ProcessEntry, depth: int) -> None:
-        what = p(shlex.join(proc.argv)) if proc.argv else ", ".join(p(x) for x in proc.execs) or "(no exec)"
-        lines.append(f"  {'  ' * depth}pid {proc.pid}: {what} ({proc.events} events)")
-        if proc.argv and proc.execs:
-            lines.append(f"  {'  ' * depth}       exec {', '.join(p(x) for x in proc.execs)}")
+        pad = "  " * depth
+        ended = f", {proc.exit}" if proc.exit else ""
+        lines.append(f"  {pad}pid {proc.pid} ({proc.events} events{ended})")
+        lines.extend(f"  {pad}  exec {p(exec_text(x))}" for x in proc.execs)
         for child in proc.children:
             walk(by_pid[child], depth + 1)
 

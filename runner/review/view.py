@@ -14,6 +14,7 @@ counts but not which events they hold.
 from __future__ import annotations
 
 import posixpath
+import shlex
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TypeVar
@@ -69,15 +70,27 @@ class EndpointEntry(msgspec.Struct):
     blocked: bool
 
 
+class ExecEntry(msgspec.Struct):
+    """One exec of a process: the program, and with a spool its argv and result."""
+
+    path: str | None
+    argv: list[str] | None
+    """None where not recorded (no spool, or a spool from before argv capture)."""
+    argv_complete: bool
+    result: str
+    """success, error (see errno) or unknown; `success` without a spool (the kernel line)."""
+    errno: int | None = None
+
+
 class ProcessEntry(msgspec.Struct):
     """A process of the run, numbered as in the kernel layer (the command is 1)."""
 
     pid: int
     parent: int | None
     children: list[int]
-    execs: list[str]
-    argv: list[str] | None
-    """The command line where recorded: the observed command's own for pid 1."""
+    execs: list[ExecEntry]
+    exit: str | None
+    """How it ended (`exited 0`, `signaled 9`, `unknown`), from the spool; None if not known."""
     events: int
 
 
@@ -224,24 +237,54 @@ def _endpoints(kernel: list[KernelEvent]) -> list[EndpointEntry]:
     return [found[k] for k in sorted(found)]
 
 
+def exec_text(x: ExecEntry) -> str:
+    """One exec as a reviewer reads it (unescaped: renderers escape it).
+
+    `argv (program)`, or the program alone without argv; a failed exec says
+    so with its errno, a cut argv is marked.
+    """
+    path = x.path or "(unknown program)"
+    text = shlex.join(x.argv) if x.argv else path
+    if x.argv and x.argv[0] != path:
+        text += f"  [{path}]"
+    if x.argv and not x.argv_complete:
+        text += "  (argv cut)"
+    if x.result == "error":
+        text += f"  (failed, errno {x.errno})"
+    elif x.result == "unknown":
+        text += "  (never returned)"
+    return text
+
+
+def _argv(raw: list[bytes]) -> list[str]:
+    return [a.decode("utf-8", "backslashreplace") for a in raw]
+
+
 def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
     parents: dict[int, int | None] = dict(facts.parents) if facts else {}
-    execs: dict[int, list[str]] = defaultdict(list)
+    execs: dict[int, list[ExecEntry]] = defaultdict(list)
     events: dict[int, int] = defaultdict(int)
     for e in kernel:
         events[e.pid] += 1
         parents.setdefault(e.pid, None)
-        if e.kind == "exec" and e.value is not None:
-            execs[e.pid].append(e.value)
+    if facts is not None:
+        for x in facts.execs.execs:
+            parents.setdefault(x.process, None)
+            execs[x.process].append(ExecEntry(x.path, _argv(x.argv) if x.argv else None,
+                                              x.argv_complete, x.result, x.errno))
+    else:
+        for e in kernel:
+            if e.kind == "exec":
+                execs[e.pid].append(ExecEntry(e.value, None, False, "success"))
+    exits = {pid: f"{s.how} {s.code}" if s.code is not None else s.how
+             for pid, s in facts.execs.exits.items()} if facts else {}
     children: dict[int, list[int]] = defaultdict(list)
     for pid, parent in parents.items():
         if parent is not None:
             children[parent].append(pid)
-    return [
-        ProcessEntry(pid=pid, parent=parents[pid], children=sorted(children[pid]), execs=execs[pid],
-                     argv=facts.argv if facts and pid == 1 else None, events=events[pid])
-        for pid in sorted(parents)
-    ]
+    return [ProcessEntry(pid=pid, parent=parents[pid], children=sorted(children[pid]), execs=execs[pid],
+                         exit=exits.get(pid), events=events[pid])
+            for pid in sorted(parents)]
 
 
 def _blocks(kernel: list[KernelEvent], policy: list[PolicyEvent]) -> list[BlockEntry]:
