@@ -39,6 +39,7 @@ LOG = "gate.log"
 EXPECTATIONS = "expectations.toml"
 RUNS = 3
 INTERRUPTED = 130
+EXIT_COULD_NOT_RUN = 3
 
 
 class GateResult(msgspec.Struct):
@@ -154,6 +155,13 @@ def run_gate(gate: Gate, out: Path, exp: Expectations, expectations: Path,
         _say(log, f"PASS: gate {gate.name}" if result.status == "passed"
              else f"FAIL: gate {gate.name}: {result.reason}")
     return _finish(gate_dir, result)
+
+
+def exit_code(results: list[GateResult]) -> int:
+    """1 when a gate failed, else 3 when one could not run, else 0 (cmd_acceptance documents them)."""
+    if any(r.status == "failed" for r in results):
+        return EXIT_CHECK_FAILED
+    return EXIT_COULD_NOT_RUN if any(r.status == "could_not_run" for r in results) else 0
 
 
 def _finish(gate_dir: Path, result: GateResult) -> GateResult:

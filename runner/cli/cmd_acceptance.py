@@ -38,7 +38,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner.acceptance.execute import Interrupted, run_gate
+from runner.acceptance.execute import Interrupted, exit_code, run_gate
 from runner.acceptance.expect import ExpectationError
 from runner.acceptance.expect import load as load_expectations
 from runner.acceptance.gates import ALL, GATES, Gate, select
@@ -48,7 +48,6 @@ from runner.capture.cgroup import PARENT as CGROUP_PARENT
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
 from runner.host.mounts import cgroup2_mount
 
-EXIT_COULD_NOT_RUN = 3
 DEFAULT_OUT = Path("build/acceptance")
 
 
@@ -131,9 +130,7 @@ def run_gates(args: argparse.Namespace) -> int:
     for r in results:
         print(f"{r.status.upper().replace('_', ' ')}: {r.gate}" + (f": {r.reason}" if r.reason else ""))
     print(f"proof pack: {out}")
-    if any(r.status == "failed" for r in results):
-        return EXIT_CHECK_FAILED
-    return EXIT_COULD_NOT_RUN if any(r.status == "could_not_run" for r in results) else 0
+    return exit_code(results)
 
 
 def verify_pack(args: argparse.Namespace) -> int:
