@@ -26,6 +26,7 @@ FORBIDDEN = {
     "blackbox": ("runner", "ebpf", "bcc"),
     # the probe harness drives the runner through its command line and reads archives only
     "probe_harness": ("runner.capture", "runner.enforce", "runner.host", "runner.cli", "ebpf", "bcc"),
+    "runner.review": ("runner.capture", "runner.enforce", "runner.host", "ebpf", "bcc"),
 }
 MAX_LINES = 520
 
