@@ -67,7 +67,7 @@ def _say(log: TextIO, line: str) -> None:
 
 
 def _workspace(gate: Gate, work: Path) -> Path:
-    """A fresh copy of the gate's fixture workspace (without what earlier runs wrote in it)."""
+    """A fresh copy of the gate's fixture workspace, without what fixture runs write into it."""
     ws = work / gate.name / "workspace"
     shutil.rmtree(ws.parent, ignore_errors=True)
     shutil.copytree(REPO / gate.workspace, ws, symlinks=True,
@@ -125,6 +125,8 @@ def run_gate(gate: Gate, out: Path, exp: Expectations, expectations: Path,
         _say(log, f"gate {gate.name}: {gate.title}")
         result = GateResult(gate.name, gate.title, "could_not_run", "", [], RUNS, None, command)
         missing = [host_problem] if host_problem else []
+        if not (REPO / gate.workspace).is_dir():
+            missing.append(f"{REPO / gate.workspace} not found: gates run from an assay-runner checkout")
         missing += [m for r in gate.requires if (m := r.missing(python))]
         if missing:
             result.reason = "; ".join(missing)
