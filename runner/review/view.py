@@ -360,7 +360,7 @@ def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | Non
     else:
         phases = [PhaseEntry(p.phase, None) for p in phase_lines]
     written = sorted({e.value for e in kernel if e.kind == "openat" and e.value is not None
-                      and e.status == "success" and e.access_mode in ("write", "read_write")})
+                      and e.status != "error" and e.access_mode in ("write", "read_write")})
     ends = [p.offset_ms for p in phases if p.offset_ms is not None]
     summary = Summary(
         run_id=art.health.run_id, platform=art.health.platform,
