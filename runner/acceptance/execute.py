@@ -9,6 +9,7 @@ Everything the gate produces lands in `OUT/gates/NAME/`:
     determinism-report.json  the determinism command's report
     run-N/ID.tar.gz, .spool  each run's archive and raw spool
     expectations.toml        the expectations the gate was checked against
+    report.html              `assay-runner report` of run 1, for a reviewer of the pack
     result.json              the gate's status and every problem
 
 The workspace copy the command runs in lives in `OUT/.work/NAME/` (not part
@@ -31,12 +32,14 @@ from runner.acceptance.gates import REPO, Gate
 from runner.errors import EXIT_CHECK_FAILED, RunnerError
 from runner.evidence.archive import ArchiveError, write_atomic
 from runner.evidence.validate import validate_path
+from runner.review.html import render
 from runner.review.load import load_view
 
 Status = Literal["passed", "failed", "could_not_run"]
 RESULT = "result.json"
 LOG = "gate.log"
 EXPECTATIONS = "expectations.toml"
+REPORT = "report.html"
 RUNS = 3
 INTERRUPTED = 130
 EXIT_COULD_NOT_RUN = 3
@@ -104,6 +107,7 @@ def _check_runs(gate: Gate, gate_dir: Path, exp: Expectations, workspace: Path, 
         view = load_view(first, first.with_name(f"{gate.run_id}.spool"))
     except RunnerError as exc:
         return [*problems, f"run-1: cannot review: {exc}"]
+    write_atomic(gate_dir / REPORT, render(view).encode())
     subst = {"$WORKSPACE": str(workspace), "$PYTHON": python, "$REPO": str(REPO)}
     found = check(exp, view, subst)
     _say(log, f"expectations: {'as expected' if not found else f'{len(found)} difference(s)'}")

@@ -39,6 +39,7 @@ ROLES = {
     RESULT: "gate_result",
     "determinism-report.json": "determinism_report",
     "expectations.toml": "gate_expectations",
+    "report.html": "run_report",
 }
 CLAIM_CEILING = "gate_execution_on_this_host_only"
 NOT_PROVEN = [
