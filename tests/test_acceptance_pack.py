@@ -232,3 +232,9 @@ def test_expectations_check_compares_exactly_and_by_inclusion(tmp_path: Path) ->
     assert "files_read: expected '/never/read', not read in the run" in problems
     assert f"counts: processes is {len(view.processes)}, expected {len(view.processes) + 1}" in problems
     assert len(problems) == 4
+
+
+def test_acceptance_list_shows_the_registry() -> None:
+    done = assay("acceptance", "list")
+    assert done.returncode == 0
+    assert [line.split(":", 1)[0] for line in done.stdout.splitlines()] == [g.name for g in GATES]
