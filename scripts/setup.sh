@@ -14,9 +14,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV=.venv
 # docker.io and debootstrap: `make image` and its smoke test (tests/test_image.py).
 # bubblewrap: the external sandbox the probe harness is tested under (docs/probes.md).
+# chromium: the HTML report test renders a report headless (tests/test_report_browser.py).
 # systemd: systemd-analyze and systemd-socket-activate for the daemon's unit tests (tests/test_packaging.py).
 PACKAGES=(python3-bpfcc python3-venv bpftrace strace make gcc iproute2 git ca-certificates
-          docker.io debootstrap systemd bubblewrap)
+          docker.io debootstrap systemd bubblewrap chromium)
 # npm: the npm determinism workload (tests/test_transient_kernel.py). Machines
 # that ship Node.js from another source already have it; Debian's otherwise.
 command -v npm >/dev/null || PACKAGES+=(npm)
