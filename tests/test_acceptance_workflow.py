@@ -82,7 +82,7 @@ def test_one_step_per_gate_with_the_dispatch_selector() -> None:
     assert [s["name"] for s in gate_steps] == [f"Gate: {n}" for n in names]
     for step, name in zip(gate_steps, names, strict=True):
         assert step["run"] == f"make acceptance-gate GATE={name}"
-        assert step["if"] == f"env.GATES == 'all' || env.GATES == '{name}'"
+        assert step["if"] == f"!cancelled() && (env.GATES == 'all' || env.GATES == '{name}')"
     assert _job()["env"]["GATES"] == "${{ inputs.gates || 'all' }}"
 
 
