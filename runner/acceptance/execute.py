@@ -29,8 +29,9 @@ import msgspec
 
 from runner.acceptance.expect import Expectations, check
 from runner.acceptance.gates import REPO, Gate
-from runner.errors import EXIT_CHECK_FAILED, RunnerError
-from runner.evidence.archive import ArchiveError, write_atomic
+from runner.errors import EXIT_CHECK_FAILED, EXIT_RUNNER_ERROR, RunnerError
+from runner.evidence.archive import ArchiveError, load_members, sha256_ref, write_atomic
+from runner.evidence.compare import RunInput, build_report, render_text
 from runner.evidence.validate import validate_path
 from runner.review.html import render
 from runner.review.load import load_view
@@ -87,6 +88,59 @@ def determinism_argv(gate: Gate, gate_dir: Path, workspace: Path, python: str) -
     return [*argv, "--", *(gate.expand(part, python) for part in gate.command)]
 
 
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "OUTSIDE"}  # the fixtures' default outside path
+
+
+def _observe_runs(gate: Gate, gate_dir: Path, root: Path, python: str, log: TextIO) -> int:
+    """Three `observe` runs of the gate's agent, compared like `determinism` compares runs.
+
+    Every run writes ROOT/RUN_ID/ (the same path each time, so the archives
+    can be byte-identical), which then becomes gate_dir/run-N/ without the
+    agent's workspace and git baseline (the diff is in artifacts/). The
+    verdict and report are the determinism command's own (build_report).
+    """
+    assert gate.scenario is not None
+    argv = [python, "-m", "runner.cli.main", "observe", "--scenario", str(REPO / gate.scenario),
+            "--runs-root", str(root), "--run-id", gate.run_id, "--",
+            *(gate.expand(part, python) for part in gate.command)]
+    inputs = []
+    for number in range(1, RUNS + 1):
+        shutil.rmtree(root, ignore_errors=True)
+        _say(log, f"observe run {number}/{RUNS}: {' '.join(argv)}")
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              env=_env(), check=False).returncode
+        if code == INTERRUPTED:
+            raise Interrupted
+        if code == EXIT_RUNNER_ERROR:
+            return code
+        run_dir = gate_dir / f"run-{number}"
+        shutil.move(root / gate.run_id, run_dir)
+        for scratch in ("workspace", "baseline.git"):
+            shutil.rmtree(run_dir / scratch, ignore_errors=True)
+        archive = run_dir / f"{gate.run_id}.tar.gz"
+        inputs.append(RunInput(str(archive), sha256_ref(archive.read_bytes()), code, load_members(archive)))
+    report = build_report(gate.run_id, argv, str(root / gate.run_id / "workspace"), inputs, False)
+    write_atomic(gate_dir / "determinism-report.json",
+                 msgspec.json.format(msgspec.json.encode(report), indent=2) + b"\n")
+    _say(log, render_text(report))
+    return 0 if report.passed else EXIT_CHECK_FAILED
+
+
+def _check_events(gate_dir: Path, python: str, log: TextIO) -> list[str]:
+    """`check-events --verify-artifacts` on every run's events.jsonl."""
+    problems = []
+    for number in range(1, RUNS + 1):
+        events = gate_dir / f"run-{number}" / "events.jsonl"
+        done = subprocess.run([python, "-m", "runner.cli.main", "check-events", "--verify-artifacts",
+                               str(events)], capture_output=True, text=True, check=False)
+        _say(log, f"check-events run-{number}: {'OK' if done.returncode == 0 else 'FAIL'}")
+        log.write(done.stdout + done.stderr)
+        if done.returncode != 0:
+            problems.append(f"run-{number}: check-events rejects events.jsonl (see gate.log)")
+    return problems
+
+
 def _check_runs(gate: Gate, gate_dir: Path, exp: Expectations, workspace: Path, python: str,
                 log: TextIO) -> list[str]:
     """Validate every run's archive; check the first run's evidence against the expectations."""
@@ -129,30 +183,35 @@ def run_gate(gate: Gate, out: Path, exp: Expectations, expectations: Path,
         _say(log, f"gate {gate.name}: {gate.title}")
         result = GateResult(gate.name, gate.title, "could_not_run", "", [], RUNS, None, command)
         missing = [host_problem] if host_problem else []
-        if not (REPO / gate.workspace).is_dir():
-            missing.append(f"{REPO / gate.workspace} not found: gates run from an assay-runner checkout")
+        if not gate.fixture.is_dir():
+            missing.append(f"{gate.fixture} not found: gates run from an assay-runner checkout")
         missing += [m for r in gate.requires if (m := r.missing(python))]
         if missing:
             result.reason = "; ".join(missing)
             _say(log, f"COULD NOT RUN: gate {gate.name}: {result.reason}")
             return _finish(gate_dir, result)
         shutil.copyfile(expectations, gate_dir / EXPECTATIONS)
-        workspace = _workspace(gate, out / ".work")
-        argv = determinism_argv(gate, gate_dir, workspace, python)
-        _say(log, f"running: {' '.join(argv)}")
-        env = {k: v for k, v in os.environ.items() if k != "OUTSIDE"}  # fixtures' default outside path
-        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env=env, check=False).returncode
+        if gate.scenario:
+            workspace = out / ".work" / gate.name / gate.run_id / "workspace"
+            code = _observe_runs(gate, gate_dir, workspace.parent.parent, python, log)
+        else:
+            workspace = _workspace(gate, out / ".work")
+            argv = determinism_argv(gate, gate_dir, workspace, python)
+            _say(log, f"running: {' '.join(argv)}")
+            code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=_env(), check=False).returncode
         result.determinism_exit = code
         if code == INTERRUPTED:
             raise Interrupted
         if code not in (0, EXIT_CHECK_FAILED):
-            result.status, result.reason = "failed", f"determinism exited {code} (see {LOG})"
+            result.status, result.reason = "failed", f"the runs exited {code} (see {LOG})"
             _say(log, f"FAIL: gate {gate.name}: {result.reason}")
             return _finish(gate_dir, result)
         result.problems = ([] if code == 0 else ["determinism: runs not byte-identical, exit codes "
                                                  "differ, or health not passing (determinism-report.json)"])
         result.problems += _check_runs(gate, gate_dir, exp, workspace, python, log)
+        if gate.scenario:
+            result.problems += _check_events(gate_dir, python, log)
         result.status = "failed" if result.problems else "passed"
         result.reason = f"{len(result.problems)} problem(s), first: {result.problems[0]}" \
             if result.problems else ""

@@ -1,7 +1,9 @@
 """The acceptance gates: one registry entry per gate.
 
 A gate is a command observed three times under `assay-runner determinism`
-(byte-identical archives, passing health), whose archives must validate and
+(byte-identical archives, passing health), or an agent run three times by
+`assay-runner observe` on a scenario (the same comparison, and every
+events.jsonl must pass `check-events`), whose archives must validate and
 whose evidence must match the gate's expectations file
 (`fixtures/acceptance/<name>.toml`, format in expect.py). Adding a gate is
 one `Gate(...)` entry here plus its expectations file; the workflow gets one
@@ -74,11 +76,19 @@ class Gate:
     policy: str | None = None
     workspace: str = FIXTURE_WORKSPACE
     requires: tuple[PythonModule, ...] = ()
+    scenario: str | None = None
+    """Set for an observed DecisionEvents gate: `command` is the agent, run three times by
+    `assay-runner observe --scenario` (its events.jsonl must pass `check-events`)."""
 
     @property
     def expectations(self) -> Path:
         """Its default expectations file."""
         return REPO / "fixtures" / "acceptance" / f"{self.name}.toml"
+
+    @property
+    def fixture(self) -> Path:
+        """What the gate needs from the checkout: its scenario, or the workspace it copies."""
+        return REPO / (self.scenario or self.workspace)
 
     @property
     def run_id(self) -> str:
@@ -108,6 +118,9 @@ GATES = (
          requires=(SDK,)),
     Gate("hidden-write", "a read_file tool call that also writes a file it did not declare",
          ("{python}", "-B", "{repo}/fixtures/agent/hidden_write_agent.py"), policy=FIXTURE_POLICY),
+    Gate("decision-events", "an observed DecisionEvents run: the fake Claude Code CLI on a scenario",
+         ("{repo}/fixtures/agent/fake-claude/claude", "-p", "{{prompt}}"),
+         scenario="fixtures/scenarios/summarize-logs"),
 )
 BY_NAME = {g.name: g for g in GATES}
 ALL = "all"

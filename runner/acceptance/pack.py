@@ -40,6 +40,7 @@ ROLES = {
     "determinism-report.json": "determinism_report",
     "expectations.toml": "gate_expectations",
     "report.html": "run_report",
+    "events.jsonl": "decision_events",
 }
 CLAIM_CEILING = "gate_execution_on_this_host_only"
 NOT_PROVEN = [
