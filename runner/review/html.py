@@ -156,9 +156,9 @@ def render(view: RunView) -> str:
     phases = ", ".join(esc(p.name) for p in view.phases)
     endpoints = _table(["endpoint", "how", "events"], [
         [f"<code>{esc(e.endpoint)}</code>", esc(", ".join(e.kinds)), str(e.events)] for e in view.endpoints])
-    blocks = _table(["kernel line", "target", "access", "decision", "rule", "tool call"], [
-        [esc(b.kind), f"<code>{esc(b.target)}</code>", esc(b.access or ""), esc(b.decision or "none"),
-         esc(b.rule or ""), esc(b.tool_call_id or "")] for b in view.blocks])
+    blocks = _table(["kernel line", "target", "access", "tool call", "decision", "decided by"], [
+        [esc(b.kind), f"<code>{esc(b.target)}</code>", esc(b.access or ""), esc(b.tool_call_id or "none"),
+         esc(b.decision or "none"), esc(b.source or "")] for b in view.blocks])
     fields = _table(["field", "value"], [[k, esc(str(v))] for k, v in (
         ("kernel_layer", h.kernel_layer), ("ringbuf_drops", h.ringbuf_drops),
         ("cgroup_correlation", h.cgroup_correlation), ("policy_layer", h.policy_layer),

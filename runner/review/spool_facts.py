@@ -23,6 +23,7 @@ from normalizer.artifacts import KernelEvent
 from normalizer.build import candidates
 from normalizer.decode import iter_decode
 from normalizer.execlog import ExecLog, exec_log
+from normalizer.redact import Redactor
 from normalizer.sdk import ToolCall, sdk_layer
 from normalizer.telemetry import is_telemetry
 from normalizer.tree import TreeBuilder, number_tree
@@ -47,7 +48,7 @@ class SpoolFacts:
     phases: list[Phase]
     tool_calls: list[ToolCall]
     argv: list[str]
-    """The command line the runner was asked to observe."""
+    """The command line the runner was asked to observe (redacted like the archive's strings)."""
     execs: ExecLog
     """Every exec with its argv and result, and how each process ended (normalizer/execlog.py)."""
 
@@ -80,7 +81,7 @@ def read_facts(path: Path, kernel: list[KernelEvent]) -> SpoolFacts:
                                 f"({c.kind} pid {c.process} vs {e.kind} pid {e.pid}): "
                                 "it is not this archive's spool")
     phases = sorted(spool.phases, key=lambda p: p.ts)
-    calls = sdk_layer(spool.sdk, spool.header.run_id).tool_calls
+    calls = sdk_layer(spool.sdk, spool.header.run_id, Redactor()).tool_calls  # ids as the archive has them
     stamps = [p.ts for p in phases] + [c.started_ts for c in calls] + [c.ts for c in evidence]
     return SpoolFacts(
         path=str(path),
@@ -89,7 +90,7 @@ def read_facts(path: Path, kernel: list[KernelEvent]) -> SpoolFacts:
         parents=_parents(spool),
         phases=phases,
         tool_calls=calls,
-        argv=list(spool.header.argv),
+        argv=[Redactor().redact(a) for a in spool.header.argv],
         execs=exec_log(spool),
     )
 

@@ -82,8 +82,8 @@ def render(view: RunView) -> str:
     out += ["", "blocks:"] + ([
         f"  {b.kind} {p(b.target)}" + (f" ({b.access})" if b.access else "")
         + (f" -> {b.return_value}" if b.return_value is not None else "")
-        + f": decision {p(b.decision or 'none')}" + (f", rule {p(b.rule)}" if b.rule else "")
-        + (f", in tool call {p(b.tool_call_id)}" if b.tool_call_id else "")
+        + (f": in tool call {p(b.tool_call_id)}, decision {p(b.decision or 'none')} from {p(b.source or '?')}"
+           if b.tool_call_id else ": outside every tool call (or no spool): no policy line")
         for b in view.blocks] or ["  none"])
     out += ["", "tool calls:"]
     for b in view.bindings:

@@ -21,7 +21,8 @@ from typing import TypeVar
 
 import msgspec
 
-from normalizer.artifacts import Binding, KernelEvent, ObservationHealth, PhaseEvent, PolicyEvent, SdkEvent
+from normalizer.artifacts import Binding, KernelEvent, ObservationHealth, PolicyEvent, RunEvent, SdkEvent
+from normalizer.redact import Redactor
 from runner.evidence.capdiff import decode_artifacts
 from runner.evidence.compare import PASSING, check_health
 from runner.review.notes import meaning
@@ -95,16 +96,24 @@ class ProcessEntry(msgspec.Struct):
 
 
 class BlockEntry(msgspec.Struct):
-    """A policy block: the kernel line and the decision behind it."""
+    """A policy block (a `file_blocked`/`connect_blocked` kernel line) and the decision behind it.
+
+    The decision is the policy line of the tool call whose window holds the
+    block (`deny:<tool>` from `assay-runner://policy/filesystem` or
+    `.../network`); finding that call needs the spool's times, so without a
+    spool, or for a block outside every tool call, it is None.
+    """
 
     seq: int
     kind: str
     target: str
     access: str | None
+    """The refused file access (read, write, ...); None for a connect or send."""
     return_value: int | None
-    decision: str | None
-    rule: str | None
     tool_call_id: str | None
+    tool: str | None
+    decision: str | None
+    source: str | None
 
 
 class NoteEntry(msgspec.Struct):
@@ -256,8 +265,9 @@ def exec_text(x: ExecEntry) -> str:
     return text
 
 
-def _argv(raw: list[bytes]) -> list[str]:
-    return [a.decode("utf-8", "backslashreplace") for a in raw]
+def _argv(raw: list[bytes], redactor: Redactor) -> list[str]:
+    """argv as text, with the same secret redaction as the archive's strings (the spool keeps raw bytes)."""
+    return [redactor.redact(a.decode("utf-8", "backslashreplace")) for a in raw]
 
 
 def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
@@ -268,9 +278,10 @@ def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[Proc
         events[e.pid] += 1
         parents.setdefault(e.pid, None)
     if facts is not None:
+        redactor = Redactor()
         for x in facts.execs.execs:
             parents.setdefault(x.process, None)
-            execs[x.process].append(ExecEntry(x.path, _argv(x.argv) if x.argv else None,
+            execs[x.process].append(ExecEntry(x.path, _argv(x.argv, redactor) if x.argv else None,
                                               x.argv_complete, x.result, x.errno))
     else:
         for e in kernel:
@@ -287,28 +298,35 @@ def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[Proc
             for pid in sorted(parents)]
 
 
-def _blocks(kernel: list[KernelEvent], policy: list[PolicyEvent]) -> list[BlockEntry]:
-    decisions = {(p.target, p.access): p for p in policy if p.decision == "deny" and p.source != "tool"}
+def _enclosing(facts: SpoolFacts, ts: int) -> str | None:
+    """The id of the one finished tool call whose window holds `ts`, if exactly one does."""
+    inside = [c.tool_call_id for c in facts.tool_calls if c.tool_call_id is not None
+              and c.finished_ts is not None and c.started_ts <= ts <= c.finished_ts]
+    return inside[0] if len(inside) == 1 else None
+
+
+def _blocks(kernel: list[KernelEvent], policy: list[PolicyEvent],
+            facts: SpoolFacts | None) -> list[BlockEntry]:
+    lines = {p.tool_call_id: p for p in policy}
     out = []
-    for e in kernel:
+    for index, e in enumerate(kernel):
         if e.kind not in BLOCK_KINDS or e.value is None:
             continue
-        access = e.access_mode if isinstance(e.access_mode, str) else None
-        if e.kind == "file_blocked":
-            wanted = [(e.value, access)]
-        else:
-            wanted = [(e.value, "connect"), (e.value, "send")]
-        p = next((decisions[k] for k in wanted if k in decisions), None)
-        rv = e.return_value if isinstance(e.return_value, int) else None
-        out.append(BlockEntry(e.seq, e.kind, e.value, access if e.kind == "file_blocked" else
-                              (p.access if p else None), rv, p.summary if p else None,
-                              p.rule if p else None, p.tool_call_id if p else None))
+        call = _enclosing(facts, facts.kernel_ts[index]) if facts else None
+        p = lines.get(call) if call else None
+        out.append(BlockEntry(
+            seq=e.seq, kind=e.kind, target=e.value,
+            access=e.access_mode if isinstance(e.access_mode, str) else None,
+            return_value=e.return_value if isinstance(e.return_value, int) else None,
+            tool_call_id=call, tool=p.tool if p else None,
+            decision=f"{p.decision}:{p.tool}" if p else None, source=p.source if p else None))
     return out
 
 
 def _bindings(correlation_bindings: list[Binding], sdk: list[SdkEvent], kernel: list[KernelEvent],
               facts: SpoolFacts | None) -> list[BindingEntry]:
-    tools = {e.tool_call_id: e.tool for e in sdk if e.tool_call_id is not None and e.tool}
+    tools = {e.tool_call_id: e.tool for e in sdk
+             if isinstance(e.tool_call_id, str) and isinstance(e.tool, str)}
     windows = {c.tool_call_id: c for c in facts.tool_calls} if facts else {}
     out = []
     for b in correlation_bindings:
@@ -351,14 +369,14 @@ def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | Non
     kernel = _lines(members, KERNEL, KernelEvent)
     policy = _lines(members, POLICY, PolicyEvent)
     sdk = _lines(members, SDK, SdkEvent)
-    phase_lines = _lines(members, PHASES, PhaseEvent)
+    run_events = _lines(members, PHASES, RunEvent)
     directories = _directories(kernel)
     processes = _processes(kernel, facts)
-    blocks = _blocks(kernel, policy)
+    blocks = _blocks(kernel, policy, facts)
     if facts is not None:
         phases = [PhaseEntry(p.name, facts.offset_ms(p.ts)) for p in facts.phases]
     else:
-        phases = [PhaseEntry(p.phase, None) for p in phase_lines]
+        phases = [PhaseEntry(e.type, None) for e in run_events]
     written = sorted({e.value for e in kernel if e.kind == "openat" and e.value is not None
                       and e.status != "error" and e.access_mode in ("write", "read_write")})
     ends = [p.offset_ms for p in phases if p.offset_ms is not None]
