@@ -171,10 +171,14 @@ def test_a_flipped_archive_byte_in_the_real_pack_fails_verify_by_name(
         shutil.copyfile(out / name, pack / name)
     assert assay("acceptance", "verify", pack, "--require-gates", "all").returncode == 0
     subject = f"gates/{GATES[0].name}/run-3/{GATES[0].run_id}.tar.gz"
-    data = bytearray((pack / subject).read_bytes())
+    original = (pack / subject).read_bytes()
+    data = bytearray(original)
     data[100] ^= 0x80
     (pack / subject).write_bytes(bytes(data))
-    done = assay("acceptance", "verify", pack, "--require-gates", "all")
+    try:
+        done = assay("acceptance", "verify", pack, "--require-gates", "all")
+    finally:  # the session checks every runner-written archive it finds
+        (pack / subject).write_bytes(original)
     assert done.returncode == 1
     bad = [line for line in done.stdout.splitlines() if not line.startswith("FAIL:")]
     assert bad and all(line.startswith(f"subject {subject}: ") for line in bad[:-1]), done.stdout

@@ -27,7 +27,11 @@ def _normalized(tmp_path: Path, name: str = "threads") -> Path:
 
 
 def _hostile(tmp_path: Path) -> Path:
-    """The threads archive with one file path replaced by terminal- and HTML-hostile text."""
+    """The threads archive with one file path replaced by terminal- and HTML-hostile text.
+
+    Written as no run would write it (a raw control character in a value), so
+    it is kept apart from the runner-written archives the session checks.
+    """
     source = _normalized(tmp_path)
     members = read_archive(source)
     lines = members["layers/kernel.ndjson"].decode().splitlines()
@@ -37,8 +41,9 @@ def _hostile(tmp_path: Path) -> Path:
     lines[index] = json.dumps(event, separators=(",", ":"))
     members["layers/kernel.ndjson"] = ("\n".join(lines) + "\n").encode()
     del members[MANIFEST]
-    write_archive(source, "threads", members)
-    return source
+    hostile = tmp_path / "hostile.tar.gz"  # no spool beside it: not a runner-written archive
+    write_archive(hostile, "threads", members)
+    return hostile
 
 
 def test_show_builds_the_process_tree_from_the_spool(tmp_path: Path) -> None:
