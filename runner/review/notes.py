@@ -9,6 +9,11 @@ normalizer can write must be here.
 from __future__ import annotations
 
 MEANINGS = {
+    "redaction": (
+    "Secret-shaped strings (keys, tokens, credentials) in the run's values were replaced by "
+    "<redacted:RULE:HASH> placeholders before the archive was hashed; redacted_count says how "
+    "many. The raw spool is not redacted: show and report redact argv from it the same way."
+),
     "s2_kernel_capture": (
         "How many kernel events the monitor kept and whether any were lost (ringbuf_drops), "
         "and which network evidence the run has: connect_only means TCP/UDP connects were seen "
@@ -29,8 +34,9 @@ MEANINGS = {
         "attributed to the wrong process or missing."
     ),
     "s4_policy_capture": (
-        "A policy was enforced: how many policy lines the run has, and how many opens and "
-        "connects the kernel refused (file_blocked, connect_blocked)."
+        "The run has policy lines: decision_events is how many tool-call decisions the policy "
+        "layer holds (one per tool call). What the kernel refused is in the file_blocked and "
+        "connect_blocked kernel lines (the blocks below)."
     ),
     "s5_sdk_capture": (
         "The agent reported tool calls over the SDK channel: these are self-reported by the "
