@@ -10,10 +10,10 @@ from __future__ import annotations
 
 MEANINGS = {
     "redaction": (
-    "Secret-shaped strings (keys, tokens, credentials) in the run's values were replaced by "
-    "<redacted:RULE:HASH> placeholders before the archive was hashed; redacted_count says how "
-    "many. The raw spool is not redacted: show and report redact argv from it the same way."
-),
+        "Secret-shaped strings (keys, tokens, credentials) in the run's values were replaced by "
+        "<redacted:RULE:HASH> placeholders before the archive was hashed; redacted_count says how "
+        "many. The raw spool is not redacted: show and report redact argv from it the same way."
+    ),
     "s2_kernel_capture": (
         "How many kernel events the monitor kept and whether any were lost (ringbuf_drops), "
         "and which network evidence the run has: connect_only means TCP/UDP connects were seen "
