@@ -33,6 +33,7 @@ GATED_PATHS = (
     ".github/workflows/delegated-acceptance.yml",
     "Makefile",
     "assay_sdk",
+    "blackbox",
     "ebpf",
     "fixtures",
     "normalizer",
