@@ -28,6 +28,20 @@ MEANINGS = {
         "Some paths could not be made absolute (their working directory or directory fd "
         "was never seen); those files appear as the relative path the program passed."
     ),
+    "s2_untraced_io": (
+        "The command used io_uring or open_by_handle_at: operations done that way are not in "
+        "the kernel layer, so files and endpoints may be missing (network coverage becomes "
+        "unknown with io_uring)."
+    ),
+    "s3_cgroup_escape": (
+        "A process of the run moved itself out of the run's cgroup (or was cloned into another "
+        "one): it was still followed by lineage, but the cgroup's network policy and cleanup no "
+        "longer applied to it. Treat as a hostile sign."
+    ),
+    "s3_lineage": (
+        "The map that follows the run's process lineage was full: some tasks were not tracked, "
+        "so their events may be missing (correlation is partial)."
+    ),
     "s3_cgroup_correlation": (
         "Events in the run's cgroup could not be tied to the command's process tree "
         "(root_seen=false: the command itself was never seen starting). Evidence may be "
@@ -41,6 +55,11 @@ MEANINGS = {
     "s5_sdk_capture": (
         "The agent reported tool calls over the SDK channel: these are self-reported by the "
         "agent, bound to kernel events by the runner's own receipt times."
+    ),
+    "transient_names": (
+        "Random temporary names the run created and removed again were replaced by canonical "
+        "placeholders, so three runs stay byte-identical; substituted says how many distinct paths "
+        "(docs/determinism.md)."
     ),
 }
 UNKNOWN = "No description in this version of assay-runner; see docs/artifacts.md."
