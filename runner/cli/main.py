@@ -16,7 +16,7 @@ from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.logs import configure_logging
 
 COMMANDS = ("run", "normalize", "validate", "diff", "determinism", "doctor", "policy", "observe",
-COMMANDS = ("check-events", "daemon", "show", "acceptance", "report")
+            "check-events", "daemon", "show", "acceptance", "report")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

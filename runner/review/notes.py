@@ -28,6 +28,10 @@ MEANINGS = {
         "Some paths could not be made absolute (their working directory or directory fd "
         "was never seen); those files appear as the relative path the program passed."
     ),
+    "s2_run_ended": (
+        "The run did not end by the command exiting (reason: the daemon client disconnected or "
+        "the daemon shut down): the capture stops there, so later activity is not in the archive."
+    ),
     "s2_untraced_io": (
         "The command used io_uring or open_by_handle_at: operations done that way are not in "
         "the kernel layer, so files and endpoints may be missing (network coverage becomes "
