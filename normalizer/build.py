@@ -142,6 +142,7 @@ class _Scan:
             root_seen=self.tree.stats.root_seen,
             unresolved_paths=self.resolver.unresolved,
             platform=platform,
+            truncated_paths=self.resolver.truncated,
         )
 
 

@@ -36,6 +36,8 @@ class CaptureFacts:
     root_seen: bool
     unresolved_paths: int
     platform: str = "linux"
+    truncated_paths: int = 0
+    """Path payloads cut at the kernel's capture limit (their values end in the marker)."""
 
     @property
     def lost_in_transit(self) -> int:
@@ -94,6 +96,8 @@ def observation_health(
         notes.append("s2_kernel_drops: " + " ".join(parts))
     if facts.unresolved_paths:
         notes.append(f"s2_path_resolution: unresolved_paths={facts.unresolved_paths}")
+    if facts.truncated_paths:
+        notes.append(f"s2_path_capture: truncated_paths={facts.truncated_paths}")
     correlation = cgroup_correlation(facts)
     if correlation != "clean":
         notes.append(

@@ -18,7 +18,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from ebpf.wire import HOOK_CHDIR, HOOK_EXEC, HOOK_EXECVE, HOOK_FCHDIR, HOOK_NEWTASK, HOOK_OPEN
+from ebpf.wire import HOOK_CHDIR, HOOK_EXEC, HOOK_EXECVE, HOOK_FCHDIR, HOOK_NEWTASK, HOOK_OPEN, TRUNC_FIRST
+from normalizer.decode import RawEvent
+from normalizer.text import escape_bytes
 from normalizer.tree import Attributed, Process
 
 AT_FDCWD = -100
@@ -26,10 +28,14 @@ AT_EMPTY_PATH = 0x1000
 O_CLOEXEC = 0o2000000
 
 
-def c_string(data: bytes) -> str | None:
-    """A NUL-terminated payload as text (undecodable bytes escaped), or None if empty."""
+def c_string(data: bytes, truncated: bool = False) -> str | None:
+    """A NUL-terminated payload as v0 text (normalizer/text.py), or None if empty.
+
+    `truncated` (the kernel cut the string at its capture limit) appends the
+    truncation marker, so a cut path never passes for a whole one.
+    """
     raw = data.split(b"\0", 1)[0]
-    return raw.decode("utf-8", "surrogateescape") if raw else None
+    return escape_bytes(raw, truncated) if raw else None
 
 
 def to_int32(value: int) -> int:
@@ -77,6 +83,8 @@ class PathResolver:
         self._root_cwd = root_cwd
         self._states: dict[Process, FsState] = {}
         self.unresolved = 0
+        self.truncated = 0
+        """Path payloads the kernel cut at its capture limit (marked in their values)."""
 
     def _state(self, proc: Process) -> FsState:
         state = self._states.get(proc)
@@ -105,29 +113,31 @@ class PathResolver:
             return Resolved(item, None)
         if e.hook == HOOK_EXEC:
             state.fds = {fd: v for fd, v in state.fds.items() if not v[1]}
-            return Resolved(item, self._join(state, AT_FDCWD, e.data))
+            return Resolved(item, self._join(state, AT_FDCWD, e))
         if e.hook == HOOK_EXECVE:  # a failed exec: the path it asked for
             dirfd = to_int32(e.a0)
             if e.a1 & AT_EMPTY_PATH and not e.data.split(b"\0", 1)[0]:
                 entry = state.fds.get(dirfd)
                 return Resolved(item, entry[0] if entry else None)
-            return Resolved(item, self._join(state, dirfd, e.data))
+            return Resolved(item, self._join(state, dirfd, e))
         if e.hook == HOOK_CHDIR:
-            path = self._join(state, AT_FDCWD, e.data)
+            path = self._join(state, AT_FDCWD, e)
             if e.ret == 0:
                 state.cwd = path
             return Resolved(item, path)
         if e.hook == HOOK_OPEN:
-            path = self._join(state, to_int32(e.a0), e.data)
+            path = self._join(state, to_int32(e.a0), e)
             if e.ret >= 0 and path is not None:
                 state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
             return Resolved(item, path)
         return Resolved(item, None)
 
-    def _join(self, state: FsState, base_fd: int, data: bytes) -> str | None:
-        text = c_string(data)
+    def _join(self, state: FsState, base_fd: int, e: RawEvent) -> str | None:
+        cut = bool(e.truncated & TRUNC_FIRST)
+        text = c_string(e.data, cut)
         if text is None:
             return None
+        self.truncated += cut
         path = state.join(base_fd, text)
         if path is None:
             self.unresolved += 1

@@ -93,7 +93,7 @@ def prepare(args: argparse.Namespace, scratch: Path) -> tuple[RunRequest, list[P
     try:
         req = build_request(staged)
         out = args.out.resolve()
-        targets = [prepare_out_dir(out / f"run-{i}", req.run_id, args.force)
+        targets = [prepare_out_dir(out / f"run-{i}", req.run_id, args.force, req.user, req.policy)
                    for i in range(1, args.runs + 1)]
     except RunnerError as exc:
         raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc

@@ -16,12 +16,14 @@ make memory grow with run length (`assay-runner validate` checks any size)."""
 log = get_logger("publish")
 
 
-def publish(run: NormalizedRun, archive: Path) -> None:
+def publish(run: NormalizedRun, archive: Path, dir_fd: int | None = None) -> None:
     """Validate what is about to be written and write it atomically.
 
     A member that fails the contract is a runner bug: nothing is written, and
     the raw spool stays for `assay-runner normalize` once it is fixed.
     Past `VALIDATE_UP_TO` the kernel layer is streamed, not validated here.
+    With `dir_fd` the archive is created inside that open directory (the
+    run's `--out`), whatever its path points at by then.
     """
     from runner.evidence.validate import validate_members
 
@@ -36,4 +38,4 @@ def publish(run: NormalizedRun, archive: Path) -> None:
     if problems:
         shown = "; ".join(problems[:3])
         raise RunnerError(f"normalized archive fails validation ({len(problems)} problems): {shown}")
-    write_archive(archive, run.run_id, members)
+    write_archive(archive, run.run_id, members, dir_fd)
