@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from normalizer.build import NormalizedRun
+from runner.display import printable_lines
 
 REFRESH_S = 0.25
 
@@ -61,4 +62,4 @@ def summary(run: NormalizedRun, exit_code: int, elapsed: float, archive: str) ->
         f"cgroup_correlation={h.cgroup_correlation} network={h.network_protocol_coverage}",
         f"  archive:           {archive}",
     ]
-    return "\n".join(lines)
+    return printable_lines(lines)

@@ -39,6 +39,7 @@ import msgspec
 from runner.capture.session import RunRequest, execute
 from runner.capture.snapshot import Snapshot, SnapshotError
 from runner.cli.cmd_run import add_capture_options, build_request, prepare_out_dir
+from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
 from runner.evidence.archive import load_members, sha256_ref, write_atomic
 from runner.evidence.compare import RunInput, build_report, render_text
@@ -69,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def progress(message: str) -> None:
     """One progress line on stderr, so stdout keeps only the report."""
-    print(f"assay-runner: determinism: {message}", file=sys.stderr, flush=True)
+    print(printable(f"assay-runner: determinism: {message}"), file=sys.stderr, flush=True)
 
 
 def scratch_dir(workdir: Path) -> Path:
@@ -154,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
                 snapshot.restore()
             except SnapshotError as exc:
                 keep_scratch = True
-                print(f"assay-runner: error: {exc}", file=sys.stderr)
+                print(printable(f"assay-runner: error: {exc}"), file=sys.stderr)
         publish_staged(scratch, targets)
         if not keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)

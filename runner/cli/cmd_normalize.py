@@ -9,6 +9,7 @@ from pathlib import Path
 from normalizer.build import normalize
 from normalizer.decode import DecodeError
 from runner.cli.cmd_run import check_run_id
+from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.evidence.publish import publish
 from spool.format import SpoolError, read_spool
@@ -38,5 +39,5 @@ def main(args: argparse.Namespace) -> int:
         raise RunnerError(f"cannot normalize {args.spool}: {exc}", EXIT_BAD_INPUT) from exc
     out = args.out or args.spool.with_suffix(".tar.gz")
     publish(run, out)
-    print(f"assay-runner: wrote {out} ({run.kernel.count} kernel events)", file=sys.stderr)
+    print(printable(f"assay-runner: wrote {out} ({run.kernel.count} kernel events)"), file=sys.stderr)
     return 0
