@@ -49,7 +49,7 @@ def _print_text(report: Report) -> None:
         print(f"OK {report.path}: {report.members} members, run_id={report.run_id}")
         return
     for problem in report.problems:
-        print(printable(problem))
+        print(printable(str(problem)))
     count = len(report.problems)
     print(f"INVALID: {count} problem{'' if count == 1 else 's'}")
 
