@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import ROOT, Archive, assay, run_observed
+from support import ROOT, Archive, assay, run_observed, runner_env
 
 from ebpf.wire import HOOK_CONNECT, HOOK_EXEC, HOOK_NET_BLOCK, HOOK_OPEN, HOOK_SENDMSG, HOOK_SENDTO
 from normalizer.build import candidates
@@ -52,7 +52,7 @@ EVIDENCE_HOOKS = {  # kernel-layer kind -> the raw hook its record comes from
 
 def agent_env() -> dict[str, str]:
     """The test's environment for fixture runs: the fixture's default outside path, no API key."""
-    env = dict(os.environ)
+    env = runner_env()
     env.pop("OUTSIDE", None)
     env.pop("OPENAI_API_KEY", None)
     return env
