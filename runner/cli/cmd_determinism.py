@@ -26,6 +26,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import shlex
 import shutil
@@ -38,14 +39,16 @@ import msgspec
 
 from runner.capture.session import RunRequest, execute
 from runner.capture.snapshot import Snapshot, SnapshotError
-from runner.cli.cmd_run import add_capture_options, build_request, prepare_out_dir
+from runner.cli.cmd_run import STATE_DIR, add_capture_options, build_request, prepare_out_dir
 from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
 from runner.evidence.archive import load_members, sha256_ref, write_atomic
 from runner.evidence.compare import RunInput, build_report, render_text
 
 REPORT_NAME = "determinism-report.json"
-SCRATCH_ROOTS = (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
+SCRATCH_ROOTS = (STATE_DIR, Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
+"""First the runner's own root-owned state directory: staged archives are `--out`s
+too, and /tmp is a write tree of `workspace-write` (docs/architecture.md)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,6 +81,8 @@ def scratch_dir(workdir: Path) -> Path:
 
     Outside, because restoring the workdir deletes whatever is inside it.
     """
+    with contextlib.suppress(OSError):
+        STATE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
     for root in SCRATCH_ROOTS:
         root = root.resolve()
         if root.is_dir() and not root.is_relative_to(workdir):

@@ -26,7 +26,8 @@ from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
 from runner.logs import get_logger
 from spool.dirfd import open_dir, remove_within
 
-DEFAULT_OUT = Path("/var/lib/assay-runner/runs")
+STATE_DIR = Path("/var/lib/assay-runner")
+DEFAULT_OUT = STATE_DIR / "runs"
 """Outside any workspace, and root-owned: a command that is not root cannot write it."""
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 log = get_logger("run")
