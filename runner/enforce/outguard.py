@@ -29,6 +29,7 @@ from pathlib import Path
 
 from policy.model import ResolvedPolicy
 from runner.capture.spawn import Credentials
+from runner.enforce.cgroupfs import beneath
 from runner.enforce.dac import ask_as
 from runner.errors import RunnerError
 
@@ -65,7 +66,7 @@ def lookups(path: Path) -> tuple[list[Step], str]:
         nxt = os.path.join(cur, name)
         try:
             st = os.lstat(nxt)
-        except FileNotFoundError:
+        except OSError:  # missing (we create it), or not a directory (mkdir will say so)
             break
         if stat.S_ISLNK(st.st_mode):
             hops += 1
@@ -81,7 +82,14 @@ def lookups(path: Path) -> tuple[list[Step], str]:
 
 
 def _policy_writes(policy: ResolvedPolicy | None, path: str) -> bool:
-    return policy is None or policy.allows_path(path, "write")
+    """Does the policy's Landlock ruleset let the command write `path` (a real path)?
+
+    Landlock binds each tree to the inode its path resolves to, so a tree
+    given through a symlink covers the symlink's target: compare real paths.
+    """
+    if policy is None:
+        return True
+    return any(beneath(path, os.path.realpath(tree)) for tree in policy.filesystem.write)
 
 
 def _owner(path: str) -> int:
