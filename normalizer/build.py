@@ -38,7 +38,7 @@ from normalizer.blocks import FileBlockJudge, merge_net_blocks
 from normalizer.classify import Classified, classify
 from normalizer.correlate import correlate, window_markers
 from normalizer.decode import iter_decode
-from normalizer.health import CaptureFacts, observation_health
+from normalizer.health import CaptureFacts, observation_health, privilege_note
 from normalizer.paths import PathResolver
 from normalizer.sdk import ToolCall, sdk_layer
 from normalizer.telemetry import is_telemetry
@@ -399,7 +399,7 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     markers = sorted([*spool.phases, *window_markers(sdk.tool_calls)], key=lambda p: p.ts)
     phases = [PhaseEvent(schema=PHASE_EVENT_SCHEMA, run_id=run_id, seq=i, phase=p.name)
               for i, p in enumerate(markers)]
-    notes = [n for n in (sdk.note,) if n]
+    notes = [n for n in (sdk.note, privilege_note(spool.header.uid, spool.header.policy)) if n]
     if policy_present:
         blocks = Counter(p.source for p in out.blocks)
         notes.append(f"s4_policy_capture: policy_events={len(policy_events)} "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ebpf.wire import HOOK_NAMES, HOOK_NET_BLOCK, NETWORK_HOOKS
 from normalizer.artifacts import HEALTH_SCHEMA, ObservationHealth
+from policy.model import ResolvedPolicy
 
 CONNECT_KINDS = frozenset({"connect", "connect_blocked"})
 DATAGRAM_KINDS = frozenset({"event_6", "event_7"})
@@ -71,6 +72,18 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
     if facts.unattributed_events or facts.drops.get("newtask", 0):
         return "partial"
     return "clean"
+
+
+def privilege_note(uid: int, policy: ResolvedPolicy | None) -> str | None:
+    """The note for a command that ran as root with no policy restricting its writes.
+
+    Such a command could change any file, the run's `--out` and the runner
+    included, so the evidence is only as trustworthy as the command: the
+    archive says so (docs/architecture.md, "Protecting the evidence").
+    """
+    if uid != 0 or (policy is not None and "/" not in policy.filesystem.write):
+        return None
+    return "s4_command_privilege: uid=0 unrestricted_writes=true"
 
 
 def observation_health(

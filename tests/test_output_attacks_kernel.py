@@ -23,6 +23,7 @@ from support import Archive, assay, runner_env
 pytestmark = pytest.mark.kernel
 
 NOBODY = 65534
+PRIVILEGE_NOTE = "s4_command_privilege: uid=0 unrestricted_writes=true"
 SUDO_NOBODY = runner_env(SUDO_UID=str(NOBODY), SUDO_GID=str(NOBODY), SUDO_USER="nobody")
 
 
@@ -71,12 +72,15 @@ def test_sudo_run_drops_to_the_invoking_user(tmp_path: Path) -> None:
     assert proc.stdout.split() == [str(NOBODY), str(NOBODY)]
     archive = Archive(tmp_path / "out" / "sudo.tar.gz")
     assert "/usr/bin/id" in archive.values("exec")
+    assert PRIVILEGE_NOTE not in archive.health["notes"]
     valid(archive.path)
 
 
-def test_user_root_is_explicit(tmp_path: Path) -> None:
+def test_user_root_is_explicit_and_on_the_record(tmp_path: Path) -> None:
     proc = run(tmp_path / "out", "root", "id", "-u", env=SUDO_NOBODY, extra=("--user", "root"))
     assert (proc.returncode, proc.stdout.strip()) == (0, "0"), proc.stderr
+    assert "run.evidence_unprotected" in proc.stderr
+    assert PRIVILEGE_NOTE in Archive(tmp_path / "out" / "root.tar.gz").health["notes"]
 
 
 # --- an --out the command could touch is refused, before anything exists ----

@@ -127,3 +127,4 @@ def test_hostile_names_through_the_normalizer() -> None:
     truncated = [v for v in values if v.endswith(TRUNCATED)]
     assert truncated == [escape_bytes(long_a[:cut], truncated=True)] * 2
     assert "s2_path_capture: truncated_paths=2" in run.health.notes
+
