@@ -102,3 +102,16 @@ def test_runner_output_has_no_raw_control_characters(hostile, tmp_path: Path) ->
     assert diff.returncode == 0, diff.stderr
     assert "\\xff" in diff.stdout
     assert RAW.findall(diff.stdout + diff.stderr) == []
+
+
+def test_determinism_takes_any_argv_byte(tmp_path: Path) -> None:
+    """A non-UTF-8 argument and a control character reach the report losslessly and print escaped."""
+    work = tmp_path / "work"
+    work.mkdir()
+    arg = os.fsdecode(b"\xff\x1b[2J")
+    proc = assay("determinism", "--runs", "2", "--out", tmp_path / "out", "--run-id", "argv",
+                 "--workdir", work, "--", "/usr/bin/true", arg)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert RAW.findall(proc.stdout + proc.stderr) == []
+    report = (tmp_path / "out" / "determinism-report.json").read_text()
+    assert '"\\\\xff\\\\x1b[2J"' in report  # the v0 text of the argument, JSON-escaped

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import msgspec
 
+from normalizer.text import escape_os
 from runner.capture.session import RunRequest, execute
 from runner.capture.snapshot import Snapshot, SnapshotError
 from runner.cli.cmd_run import STATE_DIR, add_capture_options, build_request, prepare_out_dir
@@ -175,7 +176,9 @@ def report(req: RunRequest, out: Path, targets: list[Path], codes: list[int],
         archive = target / f"{req.run_id}.tar.gz"
         inputs.append(RunInput(str(archive), sha256_ref(archive.read_bytes()), code,
                                load_members(archive)))
-    result = build_report(req.run_id, req.argv, str(req.workdir), inputs, allow_unhealthy)
+    # argv and workdir in v0 text: any byte the user passed survives into the JSON report
+    result = build_report(req.run_id, [escape_os(a) for a in req.argv], escape_os(str(req.workdir)),
+                          inputs, allow_unhealthy)
     path = out / REPORT_NAME
     write_atomic(path, msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
     print(render_text(result))
