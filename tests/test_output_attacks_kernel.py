@@ -169,11 +169,14 @@ def test_planted_spool_symlink_is_never_followed(tmp_path: Path) -> None:
     assert proc.returncode == 125
     assert "plant.spool.partial already exists" in error_line(proc)
     assert victim.read_text() == "original\n"
-    # --force removes the planted link itself (unlink, not follow) and runs
+    # --force removes the planted link itself (unlink, not follow) and runs; a link planted
+    # at the archive's name is replaced by the rename, never written through
+    (out / "plant.tar.gz").symlink_to(victim)
     forced = run(out, "plant", "true", extra=("--force",))
     assert forced.returncode == 0, forced.stderr
     assert victim.read_text() == "original\n"
     assert not (out / "plant.spool.partial").is_symlink()
+    assert not (out / "plant.tar.gz").is_symlink()
     valid(out / "plant.tar.gz")
 
 

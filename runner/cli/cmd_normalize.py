@@ -38,6 +38,9 @@ def main(args: argparse.Namespace) -> int:
     except (SpoolError, DecodeError) as exc:
         raise RunnerError(f"cannot normalize {args.spool}: {exc}", EXIT_BAD_INPUT) from exc
     out = args.out or args.spool.with_suffix(".tar.gz")
-    publish(run, out)
+    try:
+        publish(run, out)
+    except OSError as exc:
+        raise RunnerError(f"cannot write {out}: {exc.strerror}", EXIT_BAD_INPUT) from exc
     print(printable(f"assay-runner: wrote {out} ({run.kernel.count} kernel events)"), file=sys.stderr)
     return 0

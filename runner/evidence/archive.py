@@ -25,7 +25,7 @@ from typing import BinaryIO, Protocol
 import msgspec
 
 from normalizer.artifacts import MANIFEST_SCHEMA, Manifest, ManifestEntry
-from spool.dirfd import create_new, open_dir, remove_within, rename_within
+from spool.dirfd import create_new, remove_within, rename_within
 
 MANIFEST = "manifest.json"
 MEMBER_ORDER = (
@@ -130,7 +130,7 @@ def write_streamed(path: Path, write: Callable[[BinaryIO], object], dir_fd: int 
     swapped for a symlink meanwhile, never redirects the write.
     """
     owned = dir_fd is None
-    directory = open_dir(path.parent) if dir_fd is None else dir_fd
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if owned else dir_fd
     tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
     try:
         with create_new(directory, tmp) as f:
