@@ -11,6 +11,7 @@ directory in /tmp.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -67,9 +68,11 @@ def tree(path: Path) -> list[tuple[str, str]]:
 # --- who the command runs as -------------------------------------------------
 
 def test_sudo_run_drops_to_the_invoking_user(tmp_path: Path) -> None:
-    proc = run(tmp_path / "out", "sudo", "sh", "-c", "id -u; id -g", env=SUDO_NOBODY)
+    env = {**SUDO_NOBODY, "HOME": "/root", "USER": "root", "LOGNAME": "root"}  # as sudo leaves them
+    proc = run(tmp_path / "out", "sudo", "sh", "-c", 'id -u; id -g; echo "$HOME $USER $LOGNAME"', env=env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(NOBODY), str(NOBODY)]
+    nobody = pwd.getpwuid(NOBODY)
+    assert proc.stdout.split() == [str(NOBODY), str(NOBODY), nobody.pw_dir, nobody.pw_name, nobody.pw_name]
     archive = Archive(tmp_path / "out" / "sudo.tar.gz")
     assert "/usr/bin/id" in archive.values("exec")
     assert PRIVILEGE_NOTE not in archive.health["notes"]

@@ -20,7 +20,7 @@ from runner.capture.session import RunRequest, execute
 from runner.capture.spawn import Credentials
 from runner.capture.status import summary
 from runner.enforce import prepare as enforce
-from runner.enforce.identity import command_credentials, effective
+from runner.enforce.identity import command_credentials, effective, identity_env
 from runner.enforce.outguard import check_out, unconfined_root
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
 from runner.logs import get_logger
@@ -170,6 +170,7 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     if pages < 1 or pages & (pages - 1):
         raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
     user = command_credentials(args.user, env)
+    env.update(identity_env(user))
     policy = run_policy(args, workdir, user)
     enforce.check(policy)
     require_run_prerequisites()

@@ -8,6 +8,10 @@
   gives the agent the caller's rights, not root's.
 - Otherwise it keeps the runner's own credentials (a root login or CI job
   that did not go through sudo runs the command as root; pass `--user`).
+
+A command dropped to a user also gets that user's HOME, USER and LOGNAME
+(sudo sets them to root's): a program must not believe it is root, or
+write its files into root's home.
 """
 
 from __future__ import annotations
@@ -51,6 +55,17 @@ def sudo_user(env: Mapping[str, str]) -> Credentials | None:
 def command_credentials(user: str | None, env: Mapping[str, str]) -> Credentials | None:
     """Whom to drop the command to (None: keep the runner's own credentials)."""
     return named_user(user) if user is not None else sudo_user(env)
+
+
+def identity_env(user: Credentials | None) -> dict[str, str]:
+    """HOME, USER and LOGNAME of the user the command drops to (nothing to change when it does not)."""
+    if user is None:
+        return {}
+    try:
+        entry = pwd.getpwuid(user.uid)
+    except KeyError:
+        return {}
+    return {"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name}
 
 
 def effective(user: Credentials | None) -> Credentials:
