@@ -38,6 +38,11 @@ def c_string(data: bytes, truncated: bool = False) -> str | None:
     return escape_bytes(raw, truncated) if raw else None
 
 
+def first_cut(e: RawEvent) -> bool:
+    """Did the kernel cut the record's (first) path string at its capture limit?"""
+    return bool(e.truncated & TRUNC_FIRST)
+
+
 def to_int32(value: int) -> int:
     """Tracepoint ints arrive zero-extended; give them their sign back."""
     value &= 0xFFFFFFFF
@@ -113,28 +118,28 @@ class PathResolver:
             return Resolved(item, None)
         if e.hook == HOOK_EXEC:
             state.fds = {fd: v for fd, v in state.fds.items() if not v[1]}
-            return Resolved(item, self._join(state, AT_FDCWD, e))
+            return Resolved(item, self._join(state, AT_FDCWD, e.data, first_cut(e)))
         if e.hook == HOOK_EXECVE:  # a failed exec: the path it asked for
             dirfd = to_int32(e.a0)
             if e.a1 & AT_EMPTY_PATH and not e.data.split(b"\0", 1)[0]:
                 entry = state.fds.get(dirfd)
                 return Resolved(item, entry[0] if entry else None)
-            return Resolved(item, self._join(state, dirfd, e))
+            return Resolved(item, self._join(state, dirfd, e.data, first_cut(e)))
         if e.hook == HOOK_CHDIR:
-            path = self._join(state, AT_FDCWD, e)
+            path = self._join(state, AT_FDCWD, e.data, first_cut(e))
             if e.ret == 0:
                 state.cwd = path
             return Resolved(item, path)
         if e.hook == HOOK_OPEN:
-            path = self._join(state, to_int32(e.a0), e)
+            path = self._join(state, to_int32(e.a0), e.data, first_cut(e))
             if e.ret >= 0 and path is not None:
                 state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
             return Resolved(item, path)
         return Resolved(item, None)
 
-    def _join(self, state: FsState, base_fd: int, e: RawEvent) -> str | None:
-        cut = bool(e.truncated & TRUNC_FIRST)
-        text = c_string(e.data, cut)
+    def _join(self, state: FsState, base_fd: int, data: bytes, cut: bool = False) -> str | None:
+        """`data`'s path against `base_fd`; `cut`: the kernel cut it (the value is marked)."""
+        text = c_string(data, cut)
         if text is None:
             return None
         self.truncated += cut
