@@ -118,7 +118,7 @@ def prepare_out_dir(out: Path, run_id: str, force: bool, user: Credentials | Non
     if not unconfined_root(command, policy):  # there, no --out is safe: main() warns
         check_out(out, command, policy)
     try:
-        out.mkdir(mode=0o755, parents=True, exist_ok=True)
+        make_dirs(out)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".assay-write-check-"):
             pass
     except OSError as exc:
@@ -136,6 +136,18 @@ def prepare_out_dir(out: Path, run_id: str, force: bool, user: Credentials | Non
     finally:
         os.close(dir_fd)
     return out.resolve()
+
+
+def make_dirs(path: Path) -> None:
+    """Create `path` and its missing parents as 0755 whatever the umask (0777 would undo the check)."""
+    missing = []
+    for p in (path, *path.parents):
+        if p.is_dir():
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        p.mkdir(mode=0o755)
+        os.chmod(p, 0o755)
 
 
 def run_policy(args: argparse.Namespace, workdir: Path, user: Credentials | None) -> ResolvedPolicy | None:
