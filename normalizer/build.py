@@ -14,36 +14,34 @@ import hashlib
 import os
 import tempfile
 from bisect import bisect_right
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO
 
 import msgspec
 
 from normalizer.artifacts import (
     KERNEL_EVENT_SCHEMA,
-    PHASE_EVENT_SCHEMA,
-    POLICY_EVENT_SCHEMA,
+    RUN_EVENT_SCHEMA,
     SURFACE_SCHEMA,
     CapabilitySurface,
     CorrelationReport,
     KernelEvent,
     ObservationHealth,
-    PhaseEvent,
     PolicyEvent,
+    RunEvent,
     SdkEvent,
 )
 from normalizer.blocks import FileBlockJudge, merge_net_blocks
 from normalizer.classify import Classified, classify
-from normalizer.correlate import correlate, window_markers
+from normalizer.correlate import END, Block, correlate, decisions, policy_events
 from normalizer.decode import iter_decode
 from normalizer.health import CaptureFacts, observation_health, privilege_note
 from normalizer.paths import PathResolver
+from normalizer.redact import Redactor
 from normalizer.sdk import ToolCall, sdk_layer
 from normalizer.telemetry import is_telemetry
 from normalizer.tree import Process, Thread, TreeBuilder, number_tree
-from policy.model import decision_summary
 from spool.format import Spool, SpoolTrailer
 
 _encoder = msgspec.json.Encoder()
@@ -55,7 +53,11 @@ SPILL_EVERY = 50_000
 
 FILE_KINDS = frozenset({"openat", "file_blocked"})
 BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
-ENDPOINT_KINDS = frozenset({"connect", "connect_blocked"})
+ENDPOINT_KINDS = frozenset({"connect", "connect_blocked", "event_6", "event_7"})
+"""Kinds whose values are network endpoints: connects and datagram peers (sendto,
+sendmsg), as upstream's surface builder (crates/assay-runner-core/src/kernel.rs:198-210)."""
+RUN_PHASES = ("run_started", "run_finished")
+"""The markers `events.ndjson` carries: upstream's run event types (run.rs:166-209)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class NormalizedRun:
     health: ObservationHealth
     surface: CapabilitySurface
     correlation: CorrelationReport
-    phases: list[PhaseEvent]
+    phases: list[RunEvent]
     policy_events: list[PolicyEvent] = field(default_factory=list)
     sdk_events: list[SdkEvent] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
@@ -217,7 +219,12 @@ def dac_questions(spool: Spool) -> list[tuple[str, str]]:
 
 
 def kernel_event(run_id: str, seq: int, c: Classified, pid: int) -> KernelEvent:
-    """The `layers/kernel.ndjson` line for one evidence event of process `pid`."""
+    """The `layers/kernel.ndjson` line for one evidence event of process `pid`.
+
+    Open metadata follows classify.open_meta: `return_value`/`status` only on
+    a failed open, `operation_flags` only when non-empty (as upstream,
+    kernel.rs:60) and consistent with Assay's derivation.
+    """
     event = KernelEvent(
         schema=KERNEL_EVENT_SCHEMA,
         run_id=run_id,
@@ -237,8 +244,10 @@ def kernel_event(run_id: str, seq: int, c: Classified, pid: int) -> KernelEvent:
         if m.return_value is not None:
             event.return_value = m.return_value
         event.access_mode = m.access_mode
-        event.operation_flags = m.operation_flags
-        event.status = m.status
+        if m.operation_flags:
+            event.operation_flags = m.operation_flags
+        if m.status is not None:
+            event.status = m.status
     return event
 
 
@@ -291,7 +300,7 @@ class _Windows:
     """Union of the tool-call windows: is a capture time inside any of them?"""
 
     def __init__(self, calls: list[ToolCall]) -> None:
-        spans = sorted((c.started_ts, c.finished_ts) for c in calls if c.finished_ts is not None)
+        spans = sorted((c.started_ts, c.finished_ts if c.finished_ts is not None else END) for c in calls)
         merged: list[list[int]] = []
         for start, end in spans:
             if merged and start <= merged[-1][1]:
@@ -306,71 +315,56 @@ class _Windows:
         return i >= 0 and ts <= self._ends[i]
 
 
-class _Stamp(NamedTuple):
-    ts: int
-
-
 class _Collector:
     """Stage B: writes the kernel layer in canonical order and gathers what the
-    other members need, holding only sets of distinct values and blocks."""
+    other members need, holding only sets of distinct values and the capture
+    times inside tool-call windows. Every value is redacted before it is
+    written or collected, so all members carry the same redacted text."""
 
-    def __init__(self, run_id: str, calls: list[ToolCall]) -> None:
+    def __init__(self, run_id: str, calls: list[ToolCall], redactor: Redactor) -> None:
         self.run_id = run_id
         self.layer = KernelLayer()
-        self.values: dict[str, set[str]] = {k: set() for k in ("files", "endpoints", "execs", "written")}
+        self.values: dict[str, set[str]] = {
+            k: set() for k in ("files", "endpoints", "execs", "written", "blocked")}
         self.kinds: set[str] = set()
-        self.blocks: list[PolicyEvent] = []
-        self.stamps: list[_Stamp] = []
-        self._calls = calls
+        self.blocks: list[Block] = []
+        self.stamps: list[int] = []
+        self._redactor = redactor
         self._windows = _Windows(calls)
 
     def add(self, pid: int, c: Classified) -> None:
-        event = kernel_event(self.run_id, self.layer.count, c, pid)
-        self.layer.write(event)
+        if c.value is not None:
+            c = msgspec.structs.replace(c, value=self._redactor.redact(c.value))
+        self.layer.write(kernel_event(self.run_id, self.layer.count, c, pid))
         self.kinds.add(c.kind)
         if c.ts in self._windows:
-            self.stamps.append(_Stamp(c.ts))
+            self.stamps.append(c.ts)
+            if c.kind in BLOCK_KINDS:
+                self.blocks.append(Block(c.ts, c.kind))
         if c.value is None:
             return
         if c.kind in FILE_KINDS:
             self.values["files"].add(c.value)
-            if c.kind == "openat" and c.meta and c.meta.status == "success" \
+            if c.kind == "openat" and c.meta and c.meta.status is None \
                     and c.meta.access_mode in ("write", "read_write"):
                 self.values["written"].add(c.value)
         elif c.kind in ENDPOINT_KINDS:
             self.values["endpoints"].add(c.value)
         elif c.kind == "exec":
             self.values["execs"].add(c.value)
-        if c.kind in BLOCK_KINDS and c.denied is not None:
-            self.blocks.append(self._block_event(c))
+        if c.kind in BLOCK_KINDS:
+            self.values["blocked"].add(c.value)
 
-    def _block_event(self, c: Classified) -> PolicyEvent:
-        assert c.value is not None and c.denied is not None
-        source = "filesystem" if c.kind == "file_blocked" else "network"
-        return PolicyEvent(
-            schema=POLICY_EVENT_SCHEMA, run_id=self.run_id, seq=0, source=source, decision="deny",
-            target=c.value, access=c.denied,
-            rule=f"filesystem.{c.denied}" if source == "filesystem" else "network.default",
-            tool_call_id=enclosing_call(self._calls, c.ts),
-            summary=decision_summary(source, "deny", c.value, c.denied if source == "filesystem" else None),
-        )
-
-    def surface(self, mcp_tools: list[str], decisions: list[str]) -> CapabilitySurface:
+    def surface(self, policy_lines: list[PolicyEvent]) -> CapabilitySurface:
+        """The surface: kernel values, and the tools and `{decision}:{tool}` of the policy lines."""
         return CapabilitySurface(
             schema=SURFACE_SCHEMA, run_id=self.run_id,
             filesystem_paths=sorted(self.values["files"]),
             network_endpoints=sorted(self.values["endpoints"]),
             process_execs=sorted(self.values["execs"]),
-            mcp_tools=mcp_tools,
-            policy_decisions=decisions,
+            mcp_tools=sorted({p.tool for p in policy_lines}),
+            policy_decisions=sorted({f"{p.decision}:{p.tool}" for p in policy_lines}),
         )
-
-
-def enclosing_call(calls: list[ToolCall], ts: int) -> str | None:
-    """The id of the one finished tool call whose window holds `ts`, if exactly one does."""
-    inside = [c.tool_call_id for c in calls
-              if c.finished_ts is not None and c.started_ts <= ts <= c.finished_ts]
-    return inside[0] if len(inside) == 1 else None
 
 
 def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
@@ -378,43 +372,43 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
 
     Memory stays flat in run length: records stream from the spool, evidence
     waits per thread (spilled to disk past a limit), and the kernel layer is
-    written to a temp file.
+    written to a temp file. Every agent-provided string is redacted on the
+    way in (normalizer/redact.py); the tally is a health note.
     """
     run_id = run_id or spool.header.run_id
-    sdk = sdk_layer(spool.sdk, run_id)
+    redactor = Redactor()
+    sdk = sdk_layer(spool.sdk, run_id, redactor)
     scan = _Scan(spool)
     buckets = ThreadBuckets()
     for thread, c in scan:
         if not is_telemetry(c):
             buckets.add(thread, c)
-    out = _Collector(run_id, sdk.tool_calls)
+    out = _Collector(run_id, sdk.tool_calls, redactor)
     for thread, c in canonical(buckets, number_tree(scan.tree.root)):
         out.add(thread.process.number, c)
     buckets.close()
     facts = scan.facts(spool.trailer, spool.header.platform)
 
-    policy_present = spool.header.policy is not None
-    policy_events = [msgspec.structs.replace(p, seq=seq)
-                     for seq, p in enumerate(out.blocks + sdk.tool_policy_events)]
-    markers = sorted([*spool.phases, *window_markers(sdk.tool_calls)], key=lambda p: p.ts)
-    phases = [PhaseEvent(schema=PHASE_EVENT_SCHEMA, run_id=run_id, seq=i, phase=p.name)
+    decided = decisions(sdk.tool_calls, out.blocks)
+    policy_lines = policy_events(decided, run_id)
+    markers = [p for p in spool.phases if p.name in RUN_PHASES]
+    phases = [RunEvent(schema=RUN_EVENT_SCHEMA, run_id=run_id, seq=i, type=p.name)  # type: ignore[arg-type]
               for i, p in enumerate(markers)]
     notes = [n for n in (sdk.note, privilege_note(spool.header.uid, spool.header.policy)) if n]
-    if policy_present:
-        blocks = Counter(p.source for p in out.blocks)
-        notes.append(f"s4_policy_capture: policy_events={len(policy_events)} "
-                     f"file_blocked={blocks['filesystem']} connect_blocked={blocks['network']}")
+    if policy_lines:
+        notes.append(f"s4_policy_capture: decision_events={len(policy_lines)}")  # policy.rs:183-186
+    notes.append(redactor.note())
     return NormalizedRun(
         run_id=run_id,
         kernel=out.layer,
         health=observation_health(
             run_id, out.kinds, out.layer.count, facts, extra_notes=notes,
-            policy_layer="present" if policy_present else "absent", sdk_layer=sdk.status),
-        surface=out.surface(sdk.mcp_tools, sorted({p.summary for p in policy_events})),
-        correlation=correlate(sdk.tool_calls, out.stamps, run_id, policy_present),
+            policy_layer="present" if policy_lines else "absent", sdk_layer=sdk.status),
+        surface=out.surface(policy_lines),
+        correlation=correlate(sdk.tool_calls, decided, out.stamps, sdk.sdk_events, out.layer.count, run_id),
         phases=phases,
-        policy_events=policy_events,
+        policy_events=policy_lines,
         sdk_events=sdk.sdk_events,
         written=sorted(out.values["written"]),
-        blocked=sorted({p.target for p in out.blocks}),
+        blocked=sorted(out.values["blocked"]),
     )

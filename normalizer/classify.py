@@ -37,14 +37,16 @@ NETWORK_HOOKS = (HOOK_CONNECT, HOOK_SENDTO, HOOK_SENDMSG)
 O_ACCMODE = 0o3
 ACCESS_MODES = ("read", "write", "read_write", "unknown")
 O_TMPFILE_BIT = 0o20000000  # __O_TMPFILE, without O_DIRECTORY
-OPERATION_FLAGS = (  # alphabetical: the serialized order
-    ("append", 0o2000),
+O_EXCL = 0o200
+OPERATION_FLAGS = (  # the open flags' meaning, in upstream's serialized order
     ("create", 0o100),
-    ("directory", 0o200000),
-    ("exclusive", 0o200),
-    ("tmpfile", O_TMPFILE_BIT),
     ("truncate", 0o1000),
+    ("append", 0o2000),
+    ("exclusive", O_EXCL),
 )
+UPSTREAM_EXCLUSIVE_BIT = 0o400
+"""Upstream derives `exclusive` from 0o400 (crates/assay-runner-core/src/kernel/decode.rs:124),
+which on Linux is O_NOCTTY, not O_EXCL (0o200); Assay checks the list against that derivation."""
 
 
 def kind_name(event_type: int) -> str:
@@ -60,28 +62,44 @@ class OpenMeta(msgspec.Struct, frozen=True, array_like=True):
     resolve: int | None
     return_value: int | None
     access_mode: str
-    operation_flags: list[str]
-    status: str
+    operation_flags: list[str] | None
+    status: str | None
+
+
+def operation_flags(flags: int) -> list[str] | None:
+    """The operation hints of `flags`, or None where Assay's derivation would contradict them.
+
+    The list is what the bits mean. Assay reads `exclusive` as bit 0o400
+    (see UPSTREAM_EXCLUSIVE_BIT), so when O_EXCL and O_NOCTTY disagree any
+    true list fails its check: the hints are left out and `flags` (which
+    always carries the bits) is the evidence (docs/artifacts.md).
+    """
+    if bool(flags & O_EXCL) != bool(flags & UPSTREAM_EXCLUSIVE_BIT):
+        return None
+    return [name for name, bit in OPERATION_FLAGS if flags & bit]
 
 
 def open_meta(flags: int, mode: int, resolve: int, ret: int) -> OpenMeta:
     """Derive the contract's open metadata from raw syscall values.
 
-    A failed open keeps its return value (-errno: evidence of why). A
-    successful one's fd number is allocation state, not a capability, and
-    races between threads of one process: it stays in the raw spool only,
-    and `status: success` carries the outcome (docs/determinism.md).
+    A failed open keeps its return value (-errno: evidence of why) and
+    `status: error`. A successful one's fd number is allocation state, not a
+    capability, and races between threads of one process, so it stays in the
+    raw spool only; and since the line schema requires `return_value`
+    whenever `status` is present, a successful open carries neither: no
+    `status` and no `return_value` means success (docs/artifacts.md).
     """
     flags &= 0xFFFFFFFF
     creates = bool(flags & (0o100 | O_TMPFILE_BIT))
+    failed = ret < 0
     return OpenMeta(
         flags=flags,
         mode=mode & 0o7777 if creates else None,
         resolve=resolve or None,
-        return_value=ret if ret < 0 else None,
+        return_value=ret if failed else None,
         access_mode=ACCESS_MODES[flags & O_ACCMODE],
-        operation_flags=[name for name, bit in OPERATION_FLAGS if flags & bit == bit],
-        status="success" if ret >= 0 else "error",
+        operation_flags=operation_flags(flags),
+        status="error" if failed else None,
     )
 
 

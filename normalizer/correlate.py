@@ -1,25 +1,35 @@
-"""Bind tool calls to the kernel evidence that happened inside them.
+"""The policy layer and the correlation report: tool calls, their decisions, their evidence.
 
-A call's window is the runner's own receipt stamps of its
-`tool_call_started` and `tool_call_finished` messages. The agent blocks on
-the runner's reply to each, so the window brackets the tool's real work,
-and kernel events carry capture times on the same clock (CLOCK_MONOTONIC).
-`kernel_event_count` counts normalized evidence with
-`started <= ts <= finished`.
+Upstream writes one policy line per tool decision and one correlation binding
+per policy line, with the same `tool_call_id` and decision, in the same order
+(crates/assay-runner-core/src/policy.rs:80-122, 206-217). Ours follow that
+shape; what decides is ours (docs/policy.md):
 
-Nothing else is used: no SDK timestamps (the protocol has none) and no
-order. Whatever cannot be bound exactly becomes an ambiguity code and makes
-the report `partial` (docs/sdk.md lists the codes):
+- one decision per distinct `tool_call_id` the agent reported with a tool,
+  in the order the calls started, when the run had a policy (a run without
+  one records no decision, so it has no policy lines and no bindings);
+- the decision is `deny` when the tool policy denied the call, or when the
+  kernel blocked a file or connect inside the call's window (the block's own
+  line stays in `layers/kernel.ndjson`); `source` says which layer decided.
+  A block inside no window, or inside several overlapping ones, is not
+  given to any call.
 
-- `tool_call_without_id:<tool>`: no stable id, so no binding;
-- `duplicate_tool_call_id:<id>`: the id is not a key, so no binding for it;
-- `tool_call_unfinished:<id>`: no finish, so no window and no binding;
-- `overlapping_tool_calls:<id1>,<id2>`: evidence falls inside both windows
-  and cannot be given to either (both bindings stay, counting their windows);
-- `tool_call_without_policy_decision:<id>`: bound, but no tool decision.
+A call's window is the runner's receipt stamps of its `tool_call_started`
+and `tool_call_finished` messages (an unfinished call's runs to the end of
+the run). The agent blocks on the runner's reply to each, so the window
+brackets the tool's real work, and kernel events carry capture times on the
+same clock (CLOCK_MONOTONIC). A binding names the window by runner-defined
+markers, `tool_call_started:<id>` .. `tool_call_completed:<id>` (or
+`run_finished`), and counts the kernel lines with `start <= ts <= end`.
 
-One code per affected call (or pair), sorted. With no tool calls the report
-is `clean` with no bindings: nothing is unresolved.
+No SDK timestamps and no order fallback. Whatever cannot be bound exactly is
+an ambiguity code and makes the report `partial` (docs/sdk.md lists them):
+`tool_call_without_id:<tool>`, `tool_call_without_tool:<id>`,
+`duplicate_tool_call_id:<id>` (one decision and binding for the id, the
+first call's window), `tool_call_unfinished:<id>`,
+`overlapping_tool_calls:<id1>,<id2>` (evidence inside both windows), and
+upstream's own `policy_events_without_kernel_events` and
+`sdk_tool_call_without_policy_binding:<id>` (policy.rs:188-197, sdk.rs:269-291).
 """
 
 from __future__ import annotations
@@ -27,72 +37,137 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
+from heapq import heappop, heappush
+from typing import NamedTuple
 
-from normalizer.artifacts import CORRELATION_SCHEMA, Binding, CorrelationReport, Window
-from normalizer.classify import Classified
+from normalizer.artifacts import (
+    CORRELATION_SCHEMA,
+    POLICY_EVENT_SCHEMA,
+    TOOL_DECISION,
+    Binding,
+    CorrelationReport,
+    PolicyEvent,
+    SdkEvent,
+    Window,
+)
 from normalizer.sdk import ToolCall
-from spool.format import Phase
 
 STARTED = "tool_call_started"
-FINISHED = "tool_call_finished"
+COMPLETED = "tool_call_completed"
+RUN_FINISHED = "run_finished"
+SOURCE_TOOLS = "assay-runner://policy/tools"
+SOURCE_BY_BLOCK = {
+    "file_blocked": "assay-runner://policy/filesystem",
+    "connect_blocked": "assay-runner://policy/network",
+}
+END = 2**63
+"""Window end of an unfinished call: after every capture time."""
+
+
+class Block(NamedTuple):
+    """A kernel block line's capture time and kind."""
+
+    ts: int
+    kind: str
+
+
+class Decided(NamedTuple):
+    """The decision for one tool_call_id: the first call with it, and what decided."""
+
+    call: ToolCall
+    decision: str
+    source: str
 
 
 def marker(phase: str, tool_call_id: str) -> str:
-    """The phase-marker name that opens or closes a call's window."""
+    """The marker name that opens or closes a call's window."""
     return f"{phase}:{tool_call_id}"
 
 
-def window_markers(calls: Sequence[ToolCall]) -> list[Phase]:
-    """Runner-clock markers of every call with an id, for `events.ndjson` (ts order).
+def _end(call: ToolCall) -> int:
+    return call.finished_ts if call.finished_ts is not None else END
 
-    They are real runner events (the receipt of each message), so a
-    binding's `window` names markers that the archive itself contains.
+
+def sole_call_blocks(calls: Sequence[ToolCall], blocks: Sequence[Block]) -> dict[int, Block]:
+    """Call index -> the earliest block inside its window and no other call's.
+
+    One sweep over calls and blocks in time order (a heap of open windows),
+    so a flood of calls and blocks costs n log n, not n times m.
     """
-    markers = []
-    for c in calls:
-        if c.tool_call_id is None:
+    order = sorted(range(len(calls)), key=lambda i: calls[i].started_ts)
+    open_calls: dict[int, None] = {}
+    ends: list[tuple[int, int]] = []
+    blocked: dict[int, Block] = {}
+    j = 0
+    for block in sorted(blocks):
+        while j < len(order) and calls[order[j]].started_ts <= block.ts:
+            open_calls[order[j]] = None
+            heappush(ends, (_end(calls[order[j]]), order[j]))
+            j += 1
+        while ends and ends[0][0] < block.ts:
+            open_calls.pop(heappop(ends)[1], None)
+        if len(open_calls) == 1:
+            blocked.setdefault(next(iter(open_calls)), block)
+    return blocked
+
+
+def decisions(calls: Sequence[ToolCall], blocks: Sequence[Block]) -> list[Decided]:
+    """One decision per distinct id of a decided call with a tool, in start order."""
+    blocked = sole_call_blocks(calls, blocks)
+    by_id: dict[str, Decided] = {}
+    for i, c in enumerate(calls):
+        if c.tool_call_id is None or c.tool is None or c.decision is None:
             continue
-        markers.append(Phase(name=marker(STARTED, c.tool_call_id), ts=c.started_ts))
-        if c.finished_ts is not None:
-            markers.append(Phase(name=marker(FINISHED, c.tool_call_id), ts=c.finished_ts))
-    return sorted(markers, key=lambda p: (p.ts, p.name))
+        if c.decision == "deny":
+            outcome = Decided(c, "deny", SOURCE_TOOLS)
+        elif i in blocked:
+            outcome = Decided(c, "deny", SOURCE_BY_BLOCK[blocked[i].kind])
+        else:
+            outcome = Decided(c, "allow", SOURCE_TOOLS)
+        first = by_id.setdefault(c.tool_call_id, outcome)
+        if first.decision == "allow" and outcome.decision == "deny":
+            by_id[c.tool_call_id] = first._replace(decision="deny", source=outcome.source)
+    return list(by_id.values())
+
+
+def policy_events(decided: Sequence[Decided], run_id: str) -> list[PolicyEvent]:
+    """`layers/policy.ndjson`: upstream's PolicyLayerEvent per decision."""
+    return [
+        PolicyEvent(
+            schema=POLICY_EVENT_SCHEMA, run_id=run_id, seq=seq, source_event_type=TOOL_DECISION,
+            source=d.source, tool_call_id=d.call.tool_call_id or "", tool=d.call.tool or "",
+            decision=d.decision,  # type: ignore[arg-type]  # "allow" | "deny"
+        )
+        for seq, d in enumerate(decided)
+    ]
 
 
 def correlate(
-    calls: Sequence[ToolCall], evidence: Sequence[Classified], run_id: str, policy_present: bool
+    calls: Sequence[ToolCall],
+    decided: Sequence[Decided],
+    stamps: Sequence[int],
+    sdk_lines: Sequence[SdkEvent],
+    kernel_lines: int,
+    run_id: str,
 ) -> CorrelationReport:
-    """One binding per uniquely identified, finished call, sorted by id; ambiguities sorted."""
-    ambiguities: list[str] = []
-    id_counts = Counter(c.tool_call_id for c in calls if c.tool_call_id is not None)
-    windowed: list[ToolCall] = []
-    for c in calls:
-        if c.tool_call_id is None:
-            ambiguities.append(f"tool_call_without_id:{c.tool}")
-        elif id_counts[c.tool_call_id] > 1:
-            continue  # reported once per id below
-        elif c.finished_ts is None:
-            ambiguities.append(f"tool_call_unfinished:{c.tool_call_id}")
-        else:
-            windowed.append(c)
-    ambiguities += [f"duplicate_tool_call_id:{i}" for i, n in id_counts.items() if n > 1]
-
-    stamps = sorted(e.ts for e in evidence)
-    ambiguities += overlaps(windowed, stamps)
+    """One binding per decision (policy-line order); ambiguities sorted."""
+    stamps = sorted(stamps)
     bindings = []
-    for c in windowed:
-        assert c.tool_call_id is not None and c.finished_ts is not None
-        decision = c.decision if policy_present else None
-        if decision is None:
-            ambiguities.append(f"tool_call_without_policy_decision:{c.tool_call_id}")
-        bindings.append(
-            Binding(
-                tool_call_id=c.tool_call_id,
-                policy_decision=decision,
-                kernel_event_count=_count(stamps, c.started_ts, c.finished_ts),
-                window=Window(start=marker(STARTED, c.tool_call_id), end=marker(FINISHED, c.tool_call_id)),
-            )
-        )
-    bindings.sort(key=lambda b: b.tool_call_id)
+    for d in decided:
+        c, call_id = d.call, d.call.tool_call_id or ""
+        end = marker(COMPLETED, call_id) if c.finished_ts is not None else RUN_FINISHED
+        bindings.append(Binding(
+            tool_call_id=call_id, policy_decision=d.decision,
+            kernel_event_count=_count(stamps, c.started_ts, _end(c)),
+            window=Window(start=marker(STARTED, call_id), end=end),
+        ))
+    ambiguities = call_ambiguities(calls, stamps)
+    if decided and not kernel_lines:
+        ambiguities.append("policy_events_without_kernel_events")
+    if decided:
+        bound = {b.tool_call_id for b in bindings}
+        unbound = {e.tool_call_id for e in sdk_lines if isinstance(e.tool_call_id, str)} - bound
+        ambiguities += [f"sdk_tool_call_without_policy_binding:{i}" for i in unbound]
     ambiguities.sort()
     return CorrelationReport(
         schema=CORRELATION_SCHEMA,
@@ -101,6 +176,27 @@ def correlate(
         bindings=bindings,
         ambiguities=ambiguities,
     )
+
+
+def call_ambiguities(calls: Sequence[ToolCall], stamps: Sequence[int]) -> list[str]:
+    """What keeps the reported calls from being bound exactly, one code per call or pair."""
+    codes: list[str] = []
+    id_counts = Counter(c.tool_call_id for c in calls if c.tool_call_id is not None)
+    unique: list[ToolCall] = []
+    for c in calls:
+        if c.tool_call_id is None:
+            codes.append(f"tool_call_without_id:{c.tool or ''}")
+            continue
+        if c.tool is None:
+            codes.append(f"tool_call_without_tool:{c.tool_call_id}")
+        if id_counts[c.tool_call_id] > 1:
+            continue  # reported once per id below
+        if c.finished_ts is None:
+            codes.append(f"tool_call_unfinished:{c.tool_call_id}")
+        else:
+            unique.append(c)
+    codes += [f"duplicate_tool_call_id:{i}" for i, n in id_counts.items() if n > 1]
+    return codes + overlaps(unique, stamps)
 
 
 def overlaps(windowed: Sequence[ToolCall], stamps: Sequence[int]) -> list[str]:
@@ -113,12 +209,10 @@ def overlaps(windowed: Sequence[ToolCall], stamps: Sequence[int]) -> list[str]:
     codes = []
     by_start = sorted(windowed, key=lambda c: c.started_ts)
     for i, a in enumerate(by_start):
-        assert a.finished_ts is not None
         for b in by_start[i + 1 :]:
-            assert b.finished_ts is not None
-            if b.started_ts > a.finished_ts:
+            if b.started_ts > _end(a):
                 break  # later calls start later still
-            if _count(stamps, b.started_ts, min(a.finished_ts, b.finished_ts)):
+            if _count(stamps, b.started_ts, min(_end(a), _end(b))):
                 first, second = sorted((a.tool_call_id or "", b.tool_call_id or ""))
                 codes.append(f"overlapping_tool_calls:{first},{second}")
     return codes

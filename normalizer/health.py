@@ -62,6 +62,8 @@ def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[str, str]:
         return "connect_only", "diagnostic_only"
     if datagram:
         return "datagram_peer_observed", "diagnostic_only"
+    if facts.total_drops:  # a lossy capture cannot claim no network (kernel.rs:312-316)
+        return "unknown", "unknown"
     return "absent", "not_applicable"
 
 

@@ -76,8 +76,26 @@ regex case-match (U+0131, dotless i) `str.casefold` does not map back; the
 Kelvin sign (U+212A) and long s (U+017F) casefold to `k` and `s`."""
 
 
+@cache
+def _any_literal() -> re.Pattern[str] | None:
+    """One pattern for every rule's literals (case-insensitive ones case-insensitively), or None
+    when a rule has none: most text holds no literal, and then one scan rules out every rule."""
+    parts = []
+    for name, pattern in rules():
+        needles = NEEDLES.get((name, pattern.pattern))
+        if needles is None:
+            return None
+        fold, literals = needles
+        alternatives = "|".join(map(re.escape, literals))
+        parts.append(f"(?i:{alternatives})" if fold else alternatives)
+    return re.compile("|".join(parts))
+
+
 def _candidates(text: str) -> list[tuple[str, re.Pattern[str]]]:
     """The rules that could match `text` (in table order)."""
+    any_literal = _any_literal()
+    if any_literal is not None and not any_literal.search(text):
+        return []
     folded: str | None = None
     out = []
     for name, pattern in rules():

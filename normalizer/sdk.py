@@ -1,100 +1,138 @@
 """The SDK layer: what the agent reported over the SDK channel, as contract lines.
 
 Pure: stamped `SdkMessage`s in (the spool's `sdk` frames), the lines of
-`layers/sdk.ndjson`, the tool decisions for `layers/policy.ndjson`, the
-surface's `mcp_tools`, and the tool calls for correlation out. The layer
-is `self_reported`: the agent's runtime says what it did; the runner only
-stamps receipt times on its own clock and answers with its tool policy.
+`layers/sdk.ndjson` and the tool calls (with the runner's tool decisions)
+for the policy layer and correlation out. The layer is `self_reported`: the
+agent's runtime says what it did; the runner only stamps receipt times on
+its own clock and answers with its tool policy.
+
+Lines follow upstream's `SdkLayerEvent` and what its ingest accepts
+(crates/assay-runner-core/src/sdk.rs:80-137, 229-260):
+
+- `tool_call_started` stays; `tool_call_finished` is upstream's
+  `tool_call_completed`; both need a non-blank `tool_call_id` and `tool`,
+  so a call without an id is not a line (correlation reports it as an
+  ambiguity, the raw message stays in the spool);
+- `sdk_hello` is not an event upstream knows: the first hello's name and
+  version become `sdk_name`/`sdk_version` of every later line (one pair per
+  archive, as upstream's cross-runtime diff requires; a later, different
+  hello stays in the spool only), and `source` is that name, or `assay_sdk`
+  (the channel's client) before any hello;
+- the agent's finish `status` (ok/error/denied) has no upstream field and
+  stays in the spool.
+
+Every agent-provided string is redacted on the way in (normalizer/redact.py),
+so the ids and tool names in every member are the same redacted text.
 
 A call and its finish are paired by `tool_call_id` only. Calls without an id
 are kept unpaired (pairing them by order would be exactly the fallback the
-contract forbids); correlation reports them as ambiguities.
+contract forbids).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import msgspec
 
-from normalizer.artifacts import POLICY_EVENT_SCHEMA, SDK_EVENT_SCHEMA, PolicyEvent, SdkEvent
-from policy.model import decision_summary
+from normalizer.artifacts import SDK_EVENT_SCHEMA, SdkEvent
+from normalizer.redact import Redactor
 from spool.format import SdkMessage
 
-SdkLayerStatus = Literal["self_reported", "absent"]
-TOOL_ACCESS = "call"
+CHANNEL_SOURCE = "assay_sdk"
+"""`source` of lines reported before any `sdk_hello` named the runtime."""
 
 
 class ToolCall(msgspec.Struct, frozen=True):
     """One reported tool call with its runner-clock receipt stamps.
 
-    `finished_ts` is None when no `tool_call_finished` with this id arrived
+    `tool_call_id`/`tool` are None when the agent gave none (or only
+    whitespace); `finished_ts` is None when no finish with this id arrived
     (and always for id-less calls); `decision`/`rule` are None when the run
     had no tool policy.
     """
 
     tool_call_id: str | None
-    tool: str
+    tool: str | None
     started_ts: int
     finished_ts: int | None
     decision: str | None
     rule: str | None
-    status: str | None
-    """The agent's reported outcome: ok, error or denied."""
 
 
 class SdkLayer(msgspec.Struct, frozen=True):
     """Everything the archive takes from the SDK channel."""
 
-    status: SdkLayerStatus
     sdk_events: list[SdkEvent]
-    tool_policy_events: list[PolicyEvent]
-    """One per tool decision; `seq` counts from 0 here and is renumbered when merged."""
-    mcp_tools: list[str]
     tool_calls: list[ToolCall]
-    note: str | None
-    """`s5_sdk_capture: ...` for observation-health notes; None when the layer is absent."""
+
+    @property
+    def status(self) -> str:
+        """`observation-health.json`'s sdk_layer: self_reported iff there are lines (sdk.rs:169-170)."""
+        return "self_reported" if self.sdk_events else "absent"
+
+    @property
+    def note(self) -> str | None:
+        """Upstream's `s5_sdk_capture` note (sdk.rs:175-181); None without lines."""
+        if not self.sdk_events:
+            return None
+        ids = {e.tool_call_id for e in self.sdk_events if isinstance(e.tool_call_id, str)}
+        return f"s5_sdk_capture: sdk_events={len(self.sdk_events)} sdk_tool_calls={len(ids)}"
 
 
-def sdk_layer(messages: list[SdkMessage], run_id: str) -> SdkLayer:
-    """Build the SDK layer from the run's stamped messages."""
+def _usable(text: str | None, redactor: Redactor) -> str | None:
+    """The redacted text, or None for a missing or blank one (upstream trims and refuses blanks)."""
+    if text is None or not text.strip():
+        return None
+    return redactor.redact(text)
+
+
+def redacted(messages: list[SdkMessage], redactor: Redactor) -> list[SdkMessage]:
+    """Messages in receipt order with every agent string redacted and blanks made None."""
     ordered = sorted(messages, key=lambda m: m.ts)  # stable: receipt order on equal stamps
-    calls = tool_calls(ordered)
-    decided = [c for c in calls if c.decision is not None]
-    return SdkLayer(
-        status="self_reported" if ordered else "absent",
-        sdk_events=sdk_events(ordered, run_id),
-        tool_policy_events=[tool_policy_event(run_id, seq, c) for seq, c in enumerate(decided)],
-        mcp_tools=sorted({c.tool for c in calls}),
-        tool_calls=calls,
-        note=f"s5_sdk_capture: sdk_events={len(ordered)} sdk_tool_calls={len(calls)}" if ordered else None,
-    )
-
-
-def sdk_events(ordered: list[SdkMessage], run_id: str) -> list[SdkEvent]:
-    """`layers/sdk.ndjson` lines in receipt order.
-
-    Every line names the runtime from the latest `sdk_hello` before it
-    (empty before any hello); the runner's stamps stay in the spool.
-    """
-    name = version = ""
-    lines = []
-    for seq, m in enumerate(ordered):
-        if m.event == "sdk_hello":
-            name, version = m.sdk_name, m.sdk_version
-        lines.append(
-            SdkEvent(
-                schema=SDK_EVENT_SCHEMA,
-                run_id=run_id,
-                seq=seq,
-                event=m.event,  # type: ignore[arg-type]  # validated by the SDK server
-                sdk_name=name,
-                sdk_version=version,
-                tool=m.tool,
-                tool_call_id=m.tool_call_id,
-                status=m.status,
-            )
+    return [
+        msgspec.structs.replace(
+            m,
+            sdk_name=_usable(m.sdk_name, redactor) or "",
+            sdk_version=_usable(m.sdk_version, redactor) or "",
+            tool=_usable(m.tool, redactor),
+            tool_call_id=_usable(m.tool_call_id, redactor),
         )
+        for m in ordered
+    ]
+
+
+def sdk_layer(messages: list[SdkMessage], run_id: str, redactor: Redactor) -> SdkLayer:
+    """Build the SDK layer from the run's stamped messages."""
+    ordered = redacted(messages, redactor)
+    calls = tool_calls(ordered)
+    return SdkLayer(sdk_events=sdk_events(ordered, calls, run_id), tool_calls=calls)
+
+
+def sdk_events(ordered: list[SdkMessage], calls: list[ToolCall], run_id: str) -> list[SdkEvent]:
+    """`layers/sdk.ndjson` lines in receipt order (see the module docstring)."""
+    hello = next((m for m in ordered if m.event == "sdk_hello" and m.sdk_name), None)
+    tool_by_id = {c.tool_call_id: c.tool for c in calls if c.tool_call_id is not None}
+    named = False
+    lines: list[SdkEvent] = []
+    for m in ordered:
+        named = named or m is hello
+        if m.event not in ("tool_call_started", "tool_call_finished"):
+            continue
+        tool = m.tool or tool_by_id.get(m.tool_call_id)
+        if m.tool_call_id is None or tool is None:
+            continue
+        event = SdkEvent(
+            schema=SDK_EVENT_SCHEMA,
+            run_id=run_id,
+            seq=len(lines),
+            event_type="tool_call_started" if m.event == "tool_call_started" else "tool_call_completed",
+            source=hello.sdk_name if named and hello else CHANNEL_SOURCE,
+            tool_call_id=m.tool_call_id,
+            tool=tool,
+        )
+        if named and hello:
+            event.sdk_name = hello.sdk_name
+            event.sdk_version = hello.sdk_version or msgspec.UNSET
+        lines.append(event)
     return lines
 
 
@@ -104,38 +142,12 @@ def tool_calls(ordered: list[SdkMessage]) -> list[ToolCall]:
     open_by_id: dict[str, int] = {}
     for m in ordered:
         if m.event == "tool_call_started":
-            calls.append(
-                ToolCall(
-                    tool_call_id=m.tool_call_id,
-                    tool=m.tool or "",
-                    started_ts=m.ts,
-                    finished_ts=None,
-                    decision=m.decision,
-                    rule=m.rule,
-                    status=None,
-                )
-            )
+            calls.append(ToolCall(tool_call_id=m.tool_call_id, tool=m.tool, started_ts=m.ts,
+                                  finished_ts=None, decision=m.decision, rule=m.rule))
             if m.tool_call_id is not None:
                 open_by_id.setdefault(m.tool_call_id, len(calls) - 1)
         elif m.event == "tool_call_finished" and m.tool_call_id is not None:
             index = open_by_id.pop(m.tool_call_id, None)
             if index is not None:
-                calls[index] = msgspec.structs.replace(calls[index], finished_ts=m.ts, status=m.status)
+                calls[index] = msgspec.structs.replace(calls[index], finished_ts=m.ts)
     return calls
-
-
-def tool_policy_event(run_id: str, seq: int, call: ToolCall) -> PolicyEvent:
-    """The `layers/policy.ndjson` line for one tool decision (`allow:read_file`)."""
-    assert call.decision is not None
-    return PolicyEvent(
-        schema=POLICY_EVENT_SCHEMA,
-        run_id=run_id,
-        seq=seq,
-        source="tool",
-        decision=call.decision,  # type: ignore[arg-type]  # "allow" | "deny" from the SDK server
-        target=call.tool,
-        access=TOOL_ACCESS,
-        rule=call.rule or "",
-        tool_call_id=call.tool_call_id,
-        summary=decision_summary("tool", call.decision, call.tool),  # type: ignore[arg-type]
-    )

@@ -21,11 +21,12 @@ _TELEMETRY = re.compile(
       | /(?:lib|lib32|lib64|usr/lib)/                # loader and runtime libraries
       | /usr/share/locale(?:-langpack)?/             # locale
       | /etc/localtime$
+      | /etc/ssl/openssl\.cnf$                      # upstream's list (kernel/decode.rs:170-192)
       | /(?:proc|sys|dev)(?:/|$)                     # kernel and device introspection
       | .*/lib/python3[^/]*(?:/|\.zip$)              # Python bootstrap: stdlib, site-packages
       | .*/(?:pyvenv\.cfg|pybuilddir\.txt|[^/]*\._pth)$  # Python bootstrap probes
-      | .*/\.rustup/toolchains/[^/]+/.*\.so[^/]*$     # Rust toolchain loader paths
-      | .*/target/(?:[^/]+/)?(?:build|debug|release)/.*\.so[^/]*$
+      | (?=.*/\.rustup/toolchains/).*(?:\.so$|\.so\.)  # Rust toolchain loader paths
+      | (?=.*/target/)(?=.*/(?:build|debug|release)/).*(?:\.so$|\.so\.)
       | (?:.*/)?node_modules(?:/|$)                  # runtime dependency trees
     )""",
     re.VERBOSE,

@@ -33,7 +33,6 @@ MAX_NET_RULES = 64
 Access = Literal["read", "write"]
 Decision = Literal["allow", "deny"]
 Protocol = Literal["tcp", "udp", "any"]
-Source = Literal["filesystem", "network", "tool"]
 Loc = tuple[str | int, ...]
 
 VARIABLES = ("WORKSPACE", "HOME", "TMPDIR")
@@ -271,26 +270,6 @@ class ResolvedPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if name in self.tools.allow:
             return "allow", "tools.allow"
         return self.tools.default, "tools.default"
-
-
-# --- decision strings --------------------------------------------------------------------------
-
-
-def decision_summary(source: Source, decision: Decision, target: str, access: Access | None = None) -> str:
-    """The `policy_decisions` entry for a decision (format in docs/policy.md).
-
-    tool: `allow:<tool>` / `deny:<tool>`; filesystem: `deny:file_read:<path>` /
-    `deny:file_write:<path>`; network: `deny:connect:<endpoint>` for connects and
-    datagram sends alike, `<endpoint>` being the kernel layer's value
-    (`1.2.3.4:80`, `[::1]:80`).
-    """
-    if source == "tool":
-        return f"{decision}:{target}"
-    if source == "filesystem":
-        if access is None:
-            raise ValueError("a filesystem decision needs its access (read or write)")
-        return f"{decision}:file_{access}:{target}"
-    return f"{decision}:connect:{target}"
 
 
 def split_endpoint(endpoint: str) -> tuple[int, str, int]:

@@ -73,9 +73,19 @@ SCHEMAS: tuple[SchemaSpec, ...] = (
         f"Observation health ({a.HEALTH_SCHEMA})",
     ),
     SchemaSpec(
-        "phase-event-v0.schema.json",
-        a.PhaseEvent,
-        f"Runner phase marker line ({a.PHASE_EVENT_SCHEMA})",
+        "policy-event-v0.schema.json",
+        a.PolicyEvent,
+        f"Policy layer line ({a.POLICY_EVENT_SCHEMA})",
+    ),
+    SchemaSpec(
+        "run-event-v0.schema.json",
+        a.RunEvent,
+        f"Runner phase marker line ({a.RUN_EVENT_SCHEMA})",
+    ),
+    SchemaSpec(
+        "sdk-event-v0.schema.json",
+        a.SdkEvent,
+        f"SDK layer line ({a.SDK_EVENT_SCHEMA})",
     ),
 )
 

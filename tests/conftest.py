@@ -7,8 +7,13 @@ They need root. Off CI, a non-root session skips them with the reason; on CI
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+from support import ASSAY_COMPAT, assay_compat
+
+from runner.evidence.archive import read_archive
+from runner.evidence.validate import validate_members
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -18,3 +23,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "kernel" in item.keywords:
             item.add_marker(skip)
+
+
+def runner_written_archives(base: Path) -> list[Path]:
+    """Archives the runner wrote under `base`: each `ID.tar.gz` next to its `ID.spool`."""
+    return sorted(p for p in base.rglob("*.tar.gz") if p.with_suffix("").with_suffix(".spool").is_file())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def every_written_archive_is_conformant(tmp_path_factory: pytest.TempPathFactory):
+    """After the session: every archive the runner wrote for any test passes the project's
+    conformance check and, as a cross-check, `assay_compat.py` (one call for all)."""
+    yield
+    archives = runner_written_archives(tmp_path_factory.getbasetemp())
+    if not archives:
+        return
+    problems = [f"{a}: {p}" for a in archives for p in validate_members(read_archive(a))]
+    assert problems == [], "\n".join(problems[:20])
+    if not ASSAY_COMPAT.is_file() and os.environ.get("CI") != "true":
+        return  # off CI without ../shared: the project's own check above still ran
+    proc = assay_compat(*archives)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr

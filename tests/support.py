@@ -8,10 +8,36 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runner.evidence.archive import read_archive
+from runner.evidence.validate import validate_members
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "runner.cli.main"]
+ASSAY_COMPAT = ROOT.parent / "shared" / "tools" / "assay-compat" / "assay_compat.py"
+"""The independent checker of Assay's rules; CI clones the repo with `../shared/` beside it."""
+
+
+def assay_compat(*archives: Path) -> subprocess.CompletedProcess[str]:
+    """Run `assay_compat.py` on `archives` with this interpreter (it needs `jsonschema`).
+
+    Missing checker: a failure on CI (CI=true), a skip elsewhere, never a silent pass.
+    """
+    if not ASSAY_COMPAT.is_file():
+        message = f"{ASSAY_COMPAT} is missing: clone the repo with ../shared/ beside it"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return subprocess.run([sys.executable, str(ASSAY_COMPAT), *map(str, archives)],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def assert_assay_accepts(*archives: Path) -> None:
+    """assay_compat.py reports 0 problems on every one of `archives`."""
+    proc = assay_compat(*archives)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("assay-compat: 0 problems in ")
 
 
 def runner_env(**extra: str) -> dict[str, str]:
@@ -45,11 +71,17 @@ def run_observed(out: Path, run_id: str, *cmd: str | Path, workdir: Path | None 
 
 
 class Archive:
-    """A written archive, parsed for assertions."""
+    """A written archive, parsed for assertions, after the full conformance check.
+
+    Every archive a test reads through this class must pass the contract and
+    all of Assay's rules (runner/evidence/conformance/), whatever else the
+    test asserts about it.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.members = read_archive(path)
+        assert validate_members(self.members) == [], f"{path} fails conformance"
 
     def json(self, name: str) -> dict:
         return json.loads(self.members[name])

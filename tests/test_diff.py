@@ -18,13 +18,16 @@ from support import assay, run_observed
 from normalizer.artifacts import (
     CORRELATION_SCHEMA,
     KERNEL_EVENT_SCHEMA,
-    PHASE_EVENT_SCHEMA,
+    POLICY_EVENT_SCHEMA,
+    RUN_EVENT_SCHEMA,
     SURFACE_SCHEMA,
+    TOOL_DECISION,
     Binding,
     CapabilitySurface,
     CorrelationReport,
     KernelEvent,
-    PhaseEvent,
+    PolicyEvent,
+    RunEvent,
     Window,
 )
 from normalizer.build import KernelLayer, NormalizedRun
@@ -93,25 +96,34 @@ def test_diff_human_view_and_fail_on(versions) -> None:
 
 def synthetic(path: Path, run_id: str, files: list[str], endpoints: list[str],
               bindings: list[Binding] | None = None) -> Path:
-    """A valid v0 archive whose kernel layer opens `files` and connects to `endpoints`."""
+    """A valid v0 archive whose kernel layer opens `files` and connects to `endpoints`.
+
+    Each binding gets its policy line (tool `t`), as Assay requires one per line.
+    """
     kinds = [("exec", 4, "/usr/bin/sh")] + [("openat", 1, f) for f in files]
     kinds += [("connect", 2, e) for e in endpoints]
     events = [KernelEvent(schema=KERNEL_EVENT_SCHEMA, run_id=run_id, seq=i, pid=1, event_type=t,
                           kind=k, value=v) for i, (k, t, v) in enumerate(kinds)]
     facts = CaptureFacts(drops={}, emitted={}, captured=len(events), unattributed_events=0,
                          root_seen=True, unresolved_paths=0)
+    policy = [PolicyEvent(schema=POLICY_EVENT_SCHEMA, run_id=run_id, seq=i, source_event_type=TOOL_DECISION,
+                          source="test", tool_call_id=b.tool_call_id, tool="t",
+                          decision=b.policy_decision)  # type: ignore[arg-type]
+              for i, b in enumerate(bindings or [])]
     surface = CapabilitySurface(
         schema=SURFACE_SCHEMA, run_id=run_id, filesystem_paths=sorted(set(files)),
-        network_endpoints=sorted(set(endpoints)), process_execs=["/usr/bin/sh"], mcp_tools=[],
-        policy_decisions=[])
+        network_endpoints=sorted(set(endpoints)), process_execs=["/usr/bin/sh"],
+        mcp_tools=["t"] if policy else [], policy_decisions=sorted({f"{p.decision}:t" for p in policy}))
     run = NormalizedRun(
         run_id=run_id,
         kernel=KernelLayer.of(events),
-        health=observation_health(run_id, {e.kind for e in events}, len(events), facts, extra_notes=[]),
+        health=observation_health(run_id, {e.kind for e in events}, len(events), facts, extra_notes=[],
+                                  policy_layer="present" if policy else "absent"),
         surface=surface,
         correlation=CorrelationReport(schema=CORRELATION_SCHEMA, run_id=run_id, status="clean",
                                       bindings=bindings or [], ambiguities=[]),
-        phases=[PhaseEvent(schema=PHASE_EVENT_SCHEMA, run_id=run_id, seq=0, phase="run_started")],
+        phases=[RunEvent(schema=RUN_EVENT_SCHEMA, run_id=run_id, seq=0, type="run_started")],
+        policy_events=policy,
     )
     write_archive(path, run_id, run.members())
     return path

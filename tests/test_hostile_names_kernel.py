@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support import Archive, assay
+from support import Archive, assay, assay_compat
 
 from normalizer.text import TRUNCATED, escape_bytes, unescape
 from runner.evidence.archive import read_archive
@@ -57,6 +57,8 @@ def test_archive_is_valid(hostile) -> None:
     archive = hostile[0]
     proc = assay("validate", archive.path)
     assert proc.returncode == 0, proc.stdout
+    compat = assay_compat(archive.path)
+    assert compat.returncode == 0, compat.stdout[-3000:]
 
 
 def test_values_are_lossless_and_distinct(hostile) -> None:

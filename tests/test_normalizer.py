@@ -173,17 +173,21 @@ def test_events_of_unknown_tasks_make_correlation_partial() -> None:
 @pytest.mark.parametrize(("flags", "mode", "access", "ops", "has_mode"), [
     (0o0, 0, "read", [], False),
     (0o1 | 0o100 | 0o1000, 0o644, "write", ["create", "truncate"], True),
-    (0o2 | 0o100 | 0o200, 0o600, "read_write", ["create", "exclusive"], True),
+    (0o1 | 0o100 | 0o2000, 0o644, "write", ["create", "append"], True),  # upstream order, not sorted
+    (0o2 | 0o100 | 0o200 | 0o400, 0o600, "read_write", ["create", "exclusive"], True),
+    (0o2 | 0o100 | 0o200, 0o600, "read_write", None, True),  # O_EXCL without O_NOCTTY: no hints
+    (0o2 | 0o400, 0, "read_write", None, False),  # O_NOCTTY alone: Assay would read `exclusive`
     (0o1 | 0o2000, 0, "write", ["append"], False),
     (0o3, 0, "unknown", [], False),
-    (0o200000, 0, "read", ["directory"], False),
-    (0o20200000 | 0o2, 0o600, "read_write", ["directory", "tmpfile"], True),
+    (0o200000, 0, "read", [], False),  # O_DIRECTORY: in `flags` only, not an upstream hint
+    (0o20200000 | 0o2, 0o600, "read_write", [], True),  # O_TMPFILE likewise
 ])
-def test_open_metadata(flags: int, mode: int, access: str, ops: list[str], has_mode: bool) -> None:
+def test_open_metadata(flags: int, mode: int, access: str, ops: list[str] | None, has_mode: bool) -> None:
+    """A successful open: derived hints, and neither status nor return_value (schema allOf/5)."""
     meta = open_meta(flags, mode, 0, 3)
-    assert (meta.access_mode, meta.operation_flags, meta.status) == (access, ops, "success")
+    assert (meta.flags, meta.access_mode, meta.operation_flags) == (flags, access, ops)
     assert (meta.mode is not None) == has_mode
-    assert meta.return_value is None
+    assert (meta.status, meta.return_value) == (None, None)
 
 
 def test_failed_open_keeps_errno() -> None:

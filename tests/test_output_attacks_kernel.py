@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, runner_env
+from support import Archive, assay, assay_compat, runner_env
 
 pytestmark = pytest.mark.kernel
 
@@ -46,8 +46,11 @@ def run(out: Path, run_id: str, *cmd: str, env: dict[str, str] | None = None,
 
 
 def valid(archive: Path) -> None:
+    """The project's conformance check (`validate`) and Assay's rules from outside (assay_compat)."""
     proc = assay("validate", archive)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    compat = assay_compat(archive)
+    assert compat.returncode == 0, compat.stdout[-3000:]
 
 
 def error_line(proc: subprocess.CompletedProcess[str]) -> str:

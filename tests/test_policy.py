@@ -23,7 +23,6 @@ from policy.model import (
     Policy,
     PolicyError,
     ResolvedPolicy,
-    decision_summary,
     resolve,
     split_endpoint,
 )
@@ -218,17 +217,6 @@ def test_tool_deny_wins_then_allow_then_default() -> None:
     assert rp.tool_decision("read_file") == ("allow", "tools.allow")
     assert rp.tool_decision("write_file") == ("deny", "tools.default")
     assert policy("").tool_decision("anything") == ("allow", "tools.default")
-
-
-def test_decision_summaries_are_exact() -> None:
-    assert decision_summary("tool", "allow", "read_file") == "allow:read_file"
-    assert decision_summary("tool", "deny", "shell") == "deny:shell"
-    assert decision_summary("filesystem", "deny", "/etc/hosts", "write") == "deny:file_write:/etc/hosts"
-    assert decision_summary("filesystem", "deny", "/root/x", "read") == "deny:file_read:/root/x"
-    assert decision_summary("network", "deny", "10.0.0.1:443") == "deny:connect:10.0.0.1:443"
-    assert decision_summary("network", "deny", "[::1]:80") == "deny:connect:[::1]:80"
-    with pytest.raises(ValueError):
-        decision_summary("filesystem", "deny", "/x")
 
 
 def test_split_endpoint_reads_kernel_layer_values() -> None:

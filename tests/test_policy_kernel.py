@@ -39,10 +39,9 @@ AGENT = ROOT / "fixtures" / "agent"
 PROGRAMS = ROOT / "tests" / "programs" / "policy"
 OUTSIDE = "/tmp/assay-fixture-outside.txt"  # fixture_tools.DEFAULT_OUTSIDE
 CALL_IDS = ["tc_001", "tc_002", "tc_003", "tc_004", "tc_005"]
-FIXTURE_DECISIONS = sorted([
-    "allow:connect", "allow:read_file", "allow:write_file", "deny:shell",
-    f"deny:file_write:{OUTSIDE}", "deny:connect:127.0.0.1:9999",
-])
+FIXTURE_DECISIONS = ["allow:read_file", "allow:write_file", "deny:connect", "deny:shell", "deny:write_file"]
+"""`{decision}:{tool}` of the fixture's policy lines: tc_003 (write_file) and tc_004 (connect) are
+denied by the kernel blocks inside them, tc_002's write_file is allowed."""
 AT_FDCWD = 0xFFFFFF9C  # -100 as the monitor's unsigned argument
 EVIDENCE_HOOKS = {  # kernel-layer kind -> the raw hook its record comes from
     "openat": HOOK_OPEN, "file_blocked": HOOK_OPEN, "connect": HOOK_CONNECT, "exec": HOOK_EXEC,
@@ -199,10 +198,13 @@ def check_acceptance(run: FixtureRun, workspace: Path) -> None:
     report = archive.json("correlation-report.json")
     assert (report["status"], report["ambiguities"]) == ("clean", [])
     assert [b["tool_call_id"] for b in report["bindings"]] == CALL_IDS
-    assert [b["policy_decision"] for b in report["bindings"]] == ["allow"] * 4 + ["deny"]
+    assert [b["policy_decision"] for b in report["bindings"]] == ["allow", "allow", "deny", "deny", "deny"]
     assert all(b["window"] == {"start": f"tool_call_started:{b['tool_call_id']}",
-                               "end": f"tool_call_finished:{b['tool_call_id']}"}
+                               "end": f"tool_call_completed:{b['tool_call_id']}"}
                for b in report["bindings"])
+    policy = archive.lines("layers/policy.ndjson")
+    assert [(p["tool_call_id"], p["decision"]) for p in policy] == [
+        (b["tool_call_id"], b["policy_decision"]) for b in report["bindings"]]
     reported = {b["tool_call_id"]: b["kernel_event_count"] for b in report["bindings"]}
     assert reported == evidence_counts(run.spool, archive) == raw_counts(run.spool)
     assert reported["tc_005"] == 0  # denied by the tool policy: the shell never ran
@@ -216,13 +218,15 @@ def check_acceptance(run: FixtureRun, workspace: Path) -> None:
     assert "127.0.0.1:9999" not in archive.values("connect")  # one denial, one line
     written = [e for e in archive.kernel if e["kind"] == "openat"
                and e["value"] == str(workspace / "notes" / "out.txt")]
-    assert [(e["access_mode"], e["status"]) for e in written] == [("write", "success")]
+    assert [(e["access_mode"], e.get("status"), e.get("return_value")) for e in written] == [
+        ("write", None, None)]  # success: no status, no fd number
 
     assert archive.surface["policy_decisions"] == FIXTURE_DECISIONS
     assert archive.surface["mcp_tools"] == ["connect", "read_file", "shell", "write_file"]
-    blocks = {p["summary"]: p["tool_call_id"] for p in archive.lines("layers/policy.ndjson")
-              if p["source"] != "tool"}
-    assert blocks == {f"deny:file_write:{OUTSIDE}": "tc_003", "deny:connect:127.0.0.1:9999": "tc_004"}
+    assert {p["tool_call_id"]: p["source"] for p in policy} == {
+        "tc_001": "assay-runner://policy/tools", "tc_002": "assay-runner://policy/tools",
+        "tc_003": "assay-runner://policy/filesystem", "tc_004": "assay-runner://policy/network",
+        "tc_005": "assay-runner://policy/tools"}
 
     check = assay("validate", archive.path)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -287,7 +291,8 @@ def test_openai_agents_fixture_acceptance(openai_run: FixtureRun, workspace: Pat
     check_acceptance(openai_run, workspace)
     pin = runpy.run_path(str(AGENT / "sdk_pin.py"))
     sdk = openai_run.archive.lines("layers/sdk.ndjson")
-    assert sdk[0]["event"] == "sdk_hello"
+    assert [e["event_type"] for e in sdk[:2]] == ["tool_call_started", "tool_call_completed"]
+    assert {e["source"] for e in sdk} == {"openai-agents"}
     assert {(e["sdk_name"], e["sdk_version"]) for e in sdk} == {("openai-agents", pin["SDK_VERSION"])}
     assert pin["SDK_NAME"] == "openai-agents"
     lines = openai_run.proc.stdout.splitlines()
@@ -353,7 +358,7 @@ def test_root_only_file_outside_read_trees_is_not_a_policy_block(unprivileged: D
     assert run.seen[path] == errno.EACCES
     (event,) = _opens(run.archive, path)
     assert (event["kind"], event["status"], event["return_value"]) == ("openat", "error", -13)
-    assert f"deny:file_read:{path}" not in run.archive.surface["policy_decisions"]
+    assert path not in run.archive.values("file_blocked")
     assert run.spool.dac[f"read:{path}"] is False  # the runner's DAC verdict, checked as nobody
 
 
@@ -368,18 +373,16 @@ def test_root_only_file_inside_read_trees_is_a_plain_failed_open(unprivileged: D
 
 
 def test_world_readable_file_outside_read_trees_is_blocked(unprivileged: DacRun) -> None:
-    """DAC would allow, Landlock denied: a `file_blocked` line and a `deny:file_read` decision."""
+    """DAC would allow, Landlock denied: a `file_blocked` line (no tool call: no policy line)."""
     run = unprivileged
     path = run.outside_world_readable
     assert run.seen[path] == errno.EACCES
     (event,) = _opens(run.archive, path)
     assert (event["kind"], event["access_mode"], event["return_value"]) == ("file_blocked", "read", -13)
     assert run.spool.dac[f"read:{path}"] is True
-    assert run.archive.surface["policy_decisions"] == [f"deny:file_read:{path}"]
-    (line,) = run.archive.lines("layers/policy.ndjson")
-    assert (line["source"], line["access"], line["rule"], line["target"]) == (
-        "filesystem", "read", "filesystem.read", path)
-    assert run.archive.health["policy_layer"] == "present"
+    assert path in run.archive.surface["filesystem_paths"]
+    assert (run.archive.surface["policy_decisions"], run.archive.members["layers/policy.ndjson"]) == ([], b"")
+    assert run.archive.health["policy_layer"] == "absent"  # Assay: present iff policy lines
 
 
 # -- network policy: UDP and IPv6 -------------------------------------------------------------
@@ -410,9 +413,7 @@ def test_udp_to_disallowed_peer_is_blocked_and_recorded(network) -> None:
     assert seen["udp_sendto_denied"] == errno.EPERM
     assert "127.0.0.2:5354" in archive.values("connect_blocked")
     assert "127.0.0.2:5354" not in archive.values("event_6")  # one denial, one line
-    assert "deny:connect:127.0.0.2:5354" in archive.surface["policy_decisions"]
-    (line,) = [p for p in archive.lines("layers/policy.ndjson") if p["target"] == "127.0.0.2:5354"]
-    assert (line["source"], line["access"], line["rule"]) == ("network", "send", "network.default")
+    assert "127.0.0.2:5354" in archive.surface["network_endpoints"]
 
 
 def test_udp_to_allowed_peer_goes_through(network) -> None:
@@ -420,7 +421,7 @@ def test_udp_to_allowed_peer_goes_through(network) -> None:
     assert (seen["udp_sendto_allowed"], seen["udp_sendmsg_allowed"]) == (0, 0)
     assert archive.values("event_6") == ["127.0.0.1:5353"]
     assert archive.values("event_7") == ["127.0.0.1:5353"]
-    assert not any(d.endswith(":5353") for d in archive.surface["policy_decisions"])
+    assert "127.0.0.1:5353" in archive.surface["network_endpoints"]  # datagram peers are endpoints
 
 
 def test_ipv6_connect_to_disallowed_peer_is_blocked_and_recorded(network) -> None:
@@ -429,10 +430,7 @@ def test_ipv6_connect_to_disallowed_peer_is_blocked_and_recorded(network) -> Non
     assert seen["tcp6_allowed"] == errno.ECONNREFUSED  # allowed: refused by the peer, not the policy
     assert archive.values("connect_blocked") == ["127.0.0.2:5354", "[::1]:10"]
     assert archive.values("connect") == ["[::1]:11"]
-    assert archive.surface["policy_decisions"] == ["deny:connect:127.0.0.2:5354", "deny:connect:[::1]:10"]
-    (line,) = [p for p in archive.lines("layers/policy.ndjson") if p["target"] == "[::1]:10"]
-    assert (line["access"], line["rule"]) == ("connect", "network.default")
-    assert archive.health["policy_layer"] == "present"
+    assert (archive.surface["policy_decisions"], archive.health["policy_layer"]) == ([], "absent")
 
 
 # -- SDK channel: a tool call without an id ---------------------------------------------------
@@ -448,8 +446,8 @@ def test_tool_call_without_id_makes_correlation_partial(tmp_path: Path) -> None:
     assert report["status"] == "partial"
     assert report["ambiguities"] == ["tool_call_without_id:read_file"]
     assert [b["tool_call_id"] for b in report["bindings"]] == ["tc_with_id"]  # the other call still binds
-    started = [e for e in archive.lines("layers/sdk.ndjson") if e["event"] == "tool_call_started"]
-    assert [e["tool_call_id"] for e in started] == [None, "tc_with_id"]
+    started = [e for e in archive.lines("layers/sdk.ndjson") if e["event_type"] == "tool_call_started"]
+    assert [e["tool_call_id"] for e in started] == ["tc_with_id"]  # Assay needs an id on the line
     assert archive.health["sdk_layer"] == "self_reported"
 
 
@@ -515,7 +513,7 @@ def test_sandbox_read_only_blocks_a_workspace_write(tmp_path: Path) -> None:
     archive = Archive(tmp_path / "ro.tar.gz")
     (event,) = _opens(archive, target)
     assert (event["kind"], event["access_mode"], event["return_value"]) == ("file_blocked", "write", -13)
-    assert archive.surface["policy_decisions"] == [f"deny:file_write:{target}"]
+    assert (archive.surface["policy_decisions"], archive.health["policy_layer"]) == ([], "absent")
 
 
 def test_sandbox_danger_full_access_does_not_block(tmp_path: Path) -> None:
@@ -526,9 +524,9 @@ def test_sandbox_danger_full_access_does_not_block(tmp_path: Path) -> None:
     assert Path(target).read_text() == "x\n"
     archive = Archive(tmp_path / "full.tar.gz")
     (event,) = _opens(archive, target)
-    assert (event["kind"], event["access_mode"], event["status"]) == ("openat", "write", "success")
+    assert (event["kind"], event["access_mode"], event.get("status")) == ("openat", "write", None)
     assert archive.surface["policy_decisions"] == []
-    assert archive.health["policy_layer"] == "present"
+    assert archive.health["policy_layer"] == "absent"  # a policy, but no tool decisions
     assert Counter(e["kind"] for e in archive.kernel)["file_blocked"] == 0
 
 

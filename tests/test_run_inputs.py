@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -59,11 +60,36 @@ def test_not_executable(out: Path, tmp_path: Path) -> None:
     assert "not executable" in _error_line(proc)
 
 
-@pytest.mark.parametrize("run_id", ["a/b", "", "../up", ".hidden"])
+BAD_RUN_IDS = ["a/b", "", "../up", ".hidden", "run.1", "run_1\n", "run 1", "rün", "x" * 129,
+               "AKIA" + "IOSFODNN7EXAMPLE"]
+"""Not `[A-Za-z0-9_-]{1,128}` as a whole (Assay's is_safe_run_id), or secret-shaped."""
+
+
+@pytest.mark.parametrize("run_id", BAD_RUN_IDS)
 def test_invalid_run_id(out: Path, run_id: str) -> None:
     proc = assay("run", "--out", out, "--run-id", run_id, "--", "true")
     assert proc.returncode == 125
     assert "invalid --run-id" in _error_line(proc)
+
+
+@pytest.mark.parametrize("run_id", ["run.1", "run_1\n"])
+def test_invalid_run_id_in_determinism_and_normalize(out: Path, run_id: str, tmp_path: Path) -> None:
+    """The same check, up front, before any run or any spool is read (their bad-input exit, 2)."""
+    proc = assay("determinism", "--runs", "3", "--out", out, "--run-id", run_id, "--", "true")
+    assert proc.returncode == 2
+    assert "invalid --run-id" in _error_line(proc)
+    proc = assay("normalize", "--run-id", run_id, tmp_path / "missing.spool")
+    assert proc.returncode == 2
+    assert "invalid --run-id" in _error_line(proc)
+
+
+def test_valid_run_id_characters() -> None:
+    """Letters, digits, '_' and '-' only, up to 128: accepted (the command then runs)."""
+    from runner.cli.cmd_run import check_run_id
+
+    assert check_run_id("Run_2-x") == "Run_2-x"
+    assert check_run_id("x" * 128) == "x" * 128
+    assert re.fullmatch(r"run-\d{8}T\d{6}Z-[0-9a-f]{4}", check_run_id(None))
 
 
 def test_unwritable_out(tmp_path: Path) -> None:

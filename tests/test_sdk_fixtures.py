@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from normalizer.correlate import correlate
+from normalizer.correlate import correlate, decisions, policy_events
+from normalizer.redact import Redactor
 from normalizer.sdk import sdk_layer
 from policy.load import host_variables, load_policy
 from policy.model import resolve
@@ -59,20 +60,24 @@ def run_fixture(script: str, tmp_path: Path) -> tuple[subprocess.CompletedProces
 
 def check_reported_calls(messages: list, sdk_name: str, sdk_version: str) -> None:
     """The five calls, reported with their ids, decided by the fixture policy, all correlated."""
-    layer = sdk_layer(messages, "run_fixture")
-    assert layer.sdk_events[0].event == "sdk_hello"
-    assert {(e.sdk_name, e.sdk_version) for e in layer.sdk_events} == {(sdk_name, sdk_version)}
-    assert [(c.tool_call_id, c.tool, c.decision, c.status) for c in layer.tool_calls] == [
-        ("tc_001", "read_file", "allow", "ok"),
-        ("tc_002", "write_file", "allow", "ok"),
-        ("tc_003", "write_file", "allow", "ok"),  # Landlock refuses it under the runner
-        ("tc_004", "connect", "allow", "error"),  # nothing listens; sock_addr refuses it under the runner
-        ("tc_005", "shell", "deny", "denied"),
+    layer = sdk_layer(messages, "run_fixture", Redactor())
+    assert [e.event_type for e in layer.sdk_events] == ["tool_call_started", "tool_call_completed"] * 5
+    assert {(e.source, e.sdk_name, e.sdk_version) for e in layer.sdk_events} == {
+        (sdk_name, sdk_name, sdk_version)}
+    assert [(c.tool_call_id, c.tool, c.decision) for c in layer.tool_calls] == [
+        ("tc_001", "read_file", "allow"),
+        ("tc_002", "write_file", "allow"),
+        ("tc_003", "write_file", "allow"),  # Landlock refuses it under the runner
+        ("tc_004", "connect", "allow"),  # nothing listens; sock_addr refuses it under the runner
+        ("tc_005", "shell", "deny"),
     ]
-    assert sorted(p.summary for p in layer.tool_policy_events) == [
+    assert [m.status for m in messages if m.event == "tool_call_finished"] == [
+        "ok", "ok", "ok", "error", "denied"]
+    decided = decisions(layer.tool_calls, [])
+    assert sorted(f"{p.decision}:{p.tool}" for p in policy_events(decided, "run_fixture")) == [
         "allow:connect", "allow:read_file", "allow:write_file", "allow:write_file", "deny:shell",
     ]
-    report = correlate(layer.tool_calls, [], "run_fixture", policy_present=True)
+    report = correlate(layer.tool_calls, decided, [], layer.sdk_events, 1, "run_fixture")
     assert (report.status, [b.tool_call_id for b in report.bindings]) == ("clean", IDS)
 
 

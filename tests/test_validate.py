@@ -1,8 +1,10 @@
 """`runner.evidence.validate` and `assay-runner validate`.
 
-Each contract rule has a case that breaks the golden archive in exactly one
-way (rebuilding the manifest unless the manifest is what is broken) and
-asserts the exact problem lines, so a message change is a visible decision.
+Each contract and Assay rule has a case that breaks a golden archive in
+exactly one way (rebuilding the manifest unless the manifest is what is
+broken) and asserts the exact problem lines, so a message change is a
+visible decision. Kernel-only rules break `archive-minimal`; policy, SDK and
+binding rules break `archive-sdk-policy`.
 Hostile archives are built here and must be refused without writing.
 """
 
@@ -34,6 +36,7 @@ from runner.evidence.validate import validate_members, validate_path
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "golden" / "archive-minimal"
+GOLDEN_LAYERS = ROOT / "golden" / "archive-sdk-policy"
 CLI = ROOT / ".venv" / "bin" / "assay-runner"
 RUN_ID = "run_minimal"
 HEALTH = "observation-health.json"
@@ -154,7 +157,7 @@ GOLDEN_MEMBERS = golden()
 HEALTH_BYTES = len(GOLDEN_MEMBERS[HEALTH])
 HEALTH_DIGEST = sha256_ref(GOLDEN_MEMBERS[HEALTH])
 ZERO_DIGEST = "sha256:" + "0" * 64
-POLICY_LINE = {"schema": "assay.runner.policy_event.v0", "run_id": RUN_ID, "decision": "allow"}
+AWS_KEY = "AKIA" + "ABCDEFGHIJKLMNOP"  # split: this file must not look like a leak itself
 OUT = f"{WORK}/output.txt"
 
 
@@ -245,7 +248,11 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
     ),
     "seq shifted by a missing line is reported once": (
         lines(KERNEL, lambda xs: xs.pop(1)),
-        ["layers/kernel.ndjson: line 2: seq is 2, expected 1"],
+        [
+            "layers/kernel.ndjson: line 2: seq is 2, expected 1",
+            f"capability-surface.json: filesystem_paths has '{WORK}/output.txt', which no "
+            "layers/kernel.ndjson line carries",
+        ],
     ),
     "seq counted from 1 is reported once": (
         lines(KERNEL, lambda xs: [x.update(seq=x["seq"] + 1) for x in xs]),
@@ -255,7 +262,7 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
         edit(HEALTH, lambda d: d["notes"].append("free text")),
         [
             "observation-health.json: Expected `str` matching regex '^[a-z0-9_]+: ' "
-            "- at `$.notes[1]`"
+            "- at `$.notes[2]`"
         ],
     ),
     # run_id
@@ -275,28 +282,37 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
         ],
     ),
     "phase line run_id differs": (
-        set_line(PHASES, 2, run_id="run_other"),
-        ["events.ndjson: line 3: run_id 'run_other' differs from 'run_minimal' in manifest.json"],
+        set_line(PHASES, 1, run_id="run_other"),
+        ["events.ndjson: line 2: run_id 'run_other' differs from 'run_minimal' in manifest.json"],
     ),
-    "policy line run_id differs": (
-        raw(POLICY, _dump({**POLICY_LINE, "run_id": "run_other"})),
-        [
-            "layers/policy.ndjson: line 1: run_id 'run_other' differs from 'run_minimal' "
-            "in manifest.json"
-        ],
+    "run_id with a dot": (
+        health(run_id="run.minimal"),
+        ["observation-health.json: Expected `str` matching regex '^[A-Za-z0-9_-]+$' - at `$.run_id`"],
     ),
-    "policy line wrong schema": (
-        raw(POLICY, _dump({**POLICY_LINE, "schema": "assay.runner.sdk_event.v0"})),
-        [
-            "layers/policy.ndjson: line 1: Invalid enum value "
-            "'assay.runner.sdk_event.v0' - at `$.schema`"
-        ],
+    "run_id with a trailing newline everywhere": (
+        chain(*(edit(n, lambda d: d.update(run_id=RUN_ID + "\n")) for n in (SURFACE, CORRELATION, HEALTH)),
+              *(lines(n, lambda xs: [x.update(run_id=RUN_ID + "\n") for x in xs]) for n in (KERNEL, PHASES)),
+              edit(MANIFEST, lambda d: d.update(run_id=RUN_ID + "\n"))),
+        ["manifest.json: run_id 'run_minimal\\n' is not only ASCII letters, digits, '_' and '-'"],
     ),
     "sdk line not an object": (
         raw(SDK, b"[1]\n"),
         ["layers/sdk.ndjson: line 1: Expected `object`, got `array`"],
     ),
-    "policy envelope with its own fields is accepted": (raw(POLICY, _dump(POLICY_LINE)), []),
+    "phase event in the old shape": (
+        lines(PHASES, lambda xs: xs[0].update(schema="assay.runner.phase_event.v0", phase=xs[0].pop("type"))),
+        ["events.ndjson: line 1: Invalid enum value 'assay.runner.phase_event.v0' - at `$.schema`"],
+    ),
+    "upstream's own run event fields are read": (
+        lines(PHASES, lambda xs: (xs[0].update(agent_shim="none", command=["true"], env_keys=[],
+                                               window_elapsed_ms=0),
+                                  xs[1].update(exit_code=0, signal=None, success=True, window_elapsed_ms=3))),
+        [],
+    ),
+    "phase event type upstream does not write": (
+        set_line(PHASES, 0, type="command_exited"),
+        ["events.ndjson: line 1: Invalid enum value 'command_exited' - at `$.type`"],
+    ),
     # observation health
     "drops require partial_ringbuf_drops": (
         health(ringbuf_drops=3),
@@ -306,7 +322,8 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
         ],
     ),
     "partial_ringbuf_drops requires drops": (
-        health(kernel_layer="partial_ringbuf_drops"),
+        health(kernel_layer="partial_ringbuf_drops", network_protocol_coverage="unknown",
+               network_endpoint_claim_scope="unknown"),
         [
             "observation-health.json: kernel_layer 'partial_ringbuf_drops' requires "
             "ringbuf_drops > 0 (got 0)"
@@ -347,6 +364,7 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
     "datagram lines require datagram coverage": (
         chain(
             add_kernel((2, "connect", None), (6, "event_6", "203.0.113.53:53")),
+            edit(SURFACE, lambda d: d.update(network_endpoints=["203.0.113.53:53"])),
             health(
                 network_protocol_coverage="connect_only",
                 network_endpoint_claim_scope="diagnostic_only",
@@ -372,6 +390,7 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
     "unknown coverage is allowed with any lines": (
         chain(
             add_kernel((7, "event_7", "[2001:db8::1]:443")),
+            edit(SURFACE, lambda d: d.update(network_endpoints=["[2001:db8::1]:443"])),
             health(network_protocol_coverage="unknown", network_endpoint_claim_scope="unknown"),
         ),
         [],
@@ -384,8 +403,10 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
     "kind does not match event_type": (
         set_line(KERNEL, 1, event_type=10),
         [
+            "layers/kernel.ndjson: line 2: line schema: 1 was expected - at `$.event_type` "
+            "(schema allOf/0/then/properties/event_type/const)",
             "layers/kernel.ndjson: line 2: kind 'openat' does not match event_type "
-            "10 (expected 'file_blocked')"
+            "10 (expected 'file_blocked')",
         ],
     ),
     "unknown id must be event_N": (
@@ -410,19 +431,64 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
         ],
     ),
     "status does not match return_value": (
-        set_line(KERNEL, 3, return_value=-13),
+        set_line(KERNEL, 3, return_value=-13, status="success"),
         [
             "layers/kernel.ndjson: line 4: status 'success' does not match return_value -13 "
             "(expected 'error')"
         ],
     ),
-    "operation_flags unsorted": (
+    "operation_flags not in Assay's order": (
         set_line(KERNEL, 1, operation_flags=["truncate", "create"]),
-        ["layers/kernel.ndjson: line 2: operation_flags is not sorted: 'create' after 'truncate'"],
+        [
+            "layers/kernel.ndjson: line 2: operation_flags ['truncate', 'create'] do not match "
+            "flags 0o1101 (Assay derives ['create', 'truncate'])"
+        ],
     ),
     "operation_flags duplicated": (
         set_line(KERNEL, 1, operation_flags=["create", "create", "truncate"]),
-        ["layers/kernel.ndjson: line 2: operation_flags has duplicate 'create'"],
+        [
+            "layers/kernel.ndjson: line 2: line schema: ['create', 'create', 'truncate'] has "
+            "non-unique elements - at `$.operation_flags` (schema properties/operation_flags/uniqueItems)",
+            "layers/kernel.ndjson: line 2: operation_flags ['create', 'create', 'truncate'] do not "
+            "match flags 0o1101 (Assay derives ['create', 'truncate'])",
+        ],
+    ),
+    "operation flag outside Assay's enum": (
+        set_line(KERNEL, 1, operation_flags=["create", "truncate", "directory"]),
+        ["layers/kernel.ndjson: line 2: Invalid enum value 'directory' - at `$.operation_flags[2]`"],
+    ),
+    "status without return_value": (
+        set_line(KERNEL, 1, status="success"),
+        [
+            "layers/kernel.ndjson: line 2: line schema: 'return_value' is a required property "
+            "- at `$` (schema allOf/5/then/required)"
+        ],
+    ),
+    "loader telemetry in the kernel layer": (
+        chain(add_kernel((1, "openat", "/etc/ld.so.cache")),
+              edit(SURFACE, lambda d: d.update(filesystem_paths=sorted([*d["filesystem_paths"],
+                                                                        "/etc/ld.so.cache"])))),
+        [
+            "layers/kernel.ndjson: line 5: openat of '/etc/ld.so.cache' is loader telemetry Assay "
+            "filters out (kernel.rs:185-196)"
+        ],
+    ),
+    "an unredacted secret in a kernel value": (
+        chain(add_kernel((1, "openat", f"/tmp/{AWS_KEY}")),
+              edit(SURFACE, lambda d: d.update(filesystem_paths=sorted([*d["filesystem_paths"],
+                                                                        f"/tmp/{AWS_KEY}"])))),
+        [
+            "capability-surface.json: unredacted aws-access-key-id-shaped value: refused by Assay's "
+            "fail-closed sweep",
+            "layers/kernel.ndjson: line 5: unredacted aws-access-key-id-shaped value: refused by "
+            "Assay's fail-closed sweep",
+        ],
+    ),
+    "a redacted secret is fine": (
+        chain(add_kernel((1, "openat", "/tmp/<redacted:aws-access-key-id:0123abcd>")),
+              edit(SURFACE, lambda d: d.update(filesystem_paths=sorted(
+                  [*d["filesystem_paths"], "/tmp/<redacted:aws-access-key-id:0123abcd>"])))),
+        [],
     ),
     "phase seq out of order": (
         set_line(PHASES, 0, seq=1),
@@ -489,6 +555,123 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
         edit(CORRELATION, lambda d: d.update(ambiguities=["tool_call_without_id: read_file"])),
         ["correlation-report.json: status 'clean' requires no ambiguities (got 1)"],
     ),
+    "partial correlation without ambiguities": (
+        edit(CORRELATION, lambda d: d.update(status="partial")),
+        ["correlation-report.json: status 'partial' requires at least one ambiguity"],
+    ),
+    "failed cgroup correlation": (
+        health(cgroup_correlation="failed"),
+        ["observation-health.json: cgroup_correlation 'failed' is refused by Assay (health.rs:231-248)"],
+    ),
+    "surface value no kernel line carries": (
+        edit(SURFACE, lambda d: d.update(process_execs=["/usr/bin/cat", "/usr/bin/env", "/usr/bin/sh"])),
+        [
+            "capability-surface.json: process_execs has '/usr/bin/env', which no "
+            "layers/kernel.ndjson line carries"
+        ],
+    ),
+}
+
+# --- policy, SDK and binding rules, on the archive with tool calls -----------
+
+LAYER_CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
+    "binding decision differs from its policy line": (
+        edit(CORRELATION, lambda d: d["bindings"][2].update(policy_decision="allow")),
+        [
+            "correlation-report.json: 5 bindings for 5 policy lines: lines without their binding "
+            "[('tc_003', 'deny')], bindings without their line [('tc_003', 'allow')]"
+        ],
+    ),
+    "a policy line without its binding": (
+        edit(CORRELATION, lambda d: d["bindings"].pop(4)),
+        [
+            "correlation-report.json: 4 bindings for 5 policy lines: lines without their binding "
+            "[('tc_005', 'deny')], bindings without their line []",
+            "correlation-report.json: SDK tool_call_id 'tc_005' has no binding and no "
+            "'sdk_tool_call_without_policy_binding:tc_005' ambiguity",
+        ],
+    ),
+    "duplicate binding ids": (
+        edit(CORRELATION, lambda d: d["bindings"][1].update(tool_call_id="tc_001")),
+        [
+            "correlation-report.json: bindings repeat tool_call_id ['tc_001']: the capability diff "
+            "refuses the report",
+            "correlation-report.json: 5 bindings for 5 policy lines: lines without their binding "
+            "[('tc_002', 'allow')], bindings without their line []",
+            "correlation-report.json: SDK tool_call_id 'tc_002' has no binding and no "
+            "'sdk_tool_call_without_policy_binding:tc_002' ambiguity",
+        ],
+    ),
+    "policy decision that is not decision:tool": (
+        edit(SURFACE, lambda d: d.update(policy_decisions=sorted(
+            [*d["policy_decisions"], "deny:connect:127.0.0.1:9999"]))),
+        [
+            "capability-surface.json: policy_decisions are not `{decision}:{tool}` of the policy "
+            "lines (e.g. ['deny:connect:127.0.0.1:9999'])"
+        ],
+    ),
+    "mcp tool without a policy line": (
+        edit(SURFACE, lambda d: d.update(mcp_tools=sorted([*d["mcp_tools"], "search"]))),
+        [
+            "capability-surface.json: mcp_tools ['connect', 'read_file', 'search', 'shell'] are not "
+            "the policy lines' tools ['connect', 'read_file', 'shell', 'write_file']"
+        ],
+    ),
+    "policy line without source_event_type": (
+        lines(POLICY, lambda xs: xs[0].pop("source_event_type")),
+        ["layers/policy.ndjson: line 1: Object missing required field `source_event_type`"],
+    ),
+    "policy line with a null tool_call_id": (
+        set_line(POLICY, 0, tool_call_id=None),
+        ["layers/policy.ndjson: line 1: Expected `str`, got `null` - at `$.tool_call_id`"],
+    ),
+    "policy line with a blank tool": (
+        set_line(POLICY, 0, tool=" "),
+        [r"layers/policy.ndjson: line 1: Expected `str` matching regex '\\S' - at `$.tool`"],
+    ),
+    "policy line with a field of its own": (
+        set_line(POLICY, 0, summary="allow:read_file"),
+        ["layers/policy.ndjson: line 1: Object contains unknown field `summary`"],
+    ),
+    "policy line run_id differs": (
+        set_line(POLICY, 1, run_id="run_other"),
+        ["layers/policy.ndjson: line 2: run_id 'run_other' differs from 'run_sdk_policy' in manifest.json"],
+    ),
+    "policy layer present without lines": (
+        chain(raw(POLICY, b""), edit(CORRELATION, lambda d: d.update(bindings=[])),
+              edit(SURFACE, lambda d: d.update(mcp_tools=[], policy_decisions=[]))),
+        ["observation-health.json: policy_layer 'present' but layers/policy.ndjson has 0 lines"],
+    ),
+    "sdk line in the old shape": (
+        lines(SDK, lambda xs: xs[0].update(event=xs[0].pop("event_type"))),
+        ["layers/sdk.ndjson: line 1: Object contains unknown field `event`"],
+    ),
+    "sdk event type upstream does not accept": (
+        set_line(SDK, 0, event_type="tool_call_finished"),
+        ["layers/sdk.ndjson: line 1: Invalid enum value 'tool_call_finished' - at `$.event_type`"],
+    ),
+    "sdk tool call without its tool": (
+        lines(SDK, lambda xs: xs[0].pop("tool")),
+        ["layers/sdk.ndjson: line 1: event_type tool_call_started requires tool"],
+    ),
+    "sdk lines naming two runtimes": (
+        set_line(SDK, 0, sdk_name="other-runtime"),
+        [
+            "layers/sdk.ndjson: lines name 2 (sdk_name, sdk_version) pairs: "
+            "[('assay-fixture-agent', '1'), ('other-runtime', '1')]"
+        ],
+    ),
+    "sdk call without binding and without its ambiguity": (
+        chain(lines(SDK, lambda xs: [x.update(tool_call_id="tc_999") for x in xs[:2]])),
+        [
+            "correlation-report.json: SDK tool_call_id 'tc_999' has no binding and no "
+            "'sdk_tool_call_without_policy_binding:tc_999' ambiguity"
+        ],
+    ),
+    "cgroup_id on a binding with several decisions": (
+        edit(CORRELATION, lambda d: d["bindings"][0].update(cgroup_id=7)),
+        ["correlation-report.json: bindings [0] carry cgroup_id with 5 policy lines"],
+    ),
 }
 
 
@@ -500,6 +683,16 @@ def test_golden_archive_is_valid() -> None:
 def test_rule(case: str) -> None:
     mutate, expected = CASES[case]
     assert validate_members(mutate(golden())) == expected
+
+
+def test_golden_archive_with_tool_calls_is_valid() -> None:
+    assert validate_members(load_members(GOLDEN_LAYERS)) == []
+
+
+@pytest.mark.parametrize("case", LAYER_CASES, ids=list(LAYER_CASES))
+def test_layer_rule(case: str) -> None:
+    mutate, expected = LAYER_CASES[case]
+    assert validate_members(mutate(load_members(GOLDEN_LAYERS))) == expected
 
 
 def test_every_problem_is_reported_in_a_stable_order() -> None:
@@ -530,7 +723,7 @@ def test_manifest_run_id_is_the_reference() -> None:
         "capability-surface.json: run_id 'run_minimal' differs from 'run_other' in manifest.json"
     )
     # surface, correlation, health, and every phase and kernel line
-    assert len(problems) == 3 + 3 + 4
+    assert len(problems) == 3 + 2 + 4
 
 
 def test_undecodable_kernel_layer_skips_cross_checks() -> None:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from normalizer.artifacts import is_safe_run_id
 from normalizer.build import normalize
 from normalizer.decode import DecodeError
 from runner.cli.cmd_run import check_run_id
@@ -29,11 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    try:
+        run_id = check_run_id(args.run_id) if args.run_id is not None else None
+    except RunnerError as exc:
+        raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc
     if not args.spool.is_file():
         raise RunnerError(f"no such spool: {args.spool}", EXIT_BAD_INPUT)
-    run_id = check_run_id(args.run_id) if args.run_id else None
     try:
         spool = read_spool(args.spool)
+        if run_id is None and not is_safe_run_id(spool.header.run_id):
+            raise RunnerError(f"the spool's run id {spool.header.run_id!r} is not one Assay accepts: give "
+                              "a new one with --run-id (ASCII letters, digits, '_' or '-')", EXIT_BAD_INPUT)
         run = normalize(spool, run_id)
     except (SpoolError, DecodeError) as exc:
         raise RunnerError(f"cannot normalize {args.spool}: {exc}", EXIT_BAD_INPUT) from exc

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import datetime as dt
 import os
-import re
 import secrets
 import shutil
 import sys
@@ -14,6 +13,8 @@ import tempfile
 from pathlib import Path
 
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES
+from normalizer.artifacts import is_safe_run_id
+from normalizer.redact import find_unredacted
 from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
 from policy.model import ResolvedPolicy, resolve
 from runner.capture.session import RunRequest, execute
@@ -29,7 +30,7 @@ from spool.dirfd import open_dir, remove_within
 STATE_DIR = Path("/var/lib/assay-runner")
 DEFAULT_OUT = STATE_DIR / "runs"
 """Outside any workspace, and root-owned: a command that is not root cannot write it."""
-RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+RUN_ID_MAX = 128
 log = get_logger("run")
 
 
@@ -81,11 +82,13 @@ def check_run_id(run_id: str | None) -> str:
     if run_id is None:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         return f"run-{stamp}-{secrets.token_hex(2)}"
-    if not RUN_ID_PATTERN.match(run_id):
+    if not is_safe_run_id(run_id) or len(run_id) > RUN_ID_MAX:
         raise RunnerError(
-            f"invalid --run-id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit (no path separators)"
+            f"invalid --run-id {run_id!r}: use 1-{RUN_ID_MAX} ASCII letters, digits, '_' or '-' "
+            "(the run ids Assay accepts)"
         )
+    if find_unredacted(run_id) is not None:
+        raise RunnerError(f"invalid --run-id {run_id!r}: it looks like a secret, which no archive may carry")
     return run_id
 
 

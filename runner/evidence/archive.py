@@ -86,12 +86,7 @@ def _write_tar(fileobj: BinaryIO, run_id: str, members: dict[str, Member]) -> No
         gzip.GzipFile(filename="", mode="wb", fileobj=fileobj, mtime=0, compresslevel=9) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar,
     ):
-        dirs_done: set[str] = set()
-        for path, data in ordered:
-            for parent in reversed(PurePosixPath(path).parents[:-1]):
-                if str(parent) not in dirs_done:
-                    dirs_done.add(str(parent))
-                    tar.addfile(_info(str(parent) + "/", 0, tarfile.DIRTYPE, 0o755))
+        for path, data in ordered:  # file entries only, as upstream writes (archive.rs:435-449)
             if isinstance(data, bytes):
                 tar.addfile(_info(path, len(data), tarfile.REGTYPE, 0o644), io.BytesIO(data))
             else:

@@ -1,40 +1,69 @@
-"""Check normalized members against the contract, then write the archive."""
+"""Check normalized members against the contract and Assay's rules, sweep for secrets, then write.
+
+Two gates, both before a byte of the archive exists:
+
+1. conformance (`validate_members`: the contract and every Assay rule,
+   runner/evidence/conformance/): a member that fails is a runner bug;
+2. the fail-closed secret sweep (Assay's, archive.rs:202-214): no member may
+   still match a rule of the canonical secret table after redaction. It
+   runs over every member whatever its size; a large kernel layer is swept
+   line by line from its temp file, so memory stays flat.
+
+Either way nothing is written (exit 125), and the raw spool stays for
+`assay-runner normalize` once the cause is fixed.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from normalizer.build import NormalizedRun
+from normalizer.redact import find_unredacted
 from runner.errors import RunnerError
-from runner.evidence.archive import MANIFEST, build_manifest, write_archive
+from runner.evidence.archive import MANIFEST, Member, build_manifest, write_archive
 from runner.logs import get_logger
 
 VALIDATE_UP_TO = 8 << 20
 """Kernel layers above this size are not re-read for validation at write time:
 the runner's own members are typed by construction, and re-reading would
-make memory grow with run length (`assay-runner validate` checks any size)."""
+make memory grow with run length (`assay-runner validate` checks any size).
+The secret sweep is never skipped."""
 log = get_logger("publish")
 
 
-def publish(run: NormalizedRun, archive: Path, dir_fd: int | None = None) -> None:
-    """Validate what is about to be written and write it atomically.
+def unredacted(members: dict[str, Member]) -> tuple[str, str] | None:
+    """(member, rule) of the first secret-shaped value left in any member, or None."""
+    for name, member in sorted(members.items()):
+        chunks = [member] if isinstance(member, bytes) else member.reader()
+        for chunk in chunks:
+            rule = find_unredacted(chunk.decode("utf-8", "replace"))
+            if rule is not None:
+                return name, rule
+    return None
 
-    A member that fails the contract is a runner bug: nothing is written, and
-    the raw spool stays for `assay-runner normalize` once it is fixed.
-    Past `VALIDATE_UP_TO` the kernel layer is streamed, not validated here.
+
+def publish(run: NormalizedRun, archive: Path, dir_fd: int | None = None) -> None:
+    """Validate and sweep what is about to be written, then write it atomically.
+
     With `dir_fd` the archive is created inside that open directory (the
     run's `--out`), whatever its path points at by then.
     """
     from runner.evidence.validate import validate_members
 
     members = run.members()
+    leak = unredacted(members)
+    if leak is not None:
+        raise RunnerError(
+            f"refusing to publish {archive.name}: {leak[0]} still holds an unredacted {leak[1]}-shaped "
+            "value after redaction (a runner bug); nothing was written and the raw spool is kept"
+        )
     if run.kernel.size > VALIDATE_UP_TO:
         log.warning("publish.validation_skipped", kernel_layer_bytes=run.kernel.size,
                     hint=f"validate it with: assay-runner validate {archive}")
         problems = []
     else:
         readable = {name: m if isinstance(m, bytes) else m.read_bytes() for name, m in members.items()}
-        problems = validate_members({MANIFEST: build_manifest(run.run_id, members), **readable})
+        problems = validate_members({MANIFEST: build_manifest(run.run_id, members), **readable}, sweep=False)
     if problems:
         shown = "; ".join(problems[:3])
         raise RunnerError(f"normalized archive fails validation ({len(problems)} problems): {shown}")

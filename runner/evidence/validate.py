@@ -1,4 +1,4 @@
-"""Check a v0 evidence archive against the contract, reporting every problem.
+"""Check a v0 evidence archive against the contract and Assay's rules, reporting every problem.
 
 A problem is one line, `member: problem` (with `line N: ` for NDJSON), so a
 reviewer or CI log shows all that is wrong at once, not the first failure.
@@ -7,11 +7,11 @@ Three layers of checks, each skipping what an earlier one could not parse
 
 1. structure: the v0 member set, and the manifest's listing, digests, sizes;
 2. each member alone: strict decoding with its Struct from
-   `normalizer.artifacts` (msgspec names the field path), then the
-   contract's rules inside that member (seq order, kind/event_type pairs,
-   open metadata, sorted sets, health and correlation rules);
-3. across members: one run_id everywhere, network coverage versus kernel
-   lines, and the capability surface covering the kernel evidence.
+   `normalizer.artifacts` (upstream's types; msgspec names the field path),
+   then the rules inside that member (runner/evidence/conformance/);
+3. across members: one safe run_id everywhere, and the conformance rules
+   that relate members (coverage, surface, layers, bindings), then the
+   fail-closed secret sweep over every member's bytes.
 
 `validate_members` is the entry point for code (the runner checks what it is
 about to write; diff/determinism check their inputs); `validate_path` reads
@@ -22,10 +22,8 @@ lines, are documented in `docs/artifacts.md`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -35,62 +33,28 @@ from normalizer.artifacts import (
     KernelEvent,
     Manifest,
     ObservationHealth,
-    PhaseEvent,
-    RunId,
+    PolicyEvent,
+    RunEvent,
+    SdkEvent,
+    is_safe_run_id,
 )
 from runner.evidence.archive import MANIFEST, MEMBER_ORDER, ArchiveError, load_members, sha256_ref
+from runner.evidence.conformance import documents, kernel, layers
+from runner.evidence.conformance.base import (
+    ARCHIVE,
+    CORRELATION,
+    EVENTS,
+    HEALTH,
+    KERNEL,
+    POLICY,
+    SDK,
+    SURFACE,
+    Parsed,
+    Problem,
+)
+from runner.evidence.conformance.secrets import secret_problems
 
-HEALTH = "observation-health.json"
-SURFACE = "capability-surface.json"
-CORRELATION = "correlation-report.json"
-PHASES = "events.ndjson"
-KERNEL = "layers/kernel.ndjson"
-POLICY = "layers/policy.ndjson"
-SDK = "layers/sdk.ndjson"
-ARCHIVE = "archive"
-"""Pseudo-member for problems of the archive file itself (member order)."""
-
-# The contract's tables, restated here on purpose rather than imported from
-# the normalizer: the validator is the independent check of its output.
-KIND_BY_EVENT_TYPE = {
-    1: "openat",
-    2: "connect",
-    4: "exec",
-    10: "file_blocked",
-    20: "connect_blocked",
-}
-ACCESS_MODE_BY_ACCMODE = ("read", "write", "read_write", "unknown")
-CONNECT_KINDS = frozenset({"connect", "connect_blocked"})
-DATAGRAM_KINDS = frozenset({"event_6", "event_7"})
-SURFACE_SOURCES: dict[str, frozenset[str]] = {
-    "filesystem_paths": frozenset({"openat", "file_blocked"}),
-    "network_endpoints": CONNECT_KINDS,
-    "process_execs": frozenset({"exec"}),
-}
-"""Surface set -> kernel kinds whose non-null values it must contain."""
-
-
-# --- Policy and SDK lines -------------------------------------------------
-# The contract does not define these lines yet, and normalizer.artifacts has
-# no Structs for them. Until it does, only the envelope is checked: a JSON
-# object with the layer's schema string and the archive's run_id (other
-# fields are allowed). Replace these two with the real Structs in LINE_TYPES.
-# The literals equal POLICY_EVENT_SCHEMA / SDK_EVENT_SCHEMA (a test checks).
-
-
-class PolicyEventEnvelope(msgspec.Struct):
-    """Placeholder for `PolicyEvent`: the fields every policy line must have."""
-
-    schema: Literal["assay.runner.policy_event.v0"]
-    run_id: RunId
-
-
-class SdkEventEnvelope(msgspec.Struct):
-    """Placeholder for `SdkEvent`: the fields every SDK line must have."""
-
-    schema: Literal["assay.runner.sdk_event.v0"]
-    run_id: RunId
-
+__all__ = ["Problem", "Report", "validate_member", "validate_members", "validate_path"]
 
 DOCUMENT_TYPES: dict[str, type[msgspec.Struct]] = {
     MANIFEST: Manifest,
@@ -101,36 +65,15 @@ DOCUMENT_TYPES: dict[str, type[msgspec.Struct]] = {
 """JSON members: one document each."""
 
 LINE_TYPES: dict[str, type[msgspec.Struct]] = {
-    PHASES: PhaseEvent,
+    EVENTS: RunEvent,
     KERNEL: KernelEvent,
-    POLICY: PolicyEventEnvelope,
-    SDK: SdkEventEnvelope,
+    POLICY: PolicyEvent,
+    SDK: SdkEvent,
 }
-"""NDJSON members: every non-empty line decodes independently as this type."""
+"""NDJSON members: every non-empty line decodes independently as this type, and its
+`seq` runs 0..n-1 in line order (kernel.rs:217,234; policy.rs:112; sdk.rs:105-113; run.rs:166-209)."""
 
 V0_MEMBERS = (MANIFEST, *MEMBER_ORDER)
-
-
-class Problem(msgspec.Struct, frozen=True):
-    """One thing wrong, located by member and (for NDJSON) 1-based line."""
-
-    member: str
-    message: str
-    line: int | None = None
-
-    def __str__(self) -> str:
-        where = f"line {self.line}: " if self.line is not None else ""
-        return f"{self.member}: {where}{self.message}"
-
-
-@dataclass
-class Parsed:
-    """What decoded cleanly, for the cross-member checks."""
-
-    documents: dict[str, Any] = field(default_factory=dict)
-    lines: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
-    broken: set[str] = field(default_factory=set)
-    """Members with at least one decode problem: cross checks skip them."""
 
 
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {
@@ -177,87 +120,15 @@ def _manifest_problems(members: dict[str, bytes], manifest: Manifest | None) -> 
 # --- 2. each member alone ------------------------------------------------
 
 
-def _sorted_set_problem(values: list[str]) -> str | None:
-    """Why `values` is not a sorted set (code point order), or None."""
-    for prev, cur in pairwise(values):
-        if cur == prev:
-            return f"has duplicate {cur!r}"
-        if cur < prev:
-            return f"is not sorted: {cur!r} after {prev!r}"
-    return None
-
-
-def _health_rules(h: ObservationHealth) -> Iterator[str]:
-    if h.ringbuf_drops > 0 and h.kernel_layer != "partial_ringbuf_drops":
-        yield (
-            f"ringbuf_drops {h.ringbuf_drops} requires kernel_layer "
-            f"'partial_ringbuf_drops' (got {h.kernel_layer!r})"
-        )
-    if h.kernel_layer == "partial_ringbuf_drops" and h.ringbuf_drops == 0:
-        yield "kernel_layer 'partial_ringbuf_drops' requires ringbuf_drops > 0 (got 0)"
-    if h.platform != "linux" and h.kernel_layer != "absent":
-        yield f"platform {h.platform!r} requires kernel_layer 'absent' (got {h.kernel_layer!r})"
-    required_scope = {"absent": "not_applicable", "unknown": "unknown"}.get(
-        h.network_protocol_coverage
-    )
-    if required_scope and h.network_endpoint_claim_scope != required_scope:
-        yield (
-            f"network_protocol_coverage {h.network_protocol_coverage!r} requires "
-            f"network_endpoint_claim_scope {required_scope!r} "
-            f"(got {h.network_endpoint_claim_scope!r})"
-        )
-
-
-def _surface_rules(s: CapabilitySurface) -> Iterator[str]:
-    for name in (
-        "filesystem_paths",
-        "network_endpoints",
-        "process_execs",
-        "mcp_tools",
-        "policy_decisions",
-    ):
-        problem = _sorted_set_problem(getattr(s, name))
-        if problem:
-            yield f"{name} {problem}"
-
-
-def _correlation_rules(c: CorrelationReport) -> Iterator[str]:
-    if c.status == "clean" and c.ambiguities:
-        yield f"status 'clean' requires no ambiguities (got {len(c.ambiguities)})"
-
-
-def _kernel_line_rules(e: KernelEvent) -> Iterator[str]:
-    expected = KIND_BY_EVENT_TYPE.get(e.event_type, f"event_{e.event_type}")
-    if e.kind != expected:
-        yield f"kind {e.kind!r} does not match event_type {e.event_type} (expected {expected!r})"
-    if e.flags is not msgspec.UNSET and e.access_mode is not msgspec.UNSET:
-        derived = ACCESS_MODE_BY_ACCMODE[e.flags & 3]
-        if e.access_mode != derived:
-            yield (
-                f"access_mode {e.access_mode!r} does not match flags {e.flags} "
-                f"(flags & 3 = {e.flags & 3}: expected {derived!r})"
-            )
-    if e.return_value is not msgspec.UNSET and e.status is not msgspec.UNSET:
-        derived = "success" if e.return_value >= 0 else "error"
-        if e.status != derived:
-            yield (
-                f"status {e.status!r} does not match return_value {e.return_value} "
-                f"(expected {derived!r})"
-            )
-    if e.operation_flags is not msgspec.UNSET:
-        problem = _sorted_set_problem(e.operation_flags)
-        if problem:
-            yield f"operation_flags {problem}"
-
-
 DOCUMENT_RULES: dict[type, Callable[[Any], Iterable[str]]] = {
-    ObservationHealth: _health_rules,
-    CapabilitySurface: _surface_rules,
-    CorrelationReport: _correlation_rules,
+    ObservationHealth: documents.health_rules,
+    CapabilitySurface: documents.surface_rules,
+    CorrelationReport: documents.correlation_rules,
 }
-LINE_RULES: dict[type, Callable[[Any], Iterable[str]]] = {KernelEvent: _kernel_line_rules}
-SEQUENCED_LINES = frozenset({KernelEvent, PhaseEvent})
-"""Line types whose `seq` must be 0..n-1 in line order."""
+LINE_RULES: dict[type, Callable[[Any], Iterable[str]]] = {
+    KernelEvent: kernel.line_rules,
+    SdkEvent: layers.sdk_line_rules,
+}
 
 
 def _decode_error(exc: msgspec.MsgspecError) -> str:
@@ -293,12 +164,11 @@ def _check_lines(name: str, data: bytes, parsed: Parsed) -> Iterator[Problem]:
             parsed.broken.add(name)
             yield Problem(name, _decode_error(exc), number)
             continue
-        if kind in SEQUENCED_LINES:
-            # A missing, extra or renumbered line shifts every later seq by the
-            # same amount: report the shift once, where it starts.
-            if item.seq != position and item.seq - position != offset:
-                yield Problem(name, f"seq is {item.seq}, expected {position}", number)
-            offset = item.seq - position
+        # A missing, extra or renumbered line shifts every later seq by the
+        # same amount: report the shift once, where it starts.
+        if item.seq != position and item.seq - position != offset:
+            yield Problem(name, f"seq is {item.seq}, expected {position}", number)
+        offset = item.seq - position
         for message in rules(item):
             yield Problem(name, message, number)
         decoded.append((number, item))
@@ -343,78 +213,40 @@ def archive_run_id(parsed: Parsed) -> tuple[str, str] | None:
 
 
 def _run_id_problems(parsed: Parsed) -> Iterator[Problem]:
+    """One run_id everywhere (archive.rs:98-121), and a safe one (run.rs:216-220)."""
     reference = archive_run_id(parsed)
     if reference is None:
         return
     run_id, source = reference
+    if not is_safe_run_id(run_id):
+        yield Problem(source, f"run_id {run_id!r} is not only ASCII letters, digits, '_' and '-'")
     for member, line, value in _run_ids(parsed):
         if value != run_id:
             yield Problem(member, f"run_id {value!r} differs from {run_id!r} in {source}", line)
 
 
-def _coverage_problems(
-    health: ObservationHealth, kernel: list[tuple[int, Any]]
-) -> Iterator[Problem]:
-    """A claimed coverage must be exactly what the kernel lines show.
-
-    `unknown` is exempt: it says the lines may be incomplete (a network hook
-    dropped records), so they can neither confirm nor refute it.
-    """
-    connects = sum(1 for _, e in kernel if e.kind in CONNECT_KINDS)
-    datagrams = sum(1 for _, e in kernel if e.kind in DATAGRAM_KINDS)
-    derived = {
-        (False, False): "absent",
-        (True, False): "connect_only",
-        (False, True): "datagram_peer_observed",
-        (True, True): "connect_and_datagram_peer_observed",
-    }[(connects > 0, datagrams > 0)]
-    claimed = health.network_protocol_coverage
-    if claimed not in ("unknown", derived):
-        yield Problem(
-            HEALTH,
-            f"network_protocol_coverage {claimed!r} does not match {KERNEL} "
-            f"({connects} connect/connect_blocked, {datagrams} event_6/event_7 lines: "
-            f"expected {derived!r})",
-        )
-
-
-def _surface_coverage_problems(
-    surface: CapabilitySurface, kernel: list[tuple[int, Any]]
-) -> Iterator[Problem]:
-    """The surface holds at least every non-null value the kernel layer shows.
-
-    Extra values are allowed: the rule bounds the surface from below only.
-    """
-    for set_name, kinds in SURFACE_SOURCES.items():
-        present = set(getattr(surface, set_name))
-        for number, e in kernel:
-            if e.kind in kinds and e.value is not None and e.value not in present:
-                present.add(e.value)  # report each missing value once
-                yield Problem(
-                    SURFACE, f"{set_name} lacks {e.value!r} ({e.kind} at {KERNEL} line {number})"
-                )
-
-
 def _cross_problems(parsed: Parsed) -> Iterator[Problem]:
-    """Health and surface versus the kernel layer, if every kernel line decoded.
+    """Health and surface versus the kernel layer, then the layers' bindings.
 
-    With a line missing from the comparison, a coverage or surface problem
-    might be an artifact of the decode error already reported.
+    A rule runs only when every member it reads decoded without a problem:
+    otherwise a mismatch might be an artifact of the decode error already reported.
     """
-    if KERNEL in parsed.broken or KERNEL not in parsed.lines:
-        return
-    kernel = parsed.lines[KERNEL]
-    if HEALTH in parsed.documents:
-        yield from _coverage_problems(parsed.documents[HEALTH], kernel)
-    if SURFACE in parsed.documents:
-        yield from _surface_coverage_problems(parsed.documents[SURFACE], kernel)
+    if parsed.whole(KERNEL, HEALTH):
+        yield from kernel.coverage_problems(parsed.documents[HEALTH], parsed.lines[KERNEL])
+    if parsed.whole(KERNEL, SURFACE):
+        yield from kernel.surface_problems(parsed.documents[SURFACE], parsed.lines[KERNEL])
+    yield from layers.cross_problems(parsed)
 
 
 # --- entry points ----------------------------------------------------------
 
 
-def find_problems(members: dict[str, bytes]) -> tuple[list[Problem], Parsed]:
-    """Every problem of an archive's members, and what decoded cleanly."""
+def find_problems(members: dict[str, bytes], sweep: bool = True) -> tuple[list[Problem], Parsed]:
+    """Every problem of an archive's members, and what decoded cleanly.
+
+    `sweep=False` leaves out the secret sweep, for a caller that has just run it
+    (`publish` sweeps every member first, whatever its size).
+    """
     parsed = Parsed()
     problems = list(_structure_problems(members))
     known = [name for name in V0_MEMBERS if name in members]
@@ -424,16 +256,19 @@ def find_problems(members: dict[str, bytes]) -> tuple[list[Problem], Parsed]:
     problems += _manifest_problems(members, parsed.documents.get(MANIFEST))
     problems += _run_id_problems(parsed)
     problems += _cross_problems(parsed)
+    if sweep:
+        for name in (*known, *extra):
+            problems += secret_problems(name, members[name])
     return problems, parsed
 
 
-def validate_members(members: dict[str, bytes]) -> list[str]:
+def validate_members(members: dict[str, bytes], sweep: bool = True) -> list[str]:
     """Problem lines (`member: problem`) for an archive's members; [] if valid.
 
     `members` is every member by archive path, the manifest included: before
     writing, pass `{MANIFEST: build_manifest(run_id, members), **members}`.
     """
-    return [str(p) for p in find_problems(members)[0]]
+    return [str(p) for p in find_problems(members, sweep)[0]]
 
 
 class Report(msgspec.Struct):
