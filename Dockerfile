@@ -1,47 +1,72 @@
-# assay-runner in a container (Debian 12 "bookworm", like the machines it is
-# tested on). The image holds the same prerequisites `make setup` installs:
-# python3-bpfcc, bpftrace, strace, the venv from /usr/bin/python3 with
-# --system-site-packages, and the package installed into it.
+# assay-runner in a container: Debian 12 "bookworm", like the machines it is
+# tested on. docs/setup.md ("Containers") has the build, the `docker run`
+# line (tested by tests/test_image.py), the extra-CA option and the sizes:
 #
-# eBPF is not namespaced: the container observes the HOST kernel, so it must
-# run --privileged (CAP_BPF, CAP_SYS_ADMIN, cgroup and pid-namespace creation)
-# and see the host's kernel interfaces and headers:
+#   make image          # debootstraps the base when absent, then builds
 #
-#   docker build -t assay-runner .
-#   docker run --rm --privileged --cgroupns=private \
-#     -v /sys/kernel/tracing:/sys/kernel/tracing \
-#     -v /sys/kernel/debug:/sys/kernel/debug \
-#     -v /lib/modules:/lib/modules:ro -v /usr/src:/usr/src:ro \
-#     -v "$PWD/runs:/opt/assay-runner/runs" \
-#     assay-runner run --out runs -- CMD...
+# eBPF is not namespaced: the container observes the HOST kernel. It shares
+# the host's pid and cgroup namespaces (kernel events carry host pids and the
+# BPF filter uses absolute cgroup levels) and needs CAP_SYS_ADMIN, which the
+# kernel accepts for BPF (bpf_capable). --privileged is not needed, and fails
+# on hosts whose capability bounding set is smaller than docker's full set.
+# The entrypoint (runner/host/container.py) mounts tracefs, debugfs and cgroup
+# v2 inside the container when they are missing, then runs the CLI.
+# Kernel headers are per kernel, so they are not baked in: bind the host's
+# /lib/modules and /usr/src read-only (set up on the host by `make setup`).
 #
-# - tracefs/debugfs: mount them on the host first (`sudo assay-runner doctor
-#   --fix`, or `mount -t tracefs tracefs /sys/kernel/tracing`); without the
-#   binds, `doctor --fix` inside the container mounts them for that container.
-# - Kernel headers are per kernel, so they cannot be baked in at build time
-#   (the build host's kernel is not the run host's). Bind the host's
-#   /lib/modules and /usr/src read-only after setting headers up on the host
-#   (`sudo make setup` or `sudo assay-runner doctor --fix`, docs/setup.md). Or
-#   drop those two binds and run `doctor --fix` first in the same container
-#   (it installs the closest headers package with apt; network needed), e.g.
-#   --entrypoint sh IMAGE -c '.venv/bin/assay-runner doctor --fix &&
-#   exec .venv/bin/assay-runner run --out runs -- CMD...'.
-# - `docker run ... assay-runner` with no arguments runs `doctor`.
-FROM debian:bookworm
+# Build arguments and inputs:
+# - BASE_IMAGE: a Debian bookworm image. The default is the minbase rootfs that
+#   `scripts/image.sh` makes with debootstrap and imports (no registry needed).
+#   A pulled `debian:bookworm-slim` should do as well (not tried: no registry).
+# - docker/extra-ca/*.crt: extra CA certificates (PEM) the image trusts, for
+#   builds behind a TLS-intercepting proxy. `make image` fills it from the host
+#   (EXTRA_CA=host, the default) or a file (EXTRA_CA=path); docs/setup.md.
+#
+# Two stages: `build` makes the venv (pip and its downloads stay there);
+# the final stage adds only Debian's python3-bpfcc and copies the checkout
+# with its venv.
+ARG BASE_IMAGE=assay-runner-base:bookworm
 
+FROM ${BASE_IMAGE} AS build
+# The label lets scripts/image.sh prune only this project's old images.
+LABEL org.assay-runner.image=1
 ENV DEBIAN_FRONTEND=noninteractive \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONDONTWRITEBYTECODE=1
-
+    PIP_NO_CACHE_DIR=1 \
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+COPY docker/extra-ca/ /tmp/extra-ca/
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+ && find /tmp/extra-ca -name '*.crt' -exec cp {} /usr/local/share/ca-certificates/ \; \
+ && update-ca-certificates
 WORKDIR /opt/assay-runner
+# Dependencies first, from pyproject.toml alone: this layer stays cached while
+# only the sources change. setuptools is the build backend (no build isolation
+# below, so no second download); it stays in this stage.
+COPY pyproject.toml ./
+RUN python3 -m venv --system-site-packages .venv \
+ && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' >/tmp/requirements.txt \
+ && .venv/bin/pip install --no-input -r /tmp/requirements.txt "setuptools>=68"
+# The checkout (.dockerignore leaves out tests, docs and the like), installed
+# editable as `make setup` does: the packages are the ones pyproject.toml
+# lists, and code that reads data beside them (schema/upstream/) finds it.
 COPY . .
+RUN .venv/bin/pip install --no-input --no-deps --no-build-isolation -e . \
+ && .venv/bin/pip uninstall -y -q setuptools pip \
+ && rm -rf docker build ./*.egg-info \
+ && find . -name __pycache__ -prune -exec rm -rf {} +
 
-# A developer's .venv/runs/egg-info in the build context belong to the host
-# (the editable install points at the host's checkout): start clean.
-# --no-doctor: no kernel fixes at build time (no tracefs, and the kernel
-# seen here is the build host's). The run-time `doctor --fix` does them.
-RUN rm -rf .venv runs build ./*.egg-info \
- && bash scripts/setup.sh --no-doctor
-
-ENTRYPOINT ["/opt/assay-runner/.venv/bin/assay-runner"]
+FROM ${BASE_IMAGE}
+LABEL org.assay-runner.image=1
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONDONTWRITEBYTECODE=1
+COPY --from=build /usr/local/share/ca-certificates/ /usr/local/share/ca-certificates/
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3-bpfcc ca-certificates \
+ && update-ca-certificates \
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log
+COPY --from=build /opt/assay-runner /opt/assay-runner
+WORKDIR /opt/assay-runner
+ENTRYPOINT ["/opt/assay-runner/.venv/bin/python", "-m", "runner.host.container"]
 CMD ["doctor"]

@@ -16,7 +16,7 @@ DEMO_OUT := /var/lib/assay-runner/runs
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint schemas bench clean
+.PHONY: setup demo test lint schemas bench image image-smoke clean
 
 setup:
 	@bash scripts/setup.sh
@@ -40,6 +40,18 @@ schemas: setup
 
 bench: setup
 	$(PY) -m bench.run
+
+# The container image (docs/setup.md, "Containers"): needs a running docker
+# daemon; the base is debootstrapped when absent. EXTRA_CA=host|PATH|none
+# chooses the extra CA certificates (default host). Prints the image size.
+IMAGE ?= assay-runner:latest
+image:
+	bash scripts/image.sh $(IMAGE)
+
+# The image smoke test alone (it is also part of `make test`): starts dockerd
+# when none runs, `make image`, then doctor and a validated run in the container.
+image-smoke: setup
+	$(VENV)/bin/pytest -q -m image tests/test_image.py
 
 $(VENV)/bin/ruff:
 	@bash scripts/setup.sh

@@ -2,7 +2,7 @@
 # Set up a fresh Debian/Ubuntu machine for assay-runner (run as root).
 #
 #   scripts/setup.sh              apt packages, venv, pip install, then doctor --fix
-#   scripts/setup.sh --no-doctor  stop after pip (image builds: no kernel to fix yet)
+#   scripts/setup.sh --no-doctor  stop after pip (no kernel to fix yet, e.g. in a chroot)
 #
 # Every step checks before it acts and prints one line saying what it did or
 # that it was already done, so a second run is fast. Kernel headers and the
@@ -12,7 +12,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 VENV=.venv
-PACKAGES=(python3-bpfcc python3-venv bpftrace strace make gcc iproute2 git ca-certificates)
+# docker.io and debootstrap: `make image` and its smoke test (tests/test_image.py).
+PACKAGES=(python3-bpfcc python3-venv bpftrace strace make gcc iproute2 git ca-certificates
+          docker.io debootstrap)
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 say() { printf 'setup: %s\n' "$*"; }

@@ -19,7 +19,7 @@ import pytest
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.host import checks, headers, mounts
 
-CHECKS = ("root", "bcc", "headers", "tracefs", "cgroup2", "bpf", "pidns", "landlock")
+CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "pidns", "landlock")
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess[str]:
@@ -105,7 +105,41 @@ def test_root_without_capabilities_is_named() -> None:
         capture_output=True, text=True, check=True,
     )
     assert proc.stdout.startswith("running as root without CAP_SYS_ADMIN")
-    assert "--privileged" in proc.stdout
+    assert "--cap-add SYS_ADMIN" in proc.stdout
+
+
+@pytest.mark.kernel
+def test_cap_sys_admin_without_cap_bpf_passes_and_loads_bpf() -> None:
+    """The kernel's bpf_capable() and perfmon_capable() accept CAP_SYS_ADMIN.
+
+    That is what a docker that cannot grant CAP_BPF gives (--cap-add
+    SYS_ADMIN): root must pass, and the real probe must load and deliver.
+    """
+    code = ("from runner.host.checks import check_root, check_bpf\n"
+            "print(check_root().message); print(check_bpf().message)")
+    proc = subprocess.run(
+        ["setpriv", "--bounding-set=-bpf,-perfmon", "--", sys.executable, "-c", code],
+        capture_output=True, text=True, check=True, timeout=180,
+    )
+    root, bpf = proc.stdout.splitlines()
+    assert root.endswith("CAP_SYS_ADMIN effective (it covers BPF without CAP_BPF)"), root
+    assert bpf.startswith("ring-buffer tracepoint program compiled, loaded and delivered"), bpf
+
+
+@pytest.mark.parametrize(("unshare", "flag"), [("--pid", "--pid host"),
+                                                ("--cgroup", "--cgroupns host")])
+def test_own_pid_or_cgroup_namespace_is_named(unshare: str, flag: str) -> None:
+    code = "from runner.host.checks import check_hostns; print(check_hostns().message)"
+    proc = subprocess.run(
+        ["unshare", unshare, "--fork", "--", sys.executable, "-c", code],
+        capture_output=True, text=True, check=True,
+    )
+    assert proc.stdout.startswith("not in the host's"), proc.stdout
+    assert f"({flag})" in proc.stdout, proc.stdout
+
+
+def test_host_namespaces_pass_here() -> None:
+    assert checks.check_hostns().message == "host pid and cgroup namespaces"
 
 
 def test_doctor_as_non_root_fails_on_root_first() -> None:
@@ -185,6 +219,84 @@ def test_cgroup2_mount_hidden_by_a_later_mount_is_ignored() -> None:
     shadowed = UNIFIED + "60 25 0:60 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
     with pytest.raises(RunnerError):
         mounts.cgroup2_mount(shadowed)
+
+
+def test_cgroup2_target_is_unified_below_a_v1_tmpfs() -> None:
+    assert str(mounts.cgroup2_target(V1_ONLY)) == "/sys/fs/cgroup/unified"
+
+
+def test_cgroup2_target_is_the_root_when_nothing_is_mounted_there() -> None:
+    bare = "23 1 259:1 / / rw,relatime - ext4 /dev/root rw\n"
+    assert str(mounts.cgroup2_target(bare)) == "/sys/fs/cgroup"
+
+
+# In a private mount namespace (nothing leaks to the host): unmount tracefs,
+# debugfs and cgroup v2, let fix_mounts put them back, and check the result.
+_FIX_IN_PRIVATE_NS = """
+import subprocess
+from runner.host import checks, mounts
+for m in reversed(mounts.mounts()):
+    if m.fstype in ("tracefs", "debugfs", "cgroup2"):
+        subprocess.run(["umount", "-l", str(m.mount_point)], check=True)
+print(sorted({m.fstype for m in mounts.mounts()} & {"tracefs", "debugfs", "cgroup2"}))
+for note in mounts.fix_mounts():
+    print(note)
+print(checks.check_tracefs().status, checks.check_cgroup2().status)
+"""
+
+
+@pytest.mark.kernel
+def test_fix_mounts_restores_tracefs_debugfs_and_cgroup2() -> None:
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c",
+         _FIX_IN_PRIVATE_NS],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "[]"  # all three were gone
+    target = mounts.cgroup2_target()  # where it goes on this host's layout
+    assert lines[1:] == [
+        "mounted tracefs at /sys/kernel/tracing",
+        "mounted debugfs at /sys/kernel/debug",
+        f"mounted cgroup2 at {target}",
+        "ok ok",
+    ]
+
+
+def test_mountinfo_read_only_flag() -> None:
+    ro = HYBRID.replace("/sys/fs/cgroup/unified rw,relatime", "/sys/fs/cgroup/unified ro,relatime")
+    flags = {str(m.mount_point): m.read_only for m in mounts.parse_mountinfo(ro)}
+    assert flags["/sys/fs/cgroup/unified"] is True
+    assert flags["/sys/fs/cgroup"] is False
+
+
+# Bind-remount this host's cgroup v2 read-only in a private mount namespace, as
+# docker does in a container, and let the container entrypoint's fix undo it.
+_READ_ONLY_CGROUP2 = """
+import subprocess
+from runner.host import checks, container, mounts
+target = mounts.cgroup2_mount()
+subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
+print(checks.check_cgroup2().status)
+for note in container.fix_container_mounts():
+    print(note)
+print(checks.check_cgroup2().status)
+"""
+
+
+@pytest.mark.kernel
+def test_container_fix_makes_a_read_only_cgroup2_writable() -> None:
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c",
+         _READ_ONLY_CGROUP2],
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    target = mounts.cgroup2_mount()
+    assert proc.stdout.splitlines() == [
+        "FAIL", f"made the read-only mount at {target} writable", "ok",
+    ]
 
 
 def test_cgroup2_mount_of_this_machine_is_a_cgroup2_directory() -> None:

@@ -38,7 +38,11 @@ from runner.host.mounts import (
 from runner.host.result import Check
 
 CAP_SYS_ADMIN = 21
-CAP_BPF = 39  # since Linux 5.8; older kernels gate BPF on CAP_SYS_ADMIN alone
+CAP_BPF = 39  # since Linux 5.8; reported, not required (CAP_SYS_ADMIN covers it)
+# The inode numbers of the initial namespaces are fixed by the kernel
+# (PROC_PID_INIT_INO, PROC_CGROUP_INIT_INO in include/linux/proc_ns.h).
+INIT_PID_NS = 0xEFFFFFFC
+INIT_CGROUP_NS = 0xEFFFFFFB
 CLONE_NEWPID = 0x20000000
 # landlock_create_ruleset is 444 on x86_64, aarch64 and every other arch using
 # the unified syscall table (all new syscalls since 5.1 share one number).
@@ -57,22 +61,57 @@ def _effective_caps() -> int:
 
 
 def check_root() -> Check:
-    """eBPF, cgroups and namespaces need root, or CAP_BPF + CAP_SYS_ADMIN."""
+    """eBPF, cgroups, mounts and namespaces need root with CAP_SYS_ADMIN.
+
+    CAP_SYS_ADMIN alone is enough for the BPF side too: the kernel's
+    bpf_capable() and perfmon_capable() accept it in place of CAP_BPF and
+    CAP_PERFMON. Requiring CAP_BPF as well refused containers that work:
+    Debian's docker 20.10 cannot grant CAP_BPF by name, and --privileged
+    fails where the host's capability bounding set lacks a capability docker
+    asks for, so `--cap-add SYS_ADMIN` is the grant that works everywhere.
+    """
     caps = _effective_caps()
-    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-    needed = {"CAP_SYS_ADMIN": CAP_SYS_ADMIN}
-    if last_cap >= CAP_BPF:
-        needed["CAP_BPF"] = CAP_BPF
-    missing = [name for name, bit in needed.items() if not caps >> bit & 1]
     euid = os.geteuid()
-    if missing and euid != 0:
-        return Check("root", False, "not running as root", NOT_ROOT)
-    if missing:
+    if not caps >> CAP_SYS_ADMIN & 1:
+        if euid != 0:
+            return Check("root", False, "not running as root", NOT_ROOT)
         return Check(
-            "root", False, f"running as root without {' and '.join(missing)}",
-            "give the runner full privileges (docker: --privileged)",
+            "root", False, "running as root without CAP_SYS_ADMIN",
+            "give the runner CAP_SYS_ADMIN (docker: --cap-add SYS_ADMIN; docs/setup.md)",
         )
-    return Check("root", True, f"euid {euid}, {' and '.join(needed)} effective")
+    if caps >> CAP_BPF & 1:
+        return Check("root", True, f"euid {euid}, CAP_SYS_ADMIN and CAP_BPF effective")
+    return Check("root", True, f"euid {euid}, CAP_SYS_ADMIN effective (it covers BPF without CAP_BPF)")
+
+
+def _namespace_inode(name: str) -> int:
+    return os.stat(f"/proc/self/ns/{name}").st_ino
+
+
+def check_hostns() -> Check:
+    """The runner must share the host's pid and cgroup namespaces.
+
+    BPF programs see the kernel's global view: the pids in every record and
+    the doctor probe's filter are host pids, and the run cgroup's filter
+    level counts from the root of the whole cgroup v2 hierarchy. In a
+    container's own pid or cgroup namespace both come out wrong (the probe
+    sees nothing, runs miss or misattribute events), so say it up front.
+    """
+    wrong = [
+        f"{name} ({flag})"
+        for name, init, flag in (
+            ("pid", INIT_PID_NS, "--pid host"),
+            ("cgroup", INIT_CGROUP_NS, "--cgroupns host"),
+        )
+        if _namespace_inode(name) != init
+    ]
+    if wrong:
+        return Check(
+            "hostns", False, f"not in the host's {' and '.join(wrong)} namespace",
+            "BPF reports host pids and absolute cgroup levels; run the container "
+            "with the flags in brackets (docs/setup.md)",
+        )
+    return Check("hostns", True, "host pid and cgroup namespaces")
 
 
 def check_bcc() -> Check:
@@ -124,7 +163,7 @@ def check_cgroup2(write_probe: bool = True) -> Check:
     except OSError as exc:
         return Check(
             "cgroup2", False, f"{found} is not writable ({exc.strerror})",
-            "run as root on the host, or in a container with --privileged",
+            "run as root on the host, or in a container with --cap-add SYS_ADMIN (docs/setup.md)",
         )
     return Check("cgroup2", True, f"{found}, writable")
 
@@ -218,7 +257,7 @@ def check_pidns() -> Check:
     reason = "the first child was not pid 1" if code == 255 else os.strerror(code)
     return Check(
         "pidns", False, f"unshare(CLONE_NEWPID) failed ({reason})",
-        "run as root on the host, or in a container with --privileged",
+        "run as root on the host, or in a container with --cap-add SYS_ADMIN (docs/setup.md)",
     )
 
 
@@ -247,8 +286,9 @@ def check_landlock() -> Check:
 
 def run_checks() -> list[Check]:
     """Every check doctor reports, in order; BPF only once its inputs pass."""
-    checks = [check_root(), check_bcc(), check_headers(), check_tracefs(), check_cgroup2()]
-    if all(c.ok for c in checks[:4]):
+    checks = [check_root(), check_hostns(), check_bcc(), check_headers(), check_tracefs(),
+              check_cgroup2()]
+    if all(c.ok for c in checks if c.name != "cgroup2"):
         checks.append(check_bpf())
     else:
         checks.append(Check("bpf", False, "not attempted", "fix the checks above first"))
@@ -262,7 +302,7 @@ def require_run_prerequisites() -> None:
     No BPF compile here: the run compiles the real monitor right after.
     """
     steps: tuple[Callable[[], Check], ...] = (
-        check_root, check_bcc, check_headers, check_tracefs,
+        check_root, check_hostns, check_bcc, check_headers, check_tracefs,
         lambda: check_cgroup2(write_probe=False),
     )
     for step in steps:

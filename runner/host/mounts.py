@@ -26,6 +26,7 @@ class Mount:
     mount_point: Path
     fstype: str
     root: str
+    read_only: bool = False
 
 
 def _unescape(field: str) -> str:
@@ -41,7 +42,8 @@ def parse_mountinfo(text: str) -> list[Mount]:
         fields, tail = left.split(), right.split()
         if not sep or len(fields) < 5 or not tail:
             continue
-        mount = Mount(Path(_unescape(fields[4])), tail[0], _unescape(fields[3]))
+        read_only = "ro" in fields[5].split(",") if len(fields) > 5 else False
+        mount = Mount(Path(_unescape(fields[4])), tail[0], _unescape(fields[3]), read_only)
         by_point.pop(mount.mount_point, None)  # re-insert: keep mount order
         by_point[mount.mount_point] = mount
     return list(by_point.values())
@@ -98,17 +100,61 @@ def last_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[-1] if lines else f"exit {proc.returncode}"
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup2_target(mountinfo: str | None = None) -> Path:
+    """Where `fix_mounts` puts a missing cgroup v2 mount.
+
+    /sys/fs/cgroup itself when nothing is mounted there; otherwise (a tmpfs
+    holding cgroup v1 hierarchies: a hybrid or v1 host, or a docker container
+    on one) its `unified` subdirectory, the hybrid layout's place.
+    """
+    text = MOUNTINFO.read_text() if mountinfo is None else mountinfo
+    taken = any(m.mount_point == CGROUP_ROOT for m in parse_mountinfo(text))
+    return CGROUP_ROOT / "unified" if taken else CGROUP_ROOT
+
+
+def _mount(fstype: str, target: Path) -> str:
+    """Mount fstype at target; one note saying what happened."""
+    proc = subprocess.run(
+        ["mount", "-t", fstype, fstype, str(target)],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode == 0:
+        return f"mounted {fstype} at {target}"
+    return f"could not mount {fstype} at {target}: {last_line(proc)}"
+
+
+def remount_writable(target: Path) -> str:
+    """Clear the read-only flag of the mount at target; one note saying what happened."""
+    proc = subprocess.run(
+        ["mount", "-o", "remount,bind,rw", str(target)],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode == 0:
+        return f"made the read-only mount at {target} writable"
+    return f"could not make {target} writable: {last_line(proc)}"
+
+
 def fix_mounts() -> Iterator[str]:
-    """Mount tracefs and debugfs where BCC looks for them, when missing."""
-    mounted = {m.mount_point for m in mounts()}
+    """Mount tracefs, debugfs and cgroup v2 where the runner looks, when missing.
+
+    A fresh container lacks all three (docker mounts only cgroup v1 under a
+    hybrid host); with CAP_SYS_ADMIN it may mount them itself. A cgroup v2
+    mount shows the whole hierarchy only in the host's cgroup namespace,
+    which `check_hostns` requires.
+    """
+    visible = mounts()
+    mounted = {m.mount_point for m in visible}
     for fstype, target in (("tracefs", TRACEFS), ("debugfs", DEBUGFS)):
-        if target in mounted:
-            continue
-        proc = subprocess.run(
-            ["mount", "-t", fstype, fstype, str(target)],
-            capture_output=True, text=True, check=False,
-        )
-        if proc.returncode == 0:
-            yield f"mounted {fstype} at {target}"
-        else:
-            yield f"could not mount {fstype} at {target}: {last_line(proc)}"
+        if target not in mounted:
+            yield _mount(fstype, target)
+    if not any(m.fstype == "cgroup2" for m in visible):
+        target = cgroup2_target()
+        try:
+            target.mkdir(exist_ok=True)
+        except OSError as exc:
+            yield f"could not create {target}: {exc.strerror}"
+            return
+        yield _mount("cgroup2", target)

@@ -1,0 +1,95 @@
+"""The docker side of the image smoke test: a daemon, the build, the documented run line.
+
+Kept apart from the test so the test reads as the user's steps: build with
+`make image`, then `doctor` and `run` with the line docs/setup.md shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.support import ROOT
+
+SETUP_DOC = ROOT / "docs" / "setup.md"
+RUN_LINE_MARKER = "<!-- docker-run-line: tests/test_image.py runs this block -->"
+DOCUMENTED_IMAGE = "assay-runner:latest"
+
+
+def docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL, check=False,
+    )
+
+
+def _daemon_answers() -> bool:
+    return docker("info", "--format", "{{.ServerVersion}}", timeout=30).returncode == 0
+
+
+@contextmanager
+def docker_daemon(log: Path, startup: float = 60) -> Iterator[str]:
+    """A docker daemon for the test: the running one, else one started here.
+
+    A daemon started here is stopped again (SIGTERM, which also stops the
+    containerd it started); its data stays in /var/lib/docker, so the layer
+    cache makes the next build fast. Yields how the daemon was obtained.
+    """
+    missing = [tool for tool in ("docker", "dockerd") if shutil.which(tool) is None]
+    if missing:
+        raise AssertionError(f"{' and '.join(missing)} not found: 'make setup' installs docker.io")
+    if _daemon_answers():
+        yield "already running"
+        return
+    with log.open("w") as out:
+        proc = subprocess.Popen(["dockerd"], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + startup
+        while not _daemon_answers():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"dockerd did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield f"started (pid {proc.pid})"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def checkout_tag() -> str:
+    """A tag per checkout: concurrent test runs of two checkouts never swap images."""
+    return f"assay-runner:test-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]}"
+
+
+def documented_run_line() -> list[str]:
+    """The `docker run` options from docs/setup.md, up to and including the image.
+
+    The doc's block is parsed, not copied, so the line users read is the
+    line the test runs. It ends `IMAGE COMMAND...`; the command is the test's.
+    """
+    text = SETUP_DOC.read_text()
+    _, found, after = text.partition(RUN_LINE_MARKER)
+    assert found, f"{SETUP_DOC} lost the marker {RUN_LINE_MARKER!r}"
+    block = after.split("```", 2)[1].removeprefix("sh\n").removeprefix("\n")
+    words = shlex.split(block.replace("\\\n", " "))
+    assert words[:2] == ["docker", "run"], block
+    return words[2:words.index(DOCUMENTED_IMAGE) + 1]
+
+
+def run_line(image: str, runs: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """The documented options with `$PWD/runs` at `runs` and the test's image tag."""
+    out = []
+    for word in documented_run_line():
+        word = word.replace("$PWD/runs", str(runs))
+        out.append(image if word == DOCUMENTED_IMAGE else word)
+    return [*out[:-1], *extra, out[-1]]
