@@ -25,7 +25,21 @@
 #define HOOK_EXIT 43     /* exit_group/exit enter: the status the process asked for */
 #define HOOK_SIGNAL 44   /* signal_generate to a tracked task (sender's context) */
 #define HOOK_PROC_EXIT 45 /* sched_process_exit of a thread group's last thread */
-#define HOOK_MAX 46      /* size of the per-hook counter array */
+#define HOOK_CGROUP_ATTACH 46 /* cgroup_attach_task moving a tracked task */
+#define HOOK_CLOSE 47    /* close enter */
+#define HOOK_CLOSE_RANGE 48 /* close_range enter */
+#define HOOK_DUP 49      /* dup, dup2, dup3, fcntl(F_DUPFD*): joined enter+exit */
+#define HOOK_UNLINK 50   /* unlink, unlinkat, rmdir: joined */
+#define HOOK_RENAME 51   /* rename, renameat, renameat2: joined, two paths */
+#define HOOK_MKDIR 52    /* mkdir, mkdirat: joined */
+#define HOOK_SYMLINK 53  /* symlink, symlinkat: joined, target text + link path */
+#define HOOK_LINK 54     /* link, linkat: joined, two paths */
+#define HOOK_TRUNCATE 55 /* truncate (by path): joined */
+#define HOOK_CHMOD 56    /* chmod, fchmodat, fchmodat2, fchmod: joined */
+#define HOOK_IO_URING 57 /* io_uring_setup enter: its operations are not traced */
+#define HOOK_OPEN_BY_HANDLE 58 /* open_by_handle_at: joined (no path exists) */
+#define HOOK_MKNOD 59    /* mknod, mknodat: joined */
+#define HOOK_MAX 60      /* size of the per-hook counter array */
 
 #define ASSAY_DATA_MAX 4096 /* PATH_MAX: the most one string takes */
 #define ASSAY_PAYLOAD_MAX 8192 /* two strings (two-path syscalls, argv) */
@@ -49,6 +63,16 @@
  *   EXIT:    a0 status asked for, a1 0 for exit_group, 1 for exit (one thread)
  *   SIGNAL:  a0 signal, a1 target host tid, a2 kernel result (0 delivered)
  *   PROC_EXIT: (none): the record's tgid ended
+ *   CGROUP_ATTACH: a0 host tid moved, a1 destination cgroup id, a2 its level,
+ *            a3 hierarchy (0: cgroup v2); payload: destination path
+ *   CLOSE:   a0 fd; CLOSE_RANGE: a0 first, a1 last, a2 flags
+ *   DUP:     a0 old fd, a1 fd asked for (-1 lowest free), a2 O_CLOEXEC or 0
+ *   UNLINK:  a0 dirfd, a1 flags (AT_REMOVEDIR for rmdir); payload: path
+ *   RENAME/LINK: a0 old dirfd, a1 new dirfd, a2 flags; payload: old, new
+ *   SYMLINK: a0 new dirfd; payload: target text, link path
+ *   MKDIR/MKNOD: a0 dirfd, a1 mode (MKNOD: a2 dev); TRUNCATE: a0 dirfd (AT_FDCWD), a1 length
+ *   CHMOD:   a0 dirfd (fd when a3 = 1: fchmod), a1 mode, a2 flags
+ *   IO_URING: a0 entries; OPEN_BY_HANDLE: a0 mount dirfd, a1 flags
  *   NET_BLOCK: a0 HOOK_CONNECT or HOOK_SENDMSG (what was denied), a1 IP protocol
  */
 struct assay_hdr {

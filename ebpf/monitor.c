@@ -1,8 +1,14 @@
 /* assay-runner kernel monitor (BCC, tracepoints only).
  *
+ * Which tasks are seen: the run's, by lineage (docs/architecture.md). The
+ * `tasks` map holds every task of a run (host tid -> its slot, which carries
+ * the run key and the syscall in flight). A task enters it when it joins a
+ * cgroup listed in `run_cgroups` (the runner inserts the run's cgroup before
+ * the command starts: starting a run is a map insert) or when a tracked task
+ * creates it (task_newtask), and leaves it when it exits. Leaving the cgroup
+ * changes nothing: the migration itself is recorded.
+ *
  * Compile-time parameters (set by ebpf/monitor.py):
- *   RUN_CGROUP_ID, RUN_CGROUP_LEVEL  the run's cgroup v2 id and depth: only
- *                                    tasks in it or its descendants are seen
  *   RINGBUF_PAGES                    ring buffer size in pages
  *   WAKE_EVERY                       records per CPU between reader wakeups
  *   SYS_EXIT_RET_OFFSET              offset of `ret` in sys_exit_* records
@@ -11,7 +17,9 @@
  *
  * Design rules (see docs/architecture.md):
  *   - never read kernel struct fields: tracepoint args and helpers only;
- *   - filter on the cgroup before touching any map or the ring buffer;
+ *   - one `tasks` lookup decides whether a syscall is the run's; the same
+ *     slot keeps its saved arguments, so the hot path costs one map lookup
+ *     at enter and one at exit;
  *   - one record per syscall: arguments saved at enter, joined at exit, user
  *     strings read at exit (at enter the page may not be resident yet);
  *   - every failed ring-buffer write is counted per hook (drops); every
@@ -19,13 +27,16 @@
  */
 #include "assay_events.h"
 
-struct inflight_t {
+/* A tracked task: its run and the syscall it has in flight (hook 0: none). */
+struct task_t {
     u64 ptr;
+    u64 ptr2;
     s64 a0;
     s64 a1;
     s64 a2;
     s64 a3;
     u32 hook;
+    u32 run;
 };
 
 struct open_how_t {
@@ -40,7 +51,9 @@ struct user_msghdr_head_t {
 };
 
 BPF_RINGBUF_OUTPUT(rb, RINGBUF_PAGES);
-BPF_HASH(inflight, u32, struct inflight_t, 16384);
+BPF_HASH(tasks, u32, struct task_t, TASKS_MAX);
+BPF_HASH(run_cgroups, u64, u32, 64); /* cgroup v2 id -> run key */
+BPF_PERCPU_ARRAY(untracked, u64, 1); /* tasks the full `tasks` map could not take */
 BPF_PERCPU_ARRAY(scratch, struct assay_rec, 1);
 BPF_PERCPU_ARRAY(drops, u64, HOOK_MAX);
 BPF_PERCPU_ARRAY(emitted, u64, HOOK_MAX);
@@ -48,14 +61,25 @@ BPF_PERCPU_ARRAY(since_wake, u64, 1);
 /* Never written: lets tests read clang's layout of the header via BCC. */
 BPF_ARRAY(layout_probe, struct assay_hdr, 1);
 
-static __always_inline int in_run(void)
-{
-    return bpf_get_current_ancestor_cgroup_id(RUN_CGROUP_LEVEL) == RUN_CGROUP_ID;
-}
-
 static __always_inline u32 tid_of(u64 id)
 {
     return (u32)id;
+}
+
+/* The current task's slot when it belongs to a run, else 0. */
+static __always_inline struct task_t *tracked(void)
+{
+    u32 tid = tid_of(bpf_get_current_pid_tgid());
+    return tasks.lookup(&tid);
+}
+
+/* Adds `tid` to run `run`; a full map is counted, never silent. */
+static __always_inline void track(u32 tid, u32 run)
+{
+    struct task_t t = {};
+    t.run = run;
+    if (tasks.update(&tid, &t) != 0)
+        untracked.increment(0);
 }
 
 static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret)
@@ -160,6 +184,33 @@ static __always_inline void rec_argv(struct assay_rec *r, u64 argv)
     r->h.truncated = trunc;
 }
 
+/* Reads two user strings back to back (two-path syscalls): the first
+ * NUL-terminated (an unreadable one is stored empty), the second after it. */
+static __always_inline void rec_str2(struct assay_rec *r, u64 p1, u64 p2)
+{
+    u32 trunc = 0;
+    long n = bpf_probe_read_user_str(r->data, ASSAY_DATA_MAX, (void *)p1);
+    if (n <= 0) {
+        r->data[0] = 0;
+        n = 1;
+        trunc |= TRUNC_UNREAD;
+    } else if (n >= ASSAY_DATA_MAX && !ends_at_max(p1)) {
+        trunc |= TRUNC_FIRST;
+    }
+    /* the first string's NUL is at n - 1 < ASSAY_DATA_MAX: masking proves it */
+    u32 nul = (n - 1) & (ASSAY_DATA_MAX - 1);
+    u32 off = nul + 1;
+    long m = bpf_probe_read_user_str(r->data + nul + 1, ASSAY_DATA_MAX, (void *)p2);
+    if (m <= 0) {
+        m = 0;
+        trunc |= TRUNC_UNREAD;
+    } else if (m >= ASSAY_DATA_MAX && !ends_at_max(p2)) {
+        trunc |= TRUNC_SECOND;
+    }
+    r->h.data_len = off + m;
+    r->h.truncated = trunc;
+}
+
 /* Reads a user sockaddr of `len` bytes (capped at 128) into the payload. */
 static __always_inline void rec_sockaddr(struct assay_rec *r, u64 ptr, s64 len)
 {
@@ -172,32 +223,35 @@ static __always_inline void rec_sockaddr(struct assay_rec *r, u64 ptr, s64 len)
         r->h.data_len = n;
 }
 
-static __always_inline void save(u32 hook, u64 ptr, s64 a0, s64 a1, s64 a2, s64 a3)
+/* Saves a syscall's enter arguments in the task's slot, for its exit. */
+static __always_inline void save2(struct task_t *t, u32 hook, u64 ptr, u64 ptr2,
+                                  s64 a0, s64 a1, s64 a2, s64 a3)
 {
-    struct inflight_t f = {};
-    f.hook = hook;
-    f.ptr = ptr;
-    f.a0 = a0;
-    f.a1 = a1;
-    f.a2 = a2;
-    f.a3 = a3;
-    u32 tid = tid_of(bpf_get_current_pid_tgid());
-    if (inflight.update(&tid, &f) != 0)
-        drops.increment(hook); /* table full: this syscall will be missing */
+    t->hook = hook;
+    t->ptr = ptr;
+    t->ptr2 = ptr2;
+    t->a0 = a0;
+    t->a1 = a1;
+    t->a2 = a2;
+    t->a3 = a3;
+}
+
+static __always_inline void save(struct task_t *t, u32 hook, u64 ptr, s64 a0, s64 a1, s64 a2, s64 a3)
+{
+    save2(t, hook, ptr, 0, a0, a1, a2, a3);
 }
 
 /* Joins a syscall exit with its saved enter arguments and emits one record. */
 static __always_inline void finish(s64 ret)
 {
     u32 tid = tid_of(bpf_get_current_pid_tgid());
-    struct inflight_t *f = inflight.lookup(&tid);
-    if (!f || !f->hook)
+    struct task_t *t = tasks.lookup(&tid);
+    if (!t || !t->hook)
         return;
-    struct inflight_t s = *f;
-    /* Mark consumed instead of deleting (a delete per syscall cost about
-     * 50 ns); the entry is reused by the thread's next syscall and deleted
-     * when the thread exits (sched_process_exit below). */
-    f->hook = 0;
+    struct task_t s = *t;
+    /* Mark consumed: the slot is reused by the thread's next syscall and
+     * deleted when the thread exits (sched_process_exit below). */
+    t->hook = 0;
     if (s.hook == HOOK_EXECVE && ret == 0)
         return; /* success: sched_process_exec said so, and the path is gone */
     struct assay_rec *r = rec_begin(s.hook, ret);
@@ -207,10 +261,12 @@ static __always_inline void finish(s64 ret)
     r->h.a1 = s.a1;
     r->h.a2 = s.a2;
     r->h.a3 = s.a3;
-    if (s.hook == HOOK_OPEN || s.hook == HOOK_CHDIR || s.hook == HOOK_EXECVE)
-        rec_str(r, s.ptr);
-    else if (s.hook == HOOK_CONNECT || s.hook == HOOK_SENDTO || s.hook == HOOK_SENDMSG)
+    if (s.hook == HOOK_CONNECT || s.hook == HOOK_SENDTO || s.hook == HOOK_SENDMSG)
         rec_sockaddr(r, s.ptr, s.a1);
+    else if (s.ptr2)
+        rec_str2(r, s.ptr, s.ptr2);
+    else if (s.ptr)
+        rec_str(r, s.ptr);
     rec_submit(r);
 }
 
@@ -221,8 +277,7 @@ static __always_inline void finish(s64 ret)
  * compile short. */
 int on_sys_exit(void *ctx)
 {
-    if (in_run())
-        finish(*(long *)(ctx + SYS_EXIT_RET_OFFSET));
+    finish(*(long *)(ctx + SYS_EXIT_RET_OFFSET));
     return 0;
 }
 
@@ -230,36 +285,40 @@ int on_sys_exit(void *ctx)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_openat)
 {
-    if (!in_run())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    save(HOOK_OPEN, (u64)args->filename, args->dfd, args->flags, args->mode, 0);
+    save(t, HOOK_OPEN, (u64)args->filename, args->dfd, args->flags, args->mode, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
 {
-    if (!in_run())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
     struct open_how_t how = {};
     bpf_probe_read_user(&how, sizeof(how), (void *)args->how);
-    save(HOOK_OPEN, (u64)args->filename, args->dfd, how.flags, how.mode, how.resolve);
+    save(t, HOOK_OPEN, (u64)args->filename, args->dfd, how.flags, how.mode, how.resolve);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_open)
 {
-    if (!in_run())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    save(HOOK_OPEN, (u64)args->filename, -100 /* AT_FDCWD */, args->flags, args->mode, 0);
+    save(t, HOOK_OPEN, (u64)args->filename, -100 /* AT_FDCWD */, args->flags, args->mode, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_creat)
 {
-    if (!in_run())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
     /* creat() is open(O_CREAT|O_WRONLY|O_TRUNC) */
-    save(HOOK_OPEN, (u64)args->pathname, -100, 01101, args->mode, 0);
+    save(t, HOOK_OPEN, (u64)args->pathname, -100, 01101, args->mode, 0);
     return 0;
 }
 
@@ -267,28 +326,31 @@ TRACEPOINT_PROBE(syscalls, sys_enter_creat)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_connect)
 {
-    if (!in_run())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    save(HOOK_CONNECT, (u64)args->uservaddr, args->fd, args->addrlen, 0, 0);
+    save(t, HOOK_CONNECT, (u64)args->uservaddr, args->fd, args->addrlen, 0, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_sendto)
 {
-    if (!in_run() || !args->addr)
+    struct task_t *t = tracked();
+    if (!t || !args->addr)
         return 0;
-    save(HOOK_SENDTO, (u64)args->addr, args->fd, args->addr_len, 0, 0);
+    save(t, HOOK_SENDTO, (u64)args->addr, args->fd, args->addr_len, 0, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
 {
-    if (!in_run())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
     struct user_msghdr_head_t m = {};
     if (bpf_probe_read_user(&m, sizeof(m), (void *)args->msg) != 0 || !m.name)
         return 0;
-    save(HOOK_SENDMSG, m.name, args->fd, m.namelen, 0, 0);
+    save(t, HOOK_SENDMSG, m.name, args->fd, m.namelen, 0, 0);
     return 0;
 }
 
@@ -296,7 +358,20 @@ TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
 
 TRACEPOINT_PROBE(sched, sched_process_exec)
 {
-    if (!in_run())
+    u32 tid = args->pid;
+    u32 old = args->old_pid;
+    if (old != tid) {
+        /* A non-leader thread exec'd and took the leader's id: its slot moves. */
+        struct task_t *o = tasks.lookup(&old);
+        if (o) {
+            struct task_t moved = *o;
+            moved.hook = 0;
+            if (tasks.update(&tid, &moved) != 0)
+                untracked.increment(0);
+            tasks.delete(&old);
+        }
+    }
+    if (!tasks.lookup(&tid))
         return 0;
     struct assay_rec *r = rec_begin(HOOK_EXEC, 0);
     if (!r)
@@ -306,24 +381,23 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
     u16 off = args->data_loc_filename & 0xFFFF;
     long n = bpf_probe_read_kernel_str(r->data, ASSAY_DATA_MAX, (void *)args + off);
     r->h.data_len = n < 0 ? 0 : n;
-    r->h.truncated = n >= ASSAY_DATA_MAX;
+    r->h.truncated = n >= ASSAY_DATA_MAX ? TRUNC_FIRST : 0;
     rec_submit(r);
     return 0;
 }
 
-/* A thread's in-flight slot goes with the thread, so the table holds live
- * threads only. */
+/* A thread's slot goes with the thread, so the map holds live tasks only. */
 TRACEPOINT_PROBE(sched, sched_process_exit)
 {
-    if (in_run()) {
-        u32 tid = tid_of(bpf_get_current_pid_tgid());
-        inflight.delete(&tid);
-        if (args->group_dead) {
-            struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0);
-            if (r)
-                rec_submit(r);
-        }
+    u32 tid = tid_of(bpf_get_current_pid_tgid());
+    if (!tasks.lookup(&tid))
+        return 0;
+    if (args->group_dead) {
+        struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0);
+        if (r)
+            rec_submit(r);
     }
+    tasks.delete(&tid);
     return 0;
 }
 
@@ -332,27 +406,29 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
  * in. The exec's path is read at exit, and only a failed exec writes an exit
  * record (a successful one is sched_process_exec's record). */
 
-static __always_inline void exec_enter(u64 path, u64 argv, s64 dirfd, s64 flags)
+static __always_inline void exec_enter(struct task_t *t, u64 path, u64 argv, s64 dirfd, s64 flags)
 {
     struct assay_rec *r = rec_begin(HOOK_EXEC_ARGV, 0);
     if (r) {
         rec_argv(r, argv);
         rec_submit(r);
     }
-    save(HOOK_EXECVE, path, dirfd, flags, 0, 0);
+    save(t, HOOK_EXECVE, path, dirfd, flags, 0, 0);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_execve)
 {
-    if (in_run())
-        exec_enter((u64)args->filename, (u64)args->argv, -100 /* AT_FDCWD */, 0);
+    struct task_t *t = tracked();
+    if (t)
+        exec_enter(t, (u64)args->filename, (u64)args->argv, -100 /* AT_FDCWD */, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_execveat)
 {
-    if (in_run())
-        exec_enter((u64)args->filename, (u64)args->argv, args->fd, args->flags);
+    struct task_t *t = tracked();
+    if (t)
+        exec_enter(t, (u64)args->filename, (u64)args->argv, args->fd, args->flags);
     return 0;
 }
 
@@ -368,14 +444,14 @@ static __always_inline void exit_record(s64 status, s64 one_thread)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_exit_group)
 {
-    if (in_run())
+    if (tracked())
         exit_record(args->error_code, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_exit)
 {
-    if (in_run())
+    if (tracked())
         exit_record(args->error_code, 1);
     return 0;
 }
@@ -385,7 +461,8 @@ TRACEPOINT_PROBE(syscalls, sys_enter_exit)
  * run are recorded where they are generated. */
 TRACEPOINT_PROBE(signal, signal_generate)
 {
-    if (!in_run())
+    u32 target = args->pid;
+    if (!tasks.lookup(&target))
         return 0;
     struct assay_rec *r = rec_begin(HOOK_SIGNAL, 0);
     if (!r)
@@ -397,10 +474,14 @@ TRACEPOINT_PROBE(signal, signal_generate)
     return 0;
 }
 
+/* A task created by a run task belongs to the run, wherever it goes. The
+ * clone flags say when it was started in another cgroup (CLONE_INTO_CGROUP). */
 TRACEPOINT_PROBE(task, task_newtask)
 {
-    if (!in_run())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
+    track(args->pid, t->run);
     struct assay_rec *r = rec_begin(HOOK_NEWTASK, 0);
     if (!r)
         return 0;
@@ -410,18 +491,304 @@ TRACEPOINT_PROBE(task, task_newtask)
     return 0;
 }
 
+/* Joining a run cgroup starts tracking (that is how the run's first task is
+ * seeded); a tracked task moving to any cgroup is evidence. The record is
+ * written in the context of whoever moved it; a0 names the task moved. */
+TRACEPOINT_PROBE(cgroup, cgroup_attach_task)
+{
+    u32 pid = args->pid;
+    if (tasks.lookup(&pid)) {
+        struct assay_rec *r = rec_begin(HOOK_CGROUP_ATTACH, 0);
+        if (!r)
+            return 0;
+        r->h.a0 = pid;
+        r->h.a1 = args->dst_id;
+        r->h.a2 = args->dst_level;
+        r->h.a3 = args->dst_root;
+        u16 off = args->data_loc_dst_path & 0xFFFF;
+        long n = bpf_probe_read_kernel_str(r->data, ASSAY_DATA_MAX, (void *)args + off);
+        r->h.data_len = n < 0 ? 0 : n;
+        rec_submit(r);
+        return 0;
+    }
+    if (args->dst_root != 0)
+        return 0; /* a cgroup v1 hierarchy: its ids are not the v2 ids we know */
+    u64 dst = args->dst_id;
+    u32 *run = run_cgroups.lookup(&dst);
+    if (run)
+        track(pid, *run);
+    return 0;
+}
+
 TRACEPOINT_PROBE(syscalls, sys_enter_chdir)
 {
-    if (!in_run())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    save(HOOK_CHDIR, (u64)args->filename, 0, 0, 0, 0);
+    save(t, HOOK_CHDIR, (u64)args->filename, 0, 0, 0, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_fchdir)
 {
-    if (!in_run())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    save(HOOK_FCHDIR, 0, args->fd, 0, 0, 0);
+    save(t, HOOK_FCHDIR, 0, args->fd, 0, 0, 0);
+    return 0;
+}
+
+/* ---- file system changes (docs/artifacts.md maps them to event_<id>) ------
+ * Paths are read at exit like opens'; two-path syscalls carry both strings.
+ * An fd-relative path keeps its dirfd, resolved by the normalizer. */
+
+#define AT_FDCWD_ -100
+#define AT_REMOVEDIR_ 0x200
+
+TRACEPOINT_PROBE(syscalls, sys_enter_unlink)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_UNLINK, (u64)args->pathname, AT_FDCWD_, 0, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_unlinkat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_UNLINK, (u64)args->pathname, args->dfd, args->flag, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_rmdir)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_UNLINK, (u64)args->pathname, AT_FDCWD_, AT_REMOVEDIR_, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_rename)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_RENAME, (u64)args->oldname, (u64)args->newname, AT_FDCWD_, AT_FDCWD_, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_renameat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_RENAME, (u64)args->oldname, (u64)args->newname, args->olddfd, args->newdfd, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_renameat2)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_RENAME, (u64)args->oldname, (u64)args->newname, args->olddfd, args->newdfd,
+              args->flags, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_mkdir)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_MKDIR, (u64)args->pathname, AT_FDCWD_, args->mode, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_mkdirat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_MKDIR, (u64)args->pathname, args->dfd, args->mode, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_mknod)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_MKNOD, (u64)args->filename, AT_FDCWD_, args->mode, args->dev, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_mknodat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_MKNOD, (u64)args->filename, args->dfd, args->mode, args->dev, 0);
+    return 0;
+}
+
+/* symlink: first string the target text (never resolved), second the link. */
+TRACEPOINT_PROBE(syscalls, sys_enter_symlink)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_SYMLINK, (u64)args->oldname, (u64)args->newname, AT_FDCWD_, 0, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_symlinkat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_SYMLINK, (u64)args->oldname, (u64)args->newname, args->newdfd, 0, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_link)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_LINK, (u64)args->oldname, (u64)args->newname, AT_FDCWD_, AT_FDCWD_, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_linkat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_LINK, (u64)args->oldname, (u64)args->newname, args->olddfd, args->newdfd,
+              args->flags, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_truncate)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_TRUNCATE, (u64)args->path, AT_FDCWD_, args->length, 0, 0);
+    return 0;
+}
+
+/* chmod family: a0 dirfd (or the fd for fchmod, with a3 = 1), a1 mode. */
+TRACEPOINT_PROBE(syscalls, sys_enter_chmod)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_CHMOD, (u64)args->filename, AT_FDCWD_, args->mode, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fchmodat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_CHMOD, (u64)args->filename, args->dfd, args->mode, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fchmodat2)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_CHMOD, (u64)args->filename, args->dfd, args->mode, args->flags, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fchmod)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_CHMOD, 0, args->fd, args->mode, 0, 1);
+    return 0;
+}
+
+/* ---- what the fd table needs: closes and dups ------------------------------
+ * The normalizer keeps each process's fd -> path table from these, to resolve
+ * dirfds and /proc/self/fd/N reopens. A close is one header-only record at
+ * enter (the fd is released even when close fails with EINTR). */
+
+TRACEPOINT_PROBE(syscalls, sys_enter_close)
+{
+    if (!tracked())
+        return 0;
+    struct assay_rec *r = rec_begin(HOOK_CLOSE, 0);
+    if (!r)
+        return 0;
+    r->h.a0 = args->fd;
+    rec_submit(r);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_close_range)
+{
+    if (!tracked())
+        return 0;
+    struct assay_rec *r = rec_begin(HOOK_CLOSE_RANGE, 0);
+    if (!r)
+        return 0;
+    r->h.a0 = args->fd;
+    r->h.a1 = args->max_fd;
+    r->h.a2 = args->flags;
+    rec_submit(r);
+    return 0;
+}
+
+/* dup family: a0 old fd, a1 the fd asked for (-1: lowest free), a2 flags. */
+TRACEPOINT_PROBE(syscalls, sys_enter_dup)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_DUP, 0, args->fildes, -1, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_dup2)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_DUP, 0, args->oldfd, args->newfd, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_dup3)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_DUP, 0, args->oldfd, args->newfd, args->flags, 0);
+    return 0;
+}
+
+#define F_DUPFD_ 0
+#define F_DUPFD_CLOEXEC_ 1030
+#define O_CLOEXEC_ 02000000
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fcntl)
+{
+    if (args->cmd != F_DUPFD_ && args->cmd != F_DUPFD_CLOEXEC_)
+        return 0;
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_DUP, 0, args->fd, -1, args->cmd == F_DUPFD_CLOEXEC_ ? O_CLOEXEC_ : 0, 0);
+    return 0;
+}
+
+/* ---- what the monitor cannot follow: recorded so health can say so -------- */
+
+TRACEPOINT_PROBE(syscalls, sys_enter_io_uring_setup)
+{
+    if (!tracked())
+        return 0;
+    struct assay_rec *r = rec_begin(HOOK_IO_URING, 0);
+    if (!r)
+        return 0;
+    r->h.a0 = args->entries;
+    rec_submit(r);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_open_by_handle_at)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_OPEN_BY_HANDLE, 0, args->mountdirfd, args->flags, 0, 0);
     return 0;
 }

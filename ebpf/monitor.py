@@ -21,11 +21,17 @@ SOURCE_DIR = Path(__file__).resolve().parent
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
 JOINED_SYSCALLS = (
     "openat", "openat2", "open", "creat", "connect", "sendto", "sendmsg", "chdir", "fchdir",
-    "execve", "execveat",
+    "execve", "execveat", "unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2",
+    "mkdir", "mkdirat", "mknod", "mknodat", "symlink", "symlinkat", "link", "linkat", "truncate",
+    "chmod", "fchmodat", "fchmodat2", "fchmod", "dup", "dup2", "dup3", "fcntl", "open_by_handle_at",
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 DEFAULT_RINGBUF_PAGES = 1024  # 4 MiB: zero drops on our open-heavy benchmark
+TASKS_MAX = 32768
+"""Live tasks the lineage map can track at once; more are counted as untracked."""
+RUN_KEY = 1
+"""This process's one run (a daemon would give each run its own key)."""
 TYPICAL_RECORD_BYTES = 128  # header, a short path and the ring's own record header
 
 
@@ -65,13 +71,13 @@ class NetPolicySpec:
 
 @dataclass(frozen=True)
 class MonitorConfig:
-    """What the compiled program is specialised for."""
+    """What the compiled program is specialised for, and the run's cgroup (v2 id)."""
 
     cgroup_id: int
-    cgroup_level: int
     ringbuf_pages: int = DEFAULT_RINGBUF_PAGES
     net_policy: NetPolicySpec | None = None
     cgroup_path: str = ""
+    tasks_max: int = TASKS_MAX
 
     @property
     def wake_every(self) -> int:
@@ -119,8 +125,7 @@ class Monitor:
             raise MonitorError(f"cannot import bcc ({exc}); install python3-bpfcc") from exc
         cflags = [
             f"-I{SOURCE_DIR}",
-            f"-DRUN_CGROUP_ID={config.cgroup_id}ULL",
-            f"-DRUN_CGROUP_LEVEL={config.cgroup_level}",
+            f"-DTASKS_MAX={config.tasks_max}",
             f"-DRINGBUF_PAGES={pages}",
             f"-DWAKE_EVERY={config.wake_every}",
             f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
@@ -142,6 +147,8 @@ class Monitor:
         except Exception as exc:
             raise MonitorError(f"cannot load the eBPF monitor: {exc}") from exc
         self._sink = sink
+        runs = self._bpf[b"run_cgroups"]
+        runs[runs.Key(config.cgroup_id)] = runs.Leaf(RUN_KEY)
         try:
             for name in JOINED_SYSCALLS:
                 self._bpf.attach_tracepoint(tp=f"syscalls:sys_exit_{name}".encode(), fn_name=b"on_sys_exit")
@@ -209,6 +216,10 @@ class Monitor:
     def emitted(self) -> dict[str, int]:
         """Successful ring-buffer writes per hook since load."""
         return self._per_hook("emitted")
+
+    def untracked(self) -> int:
+        """Tasks of the run the full lineage map could not take (their events are missing)."""
+        return sum(self._bpf[b"untracked"][ctypes.c_int(0)])
 
     def header_layout(self) -> list[tuple[str, int, int]]:
         """(field, offset, size) of `struct assay_hdr` as clang laid it out."""

@@ -29,7 +29,21 @@ HOOK_EXECVE = 42
 HOOK_EXIT = 43
 HOOK_SIGNAL = 44
 HOOK_PROC_EXIT = 45
-HOOK_MAX = 46
+HOOK_CGROUP_ATTACH = 46
+HOOK_CLOSE = 47
+HOOK_CLOSE_RANGE = 48
+HOOK_DUP = 49
+HOOK_UNLINK = 50
+HOOK_RENAME = 51
+HOOK_MKDIR = 52
+HOOK_SYMLINK = 53
+HOOK_LINK = 54
+HOOK_TRUNCATE = 55
+HOOK_CHMOD = 56
+HOOK_IO_URING = 57
+HOOK_OPEN_BY_HANDLE = 58
+HOOK_MKNOD = 59
+HOOK_MAX = 60
 
 TRUNC_FIRST = 1
 TRUNC_SECOND = 2
@@ -52,6 +66,20 @@ HOOK_NAMES = {
     HOOK_EXIT: "exit",
     HOOK_SIGNAL: "signal",
     HOOK_PROC_EXIT: "proc_exit",
+    HOOK_CGROUP_ATTACH: "cgroup_attach",
+    HOOK_CLOSE: "close",
+    HOOK_CLOSE_RANGE: "close_range",
+    HOOK_DUP: "dup",
+    HOOK_UNLINK: "unlink",
+    HOOK_RENAME: "rename",
+    HOOK_MKDIR: "mkdir",
+    HOOK_SYMLINK: "symlink",
+    HOOK_LINK: "link",
+    HOOK_TRUNCATE: "truncate",
+    HOOK_CHMOD: "chmod",
+    HOOK_IO_URING: "io_uring_setup",
+    HOOK_OPEN_BY_HANDLE: "open_by_handle_at",
+    HOOK_MKNOD: "mknod",
 }
 """Hooks the monitor attaches, by id: the keys of drop counters and notes."""
 

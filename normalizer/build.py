@@ -14,12 +14,14 @@ import hashlib
 import os
 import tempfile
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 import msgspec
 
+from ebpf.wire import HOOK_NAMES
 from normalizer.artifacts import (
     KERNEL_EVENT_SCHEMA,
     RUN_EVENT_SCHEMA,
@@ -36,8 +38,10 @@ from normalizer.blocks import FileBlockJudge, merge_net_blocks
 from normalizer.classify import Classified, classify
 from normalizer.correlate import END, Block, correlate, decisions, policy_events
 from normalizer.decode import iter_decode
+from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
+from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts, observation_health, privilege_note
-from normalizer.paths import PathResolver
+from normalizer.paths import PathResolver, Resolved
 from normalizer.redact import Redactor
 from normalizer.sdk import ToolCall, sdk_layer
 from normalizer.telemetry import is_telemetry
@@ -111,7 +115,9 @@ class _Scan:
     def __init__(self, spool: Spool) -> None:
         header = spool.header
         self.tree = TreeBuilder(header.control_pids, header.shim_pid)
-        self.resolver = PathResolver(header.workdir)
+        self.resolver = PathResolver(header.workdir, self.tree.thread_of)
+        self.escapes = EscapeWatch(header.cgroup_path)
+        self.untraced_io: Counter[str] = Counter()
         self.judge = FileBlockJudge(header.policy, header.uid, spool.dac)
         self.captured = 0
         self._records = spool.records
@@ -131,9 +137,22 @@ class _Scan:
         items = self.tree.attribute(iter_decode(self._counted()))
         resolved = merge_net_blocks(self.resolver.resolve(item) for item in items)
         for order, r in enumerate(resolved):
-            c = classify(r, order, self.judge.blocked_access(r))
-            if c is not None:
+            for c in self._evidence(r, order):
                 yield r.item.thread, c
+
+    def _evidence(self, r: Resolved, order: int) -> Iterator[Classified]:
+        hook = r.item.event.hook
+        if hook in FS_HOOKS:
+            if hook in UNTRACED_IO_HOOKS:
+                self.untraced_io[HOOK_NAMES[hook]] += 1
+            yield from fs_events(r, order)
+            return
+        if hook in ESCAPE_HOOKS:
+            c = self.escapes.classify(r, order)
+        else:
+            c = classify(r, order, self.judge.blocked_access(r))
+        if c is not None:
+            yield c
 
     def facts(self, trailer: SpoolTrailer, platform: str) -> CaptureFacts:
         return CaptureFacts(
@@ -144,6 +163,11 @@ class _Scan:
             root_seen=self.tree.stats.root_seen,
             unresolved_paths=self.resolver.unresolved,
             platform=platform,
+            unresolved_reopens=self.resolver.unresolved_reopens,
+            cgroup_escapes=self.escapes.migrations,
+            clone_into_cgroup=self.escapes.clone_into_cgroup,
+            untracked_tasks=trailer.untracked_tasks,
+            untraced_io=dict(self.untraced_io),
             truncated_paths=self.resolver.truncated,
         )
 

@@ -22,6 +22,7 @@ for a process still running when the capture ended.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -37,7 +38,7 @@ from ebpf.wire import (
     TRUNC_FIRST,
     TRUNC_UNREAD,
 )
-from normalizer.decode import iter_decode
+from normalizer.decode import RawEvent, iter_decode
 from normalizer.paths import PathResolver
 from normalizer.tree import Process, Thread, TreeBuilder, number_tree
 from spool.format import Spool
@@ -123,12 +124,17 @@ def argv_entries(data: bytes, count: int) -> list[bytes]:
 def exec_log(spool: Spool) -> ExecLog:
     """Walk the spool in ring order and collect every exec and every process end."""
     header = spool.header
-    tree = TreeBuilder(header.control_pids, header.shim_pid)
-    resolver = PathResolver(header.workdir)
+    return exec_log_of(iter_decode(spool.records), header.control_pids, header.shim_pid, header.workdir)
+
+
+def exec_log_of(events: Iterable[RawEvent], control_pids: list[int], shim_pid: int, workdir: str) -> ExecLog:
+    """`exec_log` over decoded records in ring order."""
+    tree = TreeBuilder(control_pids, shim_pid)
+    resolver = PathResolver(workdir, tree.thread_of)
     pending: dict[int, _Pending] = {}  # host tid -> exec in flight
     done: list[_Pending] = []
     ends = _Ends()
-    for order, item in enumerate(tree.attribute(iter_decode(spool.records))):
+    for order, item in enumerate(tree.attribute(events)):
         e, thread = item.event, item.thread
         proc = thread.process
         if e.hook == HOOK_EXEC_ARGV:

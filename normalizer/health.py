@@ -4,18 +4,25 @@ Rules (contract "observation-health.json", decisions in docs/artifacts.md):
 - `kernel_layer` is `complete` with zero drops, else `partial_ringbuf_drops`.
   Drops are the kernel's failed ring-buffer writes plus any record the kernel
   emitted that never reached the spool.
-- `cgroup_correlation` is `clean` when every event of the run's cgroup was
+- `cgroup_correlation` is `clean` when every event of the run's tasks was
   attributed to the command's process tree, `partial` when some were not (or
-  a process-creation record was dropped), `failed` when the command's root
-  process was never seen.
+  a process-creation record was dropped), when a task left the run's cgroup
+  (migration or clone3 CLONE_INTO_CGROUP: still observed by lineage, but out
+  of the cgroup's network policy and kill), or when the lineage map was full
+  and a task went untracked; `failed` when the command's root process was
+  never seen.
 - network coverage comes from the normalized network evidence; drops on a
-  network hook make it `unknown`, since peers may be missing.
+  network hook make it `unknown`, since peers may be missing, and so does an
+  io_uring instance (its connects and sends are not traced).
+- io_uring_setup and open_by_handle_at get an `s2_untraced_io` note: what
+  goes through them is not in the kernel layer, whatever `kernel_layer` says
+  about ring-buffer loss.
 """
 
 from __future__ import annotations
 
 from collections.abc import Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ebpf.wire import HOOK_NAMES, HOOK_NET_BLOCK, NETWORK_HOOKS
 from normalizer.artifacts import HEALTH_SCHEMA, ObservationHealth
@@ -37,6 +44,12 @@ class CaptureFacts:
     root_seen: bool
     unresolved_paths: int
     platform: str = "linux"
+    unresolved_reopens: int = 0
+    cgroup_escapes: int = 0
+    clone_into_cgroup: int = 0
+    untracked_tasks: int = 0
+    untraced_io: dict[str, int] = field(default_factory=dict)
+    """Calls that open I/O the monitor cannot follow (io_uring_setup, open_by_handle_at)."""
     truncated_paths: int = 0
     """Path payloads cut at the kernel's capture limit (their values end in the marker)."""
 
@@ -52,7 +65,8 @@ class CaptureFacts:
 
 def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[str, str]:
     """(network_protocol_coverage, network_endpoint_claim_scope) from the kinds in the kernel layer."""
-    if any(facts.drops.get(name, 0) for name in NETWORK_HOOK_NAMES) or facts.lost_in_transit:
+    if any(facts.drops.get(name, 0) for name in NETWORK_HOOK_NAMES) or facts.lost_in_transit \
+            or facts.untraced_io.get("io_uring_setup"):
         return "unknown", "unknown"
     connect = bool(kinds & CONNECT_KINDS)
     datagram = bool(kinds & DATAGRAM_KINDS)
@@ -71,7 +85,8 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
     """clean, partial or failed, as the module docstring says."""
     if not facts.root_seen:
         return "failed"
-    if facts.unattributed_events or facts.drops.get("newtask", 0):
+    if facts.unattributed_events or facts.drops.get("newtask", 0) or facts.untracked_tasks \
+            or facts.cgroup_escapes or facts.clone_into_cgroup:
         return "partial"
     return "clean"
 
@@ -109,8 +124,17 @@ def observation_health(
         if facts.lost_in_transit:
             parts.append(f"lost_in_transit={facts.lost_in_transit}")
         notes.append("s2_kernel_drops: " + " ".join(parts))
-    if facts.unresolved_paths:
-        notes.append(f"s2_path_resolution: unresolved_paths={facts.unresolved_paths}")
+    if facts.unresolved_paths or facts.unresolved_reopens:
+        notes.append(f"s2_path_resolution: unresolved_paths={facts.unresolved_paths} "
+                     f"unresolved_fd_reopens={facts.unresolved_reopens}")
+    if facts.untraced_io:
+        notes.append("s2_untraced_io: " + " ".join(f"{k}={v}" for k, v in sorted(facts.untraced_io.items()))
+                     + " operations_not_in_kernel_layer=true")
+    if facts.cgroup_escapes or facts.clone_into_cgroup:
+        notes.append(f"s3_cgroup_escape: migrations={facts.cgroup_escapes} "
+                     f"clone_into_cgroup={facts.clone_into_cgroup} followed_by_lineage=true")
+    if facts.untracked_tasks:
+        notes.append(f"s3_lineage: untracked_tasks={facts.untracked_tasks} tracking_map_full=true")
     if facts.truncated_paths:
         notes.append(f"s2_path_capture: truncated_paths={facts.truncated_paths}")
     correlation = cgroup_correlation(facts)

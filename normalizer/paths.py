@@ -3,12 +3,17 @@
 Each process carries its working directory and a table of the paths its
 successful opens returned, keyed by fd. A new process starts from a copy of
 its parent's; threads share their process's. `chdir`/`fchdir` move the
-working directory; an exec drops the fds opened with O_CLOEXEC.
+working directory; an exec drops the fds opened with O_CLOEXEC; close,
+close_range and the dup family (traced for this) keep the table exact, so a
+number reused by an untraced fd (a socket, a pipe) never inherits a stale
+path. A dirfd whose origin is unknown (inherited from outside the run, made
+by an untraced syscall or by open_by_handle_at) cannot be resolved: the event
+keeps `value: null` and is counted in health notes.
 
-Without tracing close/dup (too costly on the hot path), an fd entry stays
-until another open returns the same number. A dirfd that never came from a
-traced open (inherited from outside the run, or made by dup/socket) cannot be
-resolved: the event keeps `value: null` and is counted in health notes.
+A reopen through `/proc/self/fd/N`, `/proc/thread-self/fd/N`,
+`/proc/<pid>/fd/N` (host pids: the command sees the host's /proc) or
+`/dev/fd/N` resolves to the path fd N was opened with, so it carries the
+target with the reopen's own access mode (normalizer/reopen.py).
 Paths are normalized lexically (`a/./b/../c` -> `a/c`), never by reading the
 host filesystem, so normalization stays pure.
 """
@@ -16,16 +21,42 @@ host filesystem, so normalization stays pure.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ebpf.wire import HOOK_CHDIR, HOOK_EXEC, HOOK_EXECVE, HOOK_FCHDIR, HOOK_NEWTASK, HOOK_OPEN, TRUNC_FIRST
+from ebpf.wire import (
+    HOOK_CHDIR,
+    HOOK_CHMOD,
+    HOOK_CLOSE,
+    HOOK_CLOSE_RANGE,
+    HOOK_DUP,
+    HOOK_EXEC,
+    HOOK_EXECVE,
+    HOOK_FCHDIR,
+    HOOK_LINK,
+    HOOK_MKDIR,
+    HOOK_MKNOD,
+    HOOK_NEWTASK,
+    HOOK_OPEN,
+    HOOK_OPEN_BY_HANDLE,
+    HOOK_RENAME,
+    HOOK_SYMLINK,
+    HOOK_TRUNCATE,
+    HOOK_UNLINK,
+    TRUNC_FIRST,
+    TRUNC_SECOND,
+)
 from normalizer.decode import RawEvent
+from normalizer.reopen import proc_fd_target
 from normalizer.text import escape_bytes
-from normalizer.tree import Attributed, Process
+from normalizer.tree import Attributed, Process, Thread
 
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 O_CLOEXEC = 0o2000000
+CLOSE_RANGE_CLOEXEC = 4
+FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP, HOOK_OPEN_BY_HANDLE})
+ONE_PATH_HOOKS = frozenset({HOOK_UNLINK, HOOK_MKDIR, HOOK_MKNOD, HOOK_TRUNCATE, HOOK_CHMOD})
 
 
 def c_string(data: bytes, truncated: bool = False) -> str | None:
@@ -43,6 +74,17 @@ def first_cut(e: RawEvent) -> bool:
     return bool(e.truncated & TRUNC_FIRST)
 
 
+def second_cut(e: RawEvent) -> bool:
+    """Did the kernel cut the second path string of a two-path record?"""
+    return bool(e.truncated & TRUNC_SECOND)
+
+
+def second_string(data: bytes) -> bytes:
+    """The payload after its first NUL: the second string of a two-path record."""
+    _, _, rest = data.partition(b"\0")
+    return rest
+
+
 def to_int32(value: int) -> int:
     """Tracepoint ints arrive zero-extended; give them their sign back."""
     value &= 0xFFFFFFFF
@@ -54,7 +96,8 @@ class FsState:
     """A process's working directory and traced fd table."""
 
     cwd: str | None
-    fds: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    fds: dict[int, tuple[str | None, bool]] = field(default_factory=dict)
+    """fd -> (path it was opened with, or None when unknown; close-on-exec)."""
 
     def copy(self) -> FsState:
         return FsState(self.cwd, dict(self.fds))
@@ -73,21 +116,50 @@ class FsState:
         return posixpath.normpath(posixpath.join(base, path))
 
 
+    def fd_path(self, fd: int) -> str | None:
+        entry = self.fds.get(fd)
+        return entry[0] if entry else None
+
+    def on_fd_event(self, hook: int, ret: int, a0: int, a1: int, a2: int) -> None:
+        """Keep the table exact across close, close_range, dup and handle opens."""
+        if hook == HOOK_CLOSE:
+            self.fds.pop(to_int32(a0), None)
+        elif hook == HOOK_CLOSE_RANGE:
+            first, last = a0 & 0xFFFFFFFF, a1 & 0xFFFFFFFF
+            for fd in [fd for fd in self.fds if first <= fd <= last]:
+                if a2 & CLOSE_RANGE_CLOEXEC:
+                    self.fds[fd] = (self.fds[fd][0], True)
+                else:
+                    del self.fds[fd]
+        elif hook == HOOK_DUP and ret >= 0:
+            self.fds[ret] = (self.fd_path(to_int32(a0)), bool(a2 & O_CLOEXEC))
+        elif hook == HOOK_OPEN_BY_HANDLE and ret >= 0:
+            self.fds[ret] = (None, bool(a1 & O_CLOEXEC))  # a handle names no path
+
+
 @dataclass
 class Resolved:
-    """An attributed event with its resolved path (None when not a path event)."""
+    """An attributed event with its resolved path(s) (None when not a path event).
+
+    `path2` is the second path of a two-path syscall (rename/link: the new
+    name) or a symlink's target text as written (never resolved).
+    """
 
     item: Attributed
     path: str | None
+    path2: str | None = None
 
 
 class PathResolver:
     """Tracks per-process filesystem state while walking events in (causal) ring order."""
 
-    def __init__(self, root_cwd: str) -> None:
+    def __init__(self, root_cwd: str, thread_of: Callable[[int], Thread | None] | None = None) -> None:
         self._root_cwd = root_cwd
         self._states: dict[Process, FsState] = {}
+        self._thread_of = thread_of or (lambda _tid: None)
         self.unresolved = 0
+        self.unresolved_reopens = 0
+        """/proc fd reopens whose fd has no known path (value null)."""
         self.truncated = 0
         """Path payloads the kernel cut at its capture limit (marked in their values)."""
 
@@ -112,30 +184,67 @@ class PathResolver:
                 self._states[item.spawned] = state.copy()
             return Resolved(item, None)
         if e.hook == HOOK_FCHDIR:
-            entry = state.fds.get(to_int32(e.a0))
             if e.ret == 0:
-                state.cwd = entry[0] if entry else None
+                state.cwd = state.fd_path(to_int32(e.a0))
             return Resolved(item, None)
         if e.hook == HOOK_EXEC:
             state.fds = {fd: v for fd, v in state.fds.items() if not v[1]}
             return Resolved(item, self._join(state, AT_FDCWD, e.data, first_cut(e)))
         if e.hook == HOOK_EXECVE:  # a failed exec: the path it asked for
-            dirfd = to_int32(e.a0)
-            if e.a1 & AT_EMPTY_PATH and not e.data.split(b"\0", 1)[0]:
-                entry = state.fds.get(dirfd)
-                return Resolved(item, entry[0] if entry else None)
-            return Resolved(item, self._join(state, dirfd, e.data, first_cut(e)))
+            by_fd = bool(e.a1 & AT_EMPTY_PATH)
+            return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
         if e.hook == HOOK_CHDIR:
             path = self._join(state, AT_FDCWD, e.data, first_cut(e))
             if e.ret == 0:
                 state.cwd = path
             return Resolved(item, path)
         if e.hook == HOOK_OPEN:
-            path = self._join(state, to_int32(e.a0), e.data, first_cut(e))
-            if e.ret >= 0 and path is not None:
+            path = self._reopen(item.thread, self._join(state, to_int32(e.a0), e.data, first_cut(e)))
+            if e.ret >= 0:
                 state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
             return Resolved(item, path)
+        if e.hook in FD_HOOKS:
+            state.on_fd_event(e.hook, e.ret, e.a0, e.a1, e.a2)
+            return Resolved(item, None)
+        if e.hook in ONE_PATH_HOOKS:
+            by_fd = e.hook == HOOK_CHMOD and bool(e.a3 == 1 or e.a2 & AT_EMPTY_PATH)
+            return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
+        if e.hook in (HOOK_RENAME, HOOK_LINK):
+            by_fd = e.hook == HOOK_LINK and bool(e.a2 & AT_EMPTY_PATH)
+            old = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd)
+            new = self.path_at(item, to_int32(e.a1), second_string(e.data), second_cut(e))
+            return Resolved(item, old, new)
+        if e.hook == HOOK_SYMLINK:  # the link path; the target text as written
+            link = self.path_at(item, to_int32(e.a0), second_string(e.data), second_cut(e))
+            self.truncated += first_cut(e)
+            return Resolved(item, link, c_string(e.data, first_cut(e)))
         return Resolved(item, None)
+
+    def path_at(self, item: Attributed, dirfd: int, data: bytes, cut: bool,
+                empty_path_fd: bool = False) -> str | None:
+        """`data`'s path resolved against `dirfd` in `item`'s process (`cut`: marked truncated).
+
+        With `empty_path_fd` (AT_EMPTY_PATH, fchmod) an empty path names the fd itself.
+        """
+        state = self._state(item.thread.process)
+        if empty_path_fd and not data.split(b"\0", 1)[0]:
+            return state.fd_path(dirfd)
+        return self._join(state, dirfd, data, cut)
+
+    def _reopen(self, opener: Thread, path: str | None) -> str | None:
+        """The target of a /proc fd reopen, else `path` unchanged."""
+        if path is None:
+            return None
+        target = proc_fd_target(path)
+        if target is None:
+            return path
+        who, fd, rest = target
+        thread = opener if who is None else self._thread_of(who)
+        known = self._state(thread.process).fd_path(fd) if thread is not None else None
+        if known is None:
+            self.unresolved_reopens += 1
+            return None
+        return known + rest
 
     def _join(self, state: FsState, base_fd: int, data: bytes, cut: bool = False) -> str | None:
         """`data`'s path against `base_fd`; `cut`: the kernel cut it (the value is marked)."""

@@ -9,8 +9,8 @@ numbers every run, however the scheduler interleaves its processes
 (docs/determinism.md).
 
 Events of the runner's own helpers (the pid-namespace parent and init) are
-control, not evidence. A signal record belongs to the task it targets (it is
-written where the signal is generated, often by another task). Events from
+control, not evidence. A signal or cgroup-migration record belongs to the
+task it targets (it is written by whoever sends the signal or moves the task). Events from
 tasks whose creation was never seen are counted as unattributed: they make `cgroup_correlation` partial.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ebpf.wire import HOOK_EXEC, HOOK_NEWTASK, HOOK_SIGNAL
+from ebpf.wire import HOOK_CGROUP_ATTACH, HOOK_EXEC, HOOK_NEWTASK, HOOK_SIGNAL
 from normalizer.decode import RawEvent
 
 CLONE_THREAD = 0x00010000
@@ -86,9 +86,9 @@ class TreeBuilder:
         for e in events:
             if e.hook == HOOK_NEWTASK:
                 attributed = self._on_newtask(e)
-            elif e.hook == HOOK_SIGNAL:
-                # written in the sender's context: it belongs to its target
-                target = self._tasks.get(e.a1)
+            elif e.hook in (HOOK_SIGNAL, HOOK_CGROUP_ATTACH):
+                # written in the sender's (mover's) context: it belongs to its target
+                target = self._tasks.get(e.a1 if e.hook == HOOK_SIGNAL else e.a0)
                 attributed = Attributed(e, target) if target else None
             else:
                 if e.hook == HOOK_EXEC and e.a0 != e.tid and e.a0 in self._tasks:
@@ -98,6 +98,10 @@ class TreeBuilder:
                 attributed = Attributed(e, thread) if thread else self._unowned(e)
             if attributed is not None:
                 yield attributed
+
+    def thread_of(self, tid: int) -> Thread | None:
+        """The run's live thread with host id `tid`, if any."""
+        return self._tasks.get(tid)
 
     def _unowned(self, e: RawEvent) -> None:
         if e.tgid not in self._control:

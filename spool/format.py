@@ -42,6 +42,8 @@ class SpoolHeader(msgspec.Struct, tag="header"):
     """The uid the command ran as: root bypasses file permission checks."""
     policy: ResolvedPolicy | None = None
     """The policy the run enforced, as resolved for this run."""
+    cgroup_path: str = ""
+    """The run's cgroup below the cgroup2 mount: moves out of it are escapes."""
 
 
 class Batch(msgspec.Struct, tag="batch"):
@@ -95,6 +97,8 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     exit_code: int
     drops: dict[str, int]
     emitted: dict[str, int]
+    untracked_tasks: int = 0
+    """Run tasks the BPF lineage map was too full to track: their events are missing."""
 
 
 Frame = SpoolHeader | Batch | Phase | SdkMessage | DacVerdicts | SpoolTrailer

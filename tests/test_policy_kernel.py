@@ -23,10 +23,22 @@ from pathlib import Path
 import pytest
 from support import ROOT, Archive, assay, run_observed, runner_env
 
-from ebpf.wire import HOOK_CONNECT, HOOK_EXEC, HOOK_NET_BLOCK, HOOK_OPEN, HOOK_SENDMSG, HOOK_SENDTO
+from ebpf.wire import (
+    HOOK_CONNECT,
+    HOOK_EXEC,
+    HOOK_EXECVE,
+    HOOK_LINK,
+    HOOK_NET_BLOCK,
+    HOOK_OPEN,
+    HOOK_RENAME,
+    HOOK_SENDMSG,
+    HOOK_SENDTO,
+    HOOK_SYMLINK,
+)
 from normalizer.build import candidates
-from normalizer.classify import Classified
+from normalizer.classify import Classified, kind_name
 from normalizer.decode import RawEvent, decode
+from normalizer.fsops import EVENT_HOOKS
 from normalizer.telemetry import is_telemetry
 from runner.host.mounts import cgroup2_mount
 from spool.format import Spool, read_spool
@@ -46,7 +58,11 @@ AT_FDCWD = 0xFFFFFF9C  # -100 as the monitor's unsigned argument
 EVIDENCE_HOOKS = {  # kernel-layer kind -> the raw hook its record comes from
     "openat": HOOK_OPEN, "file_blocked": HOOK_OPEN, "connect": HOOK_CONNECT, "exec": HOOK_EXEC,
     "event_6": HOOK_SENDTO, "event_7": HOOK_SENDMSG, "connect_blocked": HOOK_NET_BLOCK,
+    "event_101": HOOK_EXECVE, **{kind_name(t): hook for t, hook in EVENT_HOOKS.items()},
 }
+
+
+TWO_LINE_HOOKS = {HOOK_RENAME: 2, HOOK_LINK: 2, HOOK_SYMLINK: 2}
 
 
 def agent_env() -> dict[str, str]:
@@ -115,7 +131,9 @@ def raw_counts(spool: Spool) -> dict[str, int]:
     """The same count from the raw ring records alone (decode, then nothing of the normalizer).
 
     Evidence is: records of the command's processes (not the runner's helper
-    or shim) from the open, connect, exec, datagram and policy-block hooks;
+    or shim) from the open, connect, exec, failed-exec, datagram,
+    policy-block and file-system-change hooks (rename, link and symlink are
+    two lines each);
     not the EPERM connect/send that a policy-block record of the same thread
     stands for; not AF_UNSPEC connects; not telemetry opens.
     """
@@ -141,11 +159,11 @@ def raw_counts(spool: Spool) -> dict[str, int]:
                                thread_rank=0, order=0, ts=r.ts)
             if is_telemetry(probe):
                 continue
-        elif r.hook != HOOK_EXEC:
+        elif r.hook not in (HOOK_EXEC, HOOK_EXECVE, *EVENT_HOOKS.values()):
             continue
         for call, (start, end) in wins.items():
             if start <= r.ts <= end:
-                counts[call] += 1
+                counts[call] += TWO_LINE_HOOKS.get(r.hook, 1)
     return counts
 
 

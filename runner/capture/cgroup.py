@@ -40,6 +40,11 @@ class RunCgroup:
         level = len(path.relative_to(mount).parts)
         return cls(path=path, id=path.stat().st_ino, level=level)
 
+    @property
+    def hierarchy_path(self) -> str:
+        """The cgroup's path below the cgroup2 mount (`/assay-runner/...`), as the kernel names it."""
+        return "/" + str(self.path.relative_to(cgroup2_mount()))
+
     def add(self, pid: int) -> None:
         """Move `pid` into the cgroup (called by the child for itself before exec)."""
         (self.path / "cgroup.procs").write_text(f"{pid}\n")

@@ -139,7 +139,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> 
             workdir=escape_os(str(req.workdir)),
             control_pids=[spawned.helper_pid], shim_pid=spawned.shim_pid,
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
-            policy=req.policy,
+            policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
         for rec in early:  # the helper's first records arrived before the spooler existed
             spooler.add(rec)
@@ -156,7 +156,8 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> 
         spooler.phase("run_finished")
         try:
             name = spooler.finish(
-                SpoolTrailer(exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted())
+                SpoolTrailer(exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(),
+                             untracked_tasks=monitor.untracked())
             )
         except SpoolReplaced as exc:
             raise RunnerError(f"evidence tampered with: {exc}; no archive was written") from exc
@@ -185,7 +186,7 @@ def _attach(req: RunRequest, cgroup: RunCgroup,
     """Compile and attach the monitor; records land in the returned list until a sink is set."""
     t0 = time.monotonic()
     early: list[bytes] = []
-    config = MonitorConfig(cgroup.id, cgroup.level, req.ringbuf_pages,
+    config = MonitorConfig(cgroup.id, req.ringbuf_pages,
                            net_policy=enforcement.net, cgroup_path=str(cgroup.path))
     try:
         monitor = Monitor(config, early.append)

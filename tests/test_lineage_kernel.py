@@ -1,0 +1,48 @@
+"""The lineage map on the real kernel: a full map is counted, never silent."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from ebpf.monitor import TASKS_MAX, Monitor, MonitorConfig
+from runner.capture.cgroup import RunCgroup
+
+pytestmark = pytest.mark.kernel
+
+CHILDREN = 8
+FORKER = f"""
+import os, sys, time
+with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as f:
+    f.write(str(os.getpid()))
+pids = []
+for _ in range({CHILDREN}):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.3)
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+"""
+
+
+def _untracked(tasks_max: int) -> int:
+    cgroup = RunCgroup.create("lineage-full")
+    monitor = Monitor(MonitorConfig(cgroup.id, ringbuf_pages=1, tasks_max=tasks_max), lambda _r: None)
+    try:
+        subprocess.run(["/usr/bin/python3", "-c", FORKER, str(cgroup.path)], check=True, timeout=60)
+        return monitor.untracked()
+    finally:
+        monitor.close()
+        cgroup.remove()
+
+
+def test_a_full_lineage_map_counts_every_task_it_could_not_take() -> None:
+    """A map of 4 slots: the joiner takes one, so at least 5 of 8 live children go untracked."""
+    assert CHILDREN - 3 <= _untracked(4) <= CHILDREN
+
+
+def test_a_map_with_room_tracks_them_all() -> None:
+    assert _untracked(TASKS_MAX) == 0
