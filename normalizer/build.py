@@ -45,6 +45,7 @@ from normalizer.paths import PathResolver, Resolved
 from normalizer.redact import Redactor
 from normalizer.sdk import ToolCall, sdk_layer
 from normalizer.telemetry import is_telemetry
+from normalizer.transient import Substitution, TransientNames
 from normalizer.tree import Process, Thread, TreeBuilder, number_tree
 from spool.format import Spool, SpoolTrailer
 
@@ -345,7 +346,8 @@ class _Collector:
     times inside tool-call windows. Every value is redacted before it is
     written or collected, so all members carry the same redacted text."""
 
-    def __init__(self, run_id: str, calls: list[ToolCall], redactor: Redactor) -> None:
+    def __init__(self, run_id: str, calls: list[ToolCall], redactor: Redactor,
+                 names: Substitution | None = None) -> None:
         self.run_id = run_id
         self.layer = KernelLayer()
         self.values: dict[str, set[str]] = {
@@ -354,11 +356,12 @@ class _Collector:
         self.blocks: list[Block] = []
         self.stamps: list[int] = []
         self._redactor = redactor
+        self._names = names or Substitution({})
         self._windows = _Windows(calls)
 
     def add(self, pid: int, c: Classified) -> None:
         if c.value is not None:
-            c = msgspec.structs.replace(c, value=self._redactor.redact(c.value))
+            c = msgspec.structs.replace(c, value=self._redactor.redact(self._names.apply(c.value)))
         self.layer.write(kernel_event(self.run_id, self.layer.count, c, pid))
         self.kinds.add(c.kind)
         if c.ts in self._windows:
@@ -404,11 +407,15 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     sdk = sdk_layer(spool.sdk, run_id, redactor)
     scan = _Scan(spool)
     buckets = ThreadBuckets()
+    transient = TransientNames()
     for thread, c in scan:
+        transient.observe(thread, c)
         if not is_telemetry(c):
             buckets.add(thread, c)
-    out = _Collector(run_id, sdk.tool_calls, redactor)
-    for thread, c in canonical(buckets, number_tree(scan.tree.root)):
+    processes = number_tree(scan.tree.root)
+    names = transient.finish(lambda t: (t.process.number, t.rank))
+    out = _Collector(run_id, sdk.tool_calls, redactor, names)
+    for thread, c in canonical(buckets, processes):
         out.add(thread.process.number, c)
     buckets.close()
     facts = scan.facts(spool.trailer, spool.header.platform)
@@ -422,6 +429,8 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     if policy_lines:
         notes.append(f"s4_policy_capture: decision_events={len(policy_lines)}")  # policy.rs:183-186
     notes.append(redactor.note())
+    if (note := names.note()) is not None:
+        notes.append(note)
     return NormalizedRun(
         run_id=run_id,
         kernel=out.layer,

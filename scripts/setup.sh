@@ -15,6 +15,9 @@ VENV=.venv
 # docker.io and debootstrap: `make image` and its smoke test (tests/test_image.py).
 PACKAGES=(python3-bpfcc python3-venv bpftrace strace make gcc iproute2 git ca-certificates
           docker.io debootstrap)
+# npm: the npm determinism workload (tests/test_transient_kernel.py). Machines
+# that ship Node.js from another source already have it; Debian's otherwise.
+command -v npm >/dev/null || PACKAGES+=(npm)
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 say() { printf 'setup: %s\n' "$*"; }

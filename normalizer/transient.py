@@ -1,0 +1,265 @@
+"""Transient random names: recognized from kernel evidence, recorded canonically.
+
+Real tools pick random names for files they create and then rename away or
+remove: git's `tmp_obj_XXXXXX`, mkstemp's six-character suffixes, CPython's
+`*.pyc.<id>`, pip's and npm's temp directories. Recorded verbatim, every run
+of a deterministic job looks different. A path is *transient* when both hold:
+
+1. its last component matches a random-name template of `TEMPLATES` (the
+   table documented in docs/determinism.md), and
+2. the run itself created it (a successful create-mode open, mkdir, symlink,
+   link or rename onto it) and, by the end of the run, it was removed or
+   renamed away, with nothing of the run recreating it; or the run tried to
+   create it and could not because its directory did not exist (git picks a
+   random name before it makes the object directory, then picks another),
+   so it never existed.
+
+A name that is still there at the end is never transient, however random it
+looks: an agent keeping `out-8f3a2c.json` is a real difference.
+
+The random part of a transient name becomes `~N`, N numbered from 1 per
+directory in creation order, where creation order is the canonical event
+order (process number, thread rank, the thread's own syscall order), so the
+numbers are the same in every run of a deterministic job. Paths below a
+transient directory follow it. The raw names stay in the spool.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections import Counter
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from normalizer.classify import Classified
+from normalizer.fsops import LINK_TO, MKDIR, MKNOD, RENAME_FROM, RENAME_TO, RMDIR, SYMLINK, UNLINK
+
+O_CREAT = 0o100
+O_EXCL = 0o200
+ENOENT = 2
+_CREATES = frozenset({MKDIR, MKNOD, SYMLINK, LINK_TO})
+_REMOVES = frozenset({UNLINK, RMDIR})
+
+
+@dataclass(frozen=True)
+class Template:
+    """One random-name family: `pattern` matches a whole name; group `rand` is the random part.
+
+    `parent` (optional) must match the name of the directory holding it, for
+    families whose names alone are too plain to claim (git's `t` + 6).
+    """
+
+    name: str
+    pattern: re.Pattern[str]
+    parent: re.Pattern[str] | None = None
+    exclusive: bool = False
+    """Only for files created with O_EXCL (mkstemp's signature): for shapes too plain to claim alone."""
+
+    def random_span(self, path: str, exclusive: bool = True) -> tuple[int, int] | None:
+        """Where the random part of `path`'s last component is, as offsets into `path`."""
+        if self.exclusive and not exclusive:
+            return None
+        head, base = posixpath.split(path)
+        m = self.pattern.fullmatch(base)
+        if m is None:
+            return None
+        if self.parent is not None and not self.parent.fullmatch(posixpath.basename(head)):
+            return None
+        offset = len(path) - len(base)
+        return offset + m.start("rand"), offset + m.end("rand")
+
+
+_ALNUM6 = r"[A-Za-z0-9]{6}"
+_PY8 = r"[a-z0-9_]{8}"
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+TEMPLATES: tuple[Template, ...] = (
+    Template("git-object", re.compile(rf"tmp_(?:obj|pack|idx|rev|mtimes)_(?P<rand>{_ALNUM6})")),
+    Template("git-probe", re.compile(rf"t(?P<rand>{_ALNUM6})"), parent=re.compile(r"\.git")),
+    Template("gcc", re.compile(rf"cc(?P<rand>{_ALNUM6})\.[A-Za-z0-9_.]+")),
+    Template("ar", re.compile(rf"st(?P<rand>{_ALNUM6})")),
+    Template("cpython-pyc", re.compile(r".+\.pyc\.(?P<rand>[0-9]+)")),
+    Template("python-tempfile",
+             re.compile(rf"(?:tmp|pip-[a-z-]+-|pytest-[a-z-]+-)(?P<rand>{_PY8})[A-Za-z0-9_.-]*")),
+    Template("python-named-tempfile", re.compile(rf".+?(?P<rand>{_PY8})\.tmp")),
+    Template("python-tempdir-probe", re.compile(rf"(?P<rand>{_PY8})")),
+    Template("npm-cacache", re.compile(rf"(?P<rand>{_UUID}|{_ALNUM6})"), parent=re.compile(r"tmp")),
+    Template("coreutils-mktemp", re.compile(r"tmp\.(?P<rand>[A-Za-z0-9]{10})")),
+    Template("mkstemp", re.compile(rf".*?(?P<rand>{_ALNUM6})"), exclusive=True),
+)
+"""Checked in order; the first match names the random part. docs/determinism.md lists them."""
+
+PLACEHOLDER = "~"
+
+
+def random_span(path: str, exclusive: bool = True) -> tuple[int, int] | None:
+    """The random part of `path`'s last component under the first matching template."""
+    for template in TEMPLATES:
+        span = template.random_span(path, exclusive)
+        if span is not None:
+            return span
+    return None
+
+
+@dataclass
+class _Life:
+    """One candidate file or directory: where it was first created, and whether it exists now.
+
+    A directory rename moves candidates below it: their new paths share the
+    life, so the file is transient only if it is gone under every name.
+    """
+
+    created_by: tuple[Hashable, int]
+    exists: bool = True
+
+
+@dataclass
+class TransientNames:
+    """Follows candidate paths through the run in ring (causal) order.
+
+    Ring order is what the kernel did, so "exists at the end" is read from
+    it; numbering, which must be the same in every run, waits for the
+    canonical order (`finish`).
+    """
+
+    _lives: dict[str, _Life] = field(default_factory=dict)
+    _spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _ancestors: Counter[str] = field(default_factory=Counter)
+    """Directories holding candidate paths: a rename of one moves them."""
+
+    _rename_from: str | None = None
+
+    def observe(self, who: Hashable, c: Classified) -> None:
+        """Follow one evidence candidate of thread `who` (ring order; telemetry included)."""
+        if c.value is None:
+            return
+        kind = c.event_type
+        if kind == 1:  # openat: a create-mode open made the file, or tried to
+            if c.meta is not None and c.meta.flags & O_CREAT:
+                exclusive = bool(c.meta.flags & O_EXCL)
+                if c.meta.status is None:
+                    self.created(c.value, who, c.order, exclusive)
+                elif c.meta.return_value == -ENOENT:  # its directory was missing: it never existed
+                    self.attempted(c.value, who, c.order, exclusive)
+        elif kind in _CREATES:
+            self.created(c.value, who, c.order)
+        elif kind in _REMOVES:
+            self.removed(c.value)
+        elif kind == RENAME_FROM:
+            self._rename_from = c.value
+        elif kind == RENAME_TO and self._rename_from is not None:  # always right after its source
+            self.renamed(self._rename_from, c.value, who, c.order)
+            self._rename_from = None
+
+    def created(self, path: str, who: Hashable, order: int, exclusive: bool = False) -> None:
+        """The run made `path` (a file, directory or link) by thread `who`'s `order`-th event.
+
+        `exclusive`: it was an O_EXCL open, as mkstemp makes its files.
+        """
+        life = self._lives.get(path)
+        if life is not None:
+            if not life.exists:
+                life.exists = True
+            return
+        span = random_span(path, exclusive)
+        if span is None:
+            return
+        self._track(path, span, _Life((who, order)))
+
+    def _track(self, path: str, span: tuple[int, int], life: _Life) -> None:
+        self._lives[path] = life
+        self._spans[path] = span
+        for parent in _parents(path):
+            self._ancestors[parent] += 1
+
+    def attempted(self, path: str, who: Hashable, order: int, exclusive: bool = False) -> None:
+        """The run tried to create `path` where it could not exist (mkstemp before its mkdir)."""
+        if path not in self._lives:
+            self.created(path, who, order, exclusive)
+            self.removed(path)
+
+    def removed(self, path: str) -> None:
+        """`path` was unlinked or its directory removed."""
+        life = self._lives.get(path)
+        if life is not None:
+            life.exists = False
+
+    def renamed(self, src: str, dst: str, who: Hashable, order: int) -> None:
+        """`src` became `dst`: `src` is gone, `dst` exists; candidates below a moved directory move too."""
+        if self._ancestors[src]:
+            prefix = src + "/"
+            for path, life in list(self._lives.items()):
+                moved = dst + path[len(src):]
+                if life.exists and path.startswith(prefix) and moved not in self._lives:
+                    start, end = self._spans[path]
+                    shift = len(dst) - len(src)
+                    self._track(moved, (start + shift, end + shift), life)
+        self.removed(src)
+        self.created(dst, who, order)
+
+    def finish(self, rank: Callable[[Hashable], tuple[int, ...]]) -> Substitution:
+        """The canonical names, numbering transient paths per directory in canonical order.
+
+        `rank` turns a creator (`who`) into its canonical position, e.g.
+        (process number, thread rank). One random string is one number in
+        its directory (gcc's `ccX.cdtor.c` and `ccX.cdtor.o` share theirs).
+        """
+        gone = [(path, life) for path, life in self._lives.items() if not life.exists]
+        gone.sort(key=lambda pl: (rank(pl[1].created_by[0]), pl[1].created_by[1], pl[0]))
+        numbers: dict[tuple[str, str], int] = {}
+        per_dir: Counter[str] = Counter()
+        for path, _ in gone:
+            key = (posixpath.dirname(path), path[slice(*self._spans[path])])
+            if key not in numbers:
+                per_dir[key[0]] += 1
+                numbers[key] = per_dir[key[0]]
+        substitution = Substitution({})
+        for path, _ in sorted(gone, key=lambda pl: pl[0].count("/")):  # parents first
+            start, end = self._spans[path]
+            number = numbers[(posixpath.dirname(path), path[start:end])]
+            head = substitution.apply(posixpath.dirname(path))
+            base_start = len(posixpath.dirname(path)) + 1
+            base = f"{path[base_start:start]}{PLACEHOLDER}{number}{path[end:]}"
+            substitution.add(path, posixpath.join(head, base))
+        return substitution
+
+
+class Substitution:
+    """Rewrites values: a transient path, or anything below a transient directory."""
+
+    def __init__(self, renames: dict[str, str]) -> None:
+        self._renames = dict(renames)
+
+    @property
+    def count(self) -> int:
+        """How many distinct transient paths the run had."""
+        return len(self._renames)
+
+    def add(self, raw: str, canonical: str) -> None:
+        self._renames[raw] = canonical
+
+    def apply(self, value: str) -> str:
+        """`value` with its longest transient prefix (whole path components) replaced."""
+        if not self._renames:
+            return value
+        path = value
+        while path and path != "/":
+            new = self._renames.get(path)
+            if new is not None:
+                return new + value[len(path):]
+            path = posixpath.dirname(path)
+        return value
+
+    def note(self) -> str | None:
+        """The health note counting substitutions, when there were any."""
+        return f"transient_names: substituted={self.count}" if self._renames else None
+
+
+def _parents(path: str) -> list[str]:
+    out = []
+    head = posixpath.dirname(path)
+    while head and head != "/":
+        out.append(head)
+        head = posixpath.dirname(head)
+    return out
