@@ -9,6 +9,10 @@ DEMO_WORKSPACE := fixtures/agent/workspace
 DEMO_CMD ?= --policy fixtures/agent/policy.toml --workdir $(DEMO_WORKSPACE) \
 	-- $(CURDIR)/$(VENV)/bin/python -B ../openai_agent.py
 
+# Archives go where the runner puts them by default: root-owned, outside the
+# workspace, so the command (the invoking user under sudo) cannot touch them.
+DEMO_OUT := /var/lib/assay-runner/runs
+
 VENV := .venv
 PY := $(VENV)/bin/python
 
@@ -22,8 +26,8 @@ setup:
 # The runner prints its summary (what was touched and blocked, health) on stderr.
 demo: setup
 	rm -rf $(DEMO_WORKSPACE)/notes
-	$(VENV)/bin/assay-runner run --out runs --run-id demo --force $(DEMO_CMD)
-	$(VENV)/bin/assay-runner validate runs/demo.tar.gz
+	$(VENV)/bin/assay-runner run --out $(DEMO_OUT) --run-id demo --force $(DEMO_CMD)
+	$(VENV)/bin/assay-runner validate $(DEMO_OUT)/demo.tar.gz
 
 test: setup
 	$(VENV)/bin/pytest -q

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 
 from ebpf.wire import HOOK_NET_BLOCK, HOOK_OPEN, NETWORK_HOOKS
 from normalizer.paths import Resolved
+from normalizer.text import os_path
 from normalizer.tree import Thread
 from policy.model import ResolvedPolicy
 
@@ -64,7 +65,7 @@ class FileBlockJudge:
         e = r.item.event
         if self._policy is None or e.hook != HOOK_OPEN or e.ret != -EACCES or r.path is None:
             return None
-        return self._policy.open_denial(r.path, e.a1)
+        return self._policy.open_denial(os_path(r.path), e.a1)
 
     def blocked_access(self, r: Resolved) -> str | None:
         """The refused access when this open was a policy block, else None."""

@@ -40,7 +40,7 @@ from normalizer.correlate import END, Block, correlate, decisions, policy_events
 from normalizer.decode import iter_decode
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
-from normalizer.health import CaptureFacts, observation_health
+from normalizer.health import CaptureFacts, observation_health, privilege_note
 from normalizer.paths import PathResolver, Resolved
 from normalizer.redact import Redactor
 from normalizer.sdk import ToolCall, sdk_layer
@@ -169,6 +169,7 @@ class _Scan:
             clone_into_cgroup=self.escapes.clone_into_cgroup,
             untracked_tasks=trailer.untracked_tasks,
             untraced_io=dict(self.untraced_io),
+            truncated_paths=self.resolver.truncated,
         )
 
 
@@ -424,7 +425,7 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     markers = [p for p in spool.phases if p.name in RUN_PHASES]
     phases = [RunEvent(schema=RUN_EVENT_SCHEMA, run_id=run_id, seq=i, type=p.name)  # type: ignore[arg-type]
               for i, p in enumerate(markers)]
-    notes = [n for n in (sdk.note,) if n]
+    notes = [n for n in (sdk.note, privilege_note(spool.header.uid, spool.header.policy)) if n]
     if spool.trailer.ended_by:
         notes.append(f"s2_run_ended: reason={spool.trailer.ended_by}")
     if policy_lines:

@@ -26,6 +26,7 @@ from ebpf.wire import (
     HOOK_SENDTO,
 )
 from normalizer.paths import Resolved
+from normalizer.text import escape_bytes
 
 KIND_BY_TYPE = {1: "openat", 2: "connect", 4: "exec", 10: "file_blocked", 20: "connect_blocked"}
 FILE_BLOCKED = 10
@@ -125,8 +126,8 @@ def endpoint(sockaddr: bytes) -> str | None:
         if not path:
             return "unix:"
         if path[0] == 0:
-            return "unix:@" + path[1:].rstrip(b"\0").decode("utf-8", "backslashreplace")
-        return "unix:" + path.split(b"\0", 1)[0].decode("utf-8", "backslashreplace")
+            return "unix:@" + escape_bytes(path[1:].rstrip(b"\0"))
+        return "unix:" + escape_bytes(path.split(b"\0", 1)[0])
     return None
 
 

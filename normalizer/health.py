@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ebpf.wire import HOOK_NAMES, HOOK_NET_BLOCK, NETWORK_HOOKS
 from normalizer.artifacts import HEALTH_SCHEMA, ObservationHealth
+from policy.model import ResolvedPolicy
 
 CONNECT_KINDS = frozenset({"connect", "connect_blocked"})
 DATAGRAM_KINDS = frozenset({"event_6", "event_7"})
@@ -49,6 +50,8 @@ class CaptureFacts:
     untracked_tasks: int = 0
     untraced_io: dict[str, int] = field(default_factory=dict)
     """Calls that open I/O the monitor cannot follow (io_uring_setup, open_by_handle_at)."""
+    truncated_paths: int = 0
+    """Path payloads cut at the kernel's capture limit (their values end in the marker)."""
 
     @property
     def lost_in_transit(self) -> int:
@@ -88,6 +91,18 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
     return "clean"
 
 
+def privilege_note(uid: int, policy: ResolvedPolicy | None) -> str | None:
+    """The note for a command that ran as root with no policy restricting its writes.
+
+    Such a command could change any file, the run's `--out` and the runner
+    included, so the evidence is only as trustworthy as the command: the
+    archive says so (docs/architecture.md, "Protecting the evidence").
+    """
+    if uid != 0 or (policy is not None and "/" not in policy.filesystem.write):
+        return None
+    return "s4_command_privilege: uid=0 unrestricted_writes=true"
+
+
 def observation_health(
     run_id: str,
     kinds: Set[str],
@@ -120,6 +135,8 @@ def observation_health(
                      f"clone_into_cgroup={facts.clone_into_cgroup} followed_by_lineage=true")
     if facts.untracked_tasks:
         notes.append(f"s3_lineage: untracked_tasks={facts.untracked_tasks} tracking_map_full=true")
+    if facts.truncated_paths:
+        notes.append(f"s2_path_capture: truncated_paths={facts.truncated_paths}")
     correlation = cgroup_correlation(facts)
     if correlation != "clean":
         notes.append(

@@ -43,8 +43,12 @@ from ebpf.wire import (
     HOOK_SYMLINK,
     HOOK_TRUNCATE,
     HOOK_UNLINK,
+    TRUNC_FIRST,
+    TRUNC_SECOND,
 )
+from normalizer.decode import RawEvent
 from normalizer.reopen import proc_fd_target
+from normalizer.text import escape_bytes
 from normalizer.tree import Attributed, Process, Thread
 
 AT_FDCWD = -100
@@ -55,10 +59,24 @@ FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP, HOOK_OPEN_BY_HANDL
 ONE_PATH_HOOKS = frozenset({HOOK_UNLINK, HOOK_MKDIR, HOOK_MKNOD, HOOK_TRUNCATE, HOOK_CHMOD})
 
 
-def c_string(data: bytes) -> str | None:
-    """A NUL-terminated payload as text (undecodable bytes escaped), or None if empty."""
+def c_string(data: bytes, truncated: bool = False) -> str | None:
+    """A NUL-terminated payload as v0 text (normalizer/text.py), or None if empty.
+
+    `truncated` (the kernel cut the string at its capture limit) appends the
+    truncation marker, so a cut path never passes for a whole one.
+    """
     raw = data.split(b"\0", 1)[0]
-    return raw.decode("utf-8", "surrogateescape") if raw else None
+    return escape_bytes(raw, truncated) if raw else None
+
+
+def first_cut(e: RawEvent) -> bool:
+    """Did the kernel cut the record's (first) path string at its capture limit?"""
+    return bool(e.truncated & TRUNC_FIRST)
+
+
+def second_cut(e: RawEvent) -> bool:
+    """Did the kernel cut the second path string of a two-path record?"""
+    return bool(e.truncated & TRUNC_SECOND)
 
 
 def second_string(data: bytes) -> bytes:
@@ -142,6 +160,8 @@ class PathResolver:
         self.unresolved = 0
         self.unresolved_reopens = 0
         """/proc fd reopens whose fd has no known path (value null)."""
+        self.truncated = 0
+        """Path payloads the kernel cut at its capture limit (marked in their values)."""
 
     def _state(self, proc: Process) -> FsState:
         state = self._states.get(proc)
@@ -169,16 +189,17 @@ class PathResolver:
             return Resolved(item, None)
         if e.hook == HOOK_EXEC:
             state.fds = {fd: v for fd, v in state.fds.items() if not v[1]}
-            return Resolved(item, self._join(state, AT_FDCWD, e.data))
+            return Resolved(item, self._join(state, AT_FDCWD, e.data, first_cut(e)))
         if e.hook == HOOK_EXECVE:  # a failed exec: the path it asked for
-            return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, bool(e.a1 & AT_EMPTY_PATH)))
+            by_fd = bool(e.a1 & AT_EMPTY_PATH)
+            return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
         if e.hook == HOOK_CHDIR:
-            path = self._join(state, AT_FDCWD, e.data)
+            path = self._join(state, AT_FDCWD, e.data, first_cut(e))
             if e.ret == 0:
                 state.cwd = path
             return Resolved(item, path)
         if e.hook == HOOK_OPEN:
-            path = self._reopen(item.thread, self._join(state, to_int32(e.a0), e.data))
+            path = self._reopen(item.thread, self._join(state, to_int32(e.a0), e.data, first_cut(e)))
             if e.ret >= 0:
                 state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
             return Resolved(item, path)
@@ -187,25 +208,28 @@ class PathResolver:
             return Resolved(item, None)
         if e.hook in ONE_PATH_HOOKS:
             by_fd = e.hook == HOOK_CHMOD and bool(e.a3 == 1 or e.a2 & AT_EMPTY_PATH)
-            return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, by_fd))
+            return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
         if e.hook in (HOOK_RENAME, HOOK_LINK):
             by_fd = e.hook == HOOK_LINK and bool(e.a2 & AT_EMPTY_PATH)
-            old = self.path_at(item, to_int32(e.a0), e.data, by_fd)
-            return Resolved(item, old, self.path_at(item, to_int32(e.a1), second_string(e.data)))
+            old = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd)
+            new = self.path_at(item, to_int32(e.a1), second_string(e.data), second_cut(e))
+            return Resolved(item, old, new)
         if e.hook == HOOK_SYMLINK:  # the link path; the target text as written
-            link = self.path_at(item, to_int32(e.a0), second_string(e.data))
-            return Resolved(item, link, c_string(e.data))
+            link = self.path_at(item, to_int32(e.a0), second_string(e.data), second_cut(e))
+            self.truncated += first_cut(e)
+            return Resolved(item, link, c_string(e.data, first_cut(e)))
         return Resolved(item, None)
 
-    def path_at(self, item: Attributed, dirfd: int, data: bytes, empty_path_fd: bool = False) -> str | None:
-        """`data`'s path resolved against `dirfd` in `item`'s process.
+    def path_at(self, item: Attributed, dirfd: int, data: bytes, cut: bool,
+                empty_path_fd: bool = False) -> str | None:
+        """`data`'s path resolved against `dirfd` in `item`'s process (`cut`: marked truncated).
 
         With `empty_path_fd` (AT_EMPTY_PATH, fchmod) an empty path names the fd itself.
         """
         state = self._state(item.thread.process)
         if empty_path_fd and not data.split(b"\0", 1)[0]:
             return state.fd_path(dirfd)
-        return self._join(state, dirfd, data)
+        return self._join(state, dirfd, data, cut)
 
     def _reopen(self, opener: Thread, path: str | None) -> str | None:
         """The target of a /proc fd reopen, else `path` unchanged."""
@@ -222,10 +246,12 @@ class PathResolver:
             return None
         return known + rest
 
-    def _join(self, state: FsState, base_fd: int, data: bytes) -> str | None:
-        text = c_string(data)
+    def _join(self, state: FsState, base_fd: int, data: bytes, cut: bool = False) -> str | None:
+        """`data`'s path against `base_fd`; `cut`: the kernel cut it (the value is marked)."""
+        text = c_string(data, cut)
         if text is None:
             return None
+        self.truncated += cut
         path = state.join(base_fd, text)
         if path is None:
             self.unresolved += 1

@@ -1,7 +1,9 @@
 """Runner logs through structlog, on stderr, never mixed into the command's output.
 
 Console rendering on a terminal; JSON lines when asked, when stderr is not a
-terminal, or when CI is set.
+terminal, or when CI is set. Every string in a log line (argv, paths, error
+text) goes through `runner.display.printable` first, whatever the renderer:
+the command under observation names its own files and programs.
 """
 
 from __future__ import annotations
@@ -11,6 +13,23 @@ import os
 import sys
 
 import structlog
+
+from runner.display import printable
+
+
+def _printable(value: object) -> object:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list | tuple):
+        return [_printable(v) for v in value]
+    if isinstance(value, dict):
+        return {printable(str(k)): _printable(v) for k, v in value.items()}
+    return value
+
+
+def escape_values(_logger: object, _method: str, event_dict: dict[str, object]) -> dict[str, object]:
+    """structlog processor: every string value escaped for a terminal (runner/display.py)."""
+    return {k: _printable(v) for k, v in event_dict.items()}
 
 
 def configure_logging(fmt: str = "auto", verbose: bool = False) -> None:
@@ -31,6 +50,7 @@ def configure_logging(fmt: str = "auto", verbose: bool = False) -> None:
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            escape_values,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),

@@ -29,7 +29,9 @@ class SpoolHeader(msgspec.Struct, tag="header"):
     format: str
     run_id: str
     argv: list[str]
+    """The command line in v0 text (normalizer/text.py): any byte survives, losslessly."""
     workdir: str
+    """The command's working directory in v0 text: the base of relative paths."""
     control_pids: list[int]
     """Host tgids of the runner's own helper processes (pid-namespace parent and init)."""
     shim_pid: int

@@ -2,25 +2,34 @@
 
 Records collect in a small in-memory batch between drains; each drain writes
 one `Batch` frame. The spool is written to `<name>.partial` and renamed when
-its trailer is in, so a spool without the suffix is always complete.
+its trailer is in, so a spool without the suffix is always complete. Both
+names live in the `--out` directory the runner opened once (spool/dirfd.py):
+the partial file is created with O_EXCL|O_NOFOLLOW, and before it is renamed
+the runner checks that the name still holds the file it wrote, so a spool
+swapped in during the run is refused rather than normalized.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
+from spool.dirfd import append_to, create_new, remove_within, rename_within, same_file
 from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, encode_frame
+
+
+class SpoolReplaced(RuntimeError):
+    """The spool's name no longer holds the file the runner wrote."""
 
 
 class Spooler:
     """Append-only spool writer with per-drain batches."""
 
-    def __init__(self, path: Path, header: SpoolHeader) -> None:
-        self.path = path
-        self._partial = path.with_name(path.name + ".partial")
-        self._file = open(self._partial, "wb")  # noqa: SIM115 - closed in finish/discard
+    def __init__(self, dir_fd: int, name: str, header: SpoolHeader) -> None:
+        self.dir_fd = dir_fd
+        self.name = name
+        self._partial = name + ".partial"
+        self._file = create_new(dir_fd, self._partial)
         self._pending: list[bytes] = []
         self.records = 0
         self._file.write(encode_frame(header))
@@ -48,20 +57,31 @@ class Spooler:
         self.flush()
         self._file.write(encode_frame(Phase(name=name, ts=time.monotonic_ns())))
 
-    def finish(self, trailer: SpoolTrailer) -> Path:
-        """Write the trailer, sync, and publish the spool under its final name."""
+    def finish(self, trailer: SpoolTrailer) -> str:
+        """Write the trailer, sync, and publish the spool under its final name (returned).
+
+        Raises SpoolReplaced when the partial name holds another file than the
+        one written here: someone swapped it during the run.
+        """
         self.flush()
         self._file.write(encode_frame(trailer))
         self._file.flush()
         os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self._partial, self.path)
-        return self.path
+        try:
+            if not same_file(self._file.fileno(), self.dir_fd, self._partial):
+                raise SpoolReplaced(f"{self._partial} was replaced during the run")
+            rename_within(self.dir_fd, self._partial, self.name)
+            if not same_file(self._file.fileno(), self.dir_fd, self.name):
+                remove_within(self.dir_fd, self.name)  # not ours: never leave it as the run's spool
+                raise SpoolReplaced(f"{self.name} was replaced while it was published")
+        finally:
+            self._file.close()
+        return self.name
 
     @staticmethod
-    def append(path: Path, frame: Frame) -> None:
+    def append(dir_fd: int, name: str, frame: Frame) -> None:
         """Add a frame to a published spool (frames after the trailer are fine)."""
-        with open(path, "ab") as f:
+        with append_to(dir_fd, name) as f:
             f.write(encode_frame(frame))
             f.flush()
             os.fsync(f.fileno())
@@ -69,4 +89,4 @@ class Spooler:
     def discard(self) -> None:
         """Drop an unfinished spool."""
         self._file.close()
-        self._partial.unlink(missing_ok=True)
+        remove_within(self.dir_fd, self._partial)

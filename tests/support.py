@@ -40,12 +40,22 @@ def assert_assay_accepts(*archives: Path) -> None:
     assert proc.stdout.splitlines()[-1].startswith("assay-compat: 0 problems in ")
 
 
+def runner_env(**extra: str) -> dict[str, str]:
+    """The test's environment minus SUDO_* (plus `extra`): the command's identity is the test's choice."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")}
+    return {**env, **extra}
+
+
 def assay(*args: str | Path, cwd: Path | None = None, timeout: float = 300,
           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the CLI as a user would; output captured as text."""
+    """Run the CLI as a user would; output captured as text.
+
+    Without `env`, the test's environment minus SUDO_*: whether pytest itself
+    was started through sudo must not change whom the command runs as.
+    """
     return subprocess.run(
         [*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        env=env, stdin=subprocess.DEVNULL,
+        env=runner_env() if env is None else env, stdin=subprocess.DEVNULL,
     )
 
 

@@ -26,8 +26,10 @@ DATA = Path(__file__).parent / "data"
 
 class OrderedSpooler(Spooler):
     def __init__(self, path: Path, order: list[str]) -> None:
-        super().__init__(path, SpoolHeader(format=SPOOL_FORMAT, run_id="r", argv=["x"], workdir="/",
-                                           control_pids=[], shim_pid=0, ringbuf_pages=64))
+        self.dir = path.parent
+        header = SpoolHeader(format=SPOOL_FORMAT, run_id="r", argv=["x"], workdir="/", control_pids=[],
+                             shim_pid=0, ringbuf_pages=64)
+        super().__init__(os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY), path.name, header)
         self.order = order
 
     def phase(self, name: str) -> None:
@@ -90,8 +92,10 @@ class Control:
         pass
 
 
-def _finish(spooler: Spooler, code: int, ended_by: str | None) -> Path:
-    return spooler.finish(SpoolTrailer(exit_code=code, drops={}, emitted={}, ended_by=ended_by))
+def _finish(spooler: OrderedSpooler, code: int, ended_by: str | None) -> Path:
+    name = spooler.finish(SpoolTrailer(exit_code=code, drops={}, emitted={}, ended_by=ended_by))
+    os.close(spooler.dir_fd)
+    return spooler.dir / name
 
 
 @pytest.mark.parametrize("recording", ["example.spool", "threads.spool"])

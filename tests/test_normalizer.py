@@ -254,3 +254,12 @@ def test_truncated_spool_is_refused(tmp_path: Path) -> None:
     no_trailer.write_bytes(encode_frame(spool.header))
     with pytest.raises(SpoolError, match="no trailer"):
         read_spool(no_trailer)
+
+
+def test_a_root_command_without_a_write_policy_is_noted() -> None:
+    """The recorded example ran as root with no policy: it could have changed its own evidence."""
+    spool = load("example")
+    note = "s4_command_privilege: uid=0 unrestricted_writes=true"
+    assert note in normalize(spool).health.notes
+    as_user = msgspec.structs.replace(spool, header=msgspec.structs.replace(spool.header, uid=1000))
+    assert note not in normalize(as_user).health.notes

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import ROOT, Archive, assay, run_observed
+from support import ROOT, Archive, assay, run_observed, runner_env
 
 from ebpf.wire import (
     HOOK_CONNECT,
@@ -67,7 +67,7 @@ TWO_LINE_HOOKS = {HOOK_RENAME: 2, HOOK_LINK: 2, HOOK_SYMLINK: 2}
 
 def agent_env() -> dict[str, str]:
     """The test's environment for fixture runs: the fixture's default outside path, no API key."""
-    env = dict(os.environ)
+    env = runner_env()
     env.pop("OUTSIDE", None)
     env.pop("OPENAI_API_KEY", None)
     return env

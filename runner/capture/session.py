@@ -18,6 +18,7 @@ import msgspec
 
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES, Monitor, MonitorConfig, MonitorError
 from normalizer.build import NormalizedRun, dac_questions, normalize
+from normalizer.text import escape_os
 from policy.model import ResolvedPolicy
 from runner.capture.cgroup import RunCgroup
 from runner.capture.control import RunControl, TerminalControl
@@ -30,8 +31,9 @@ from runner.enforce.dac import check_as
 from runner.errors import RunnerError
 from runner.evidence.publish import publish
 from runner.logs import get_logger
+from spool.dirfd import open_dir
 from spool.format import SPOOL_FORMAT, DacVerdicts, Spool, SpoolHeader, SpoolTrailer, read_spool
-from spool.writer import Spooler
+from spool.writer import Spooler, SpoolReplaced
 
 log = get_logger("session")
 
@@ -81,9 +83,29 @@ class RunResult:
 
 
 def execute(req: RunRequest) -> RunResult:
-    """Run the command under observation and write its archive."""
+    """Run the command under observation and write its archive.
+
+    `--out` is opened once, here, and the spool and the archive are made
+    through that directory fd (spool/dirfd.py): what happens to the path
+    during the run changes nothing the runner writes.
+    """
     started = time.monotonic()
     enforcement = enforce.prepare(req.policy)  # fails before anything exists
+    out_fd = open_dir(req.out_dir)
+    try:
+        spool_name = _capture(req, enforcement, out_fd)
+        own_view = Path(f"/proc/self/fd/{out_fd}")  # the directory we hold, not the path's current target
+        spool = _with_dac_verdicts(read_spool(own_view / spool_name), out_fd, spool_name, req.user)
+        normalized = normalize(spool, req.run_id)
+        publish(normalized, req.archive_path, out_fd)
+    finally:
+        os.close(out_fd)
+    return RunResult(spool.trailer.exit_code, req.archive_path, req.spool_path, normalized,
+                     time.monotonic() - started)
+
+
+def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> str:
+    """Cgroup, monitor, spawn, drain into the spool; the published spool's name in `out_fd`."""
     cgroup = RunCgroup.create(req.run_id)
     limits = LimitGroups.create(cgroup, req.limits)
     monitor: Monitor | None = None
@@ -99,8 +121,9 @@ def execute(req: RunRequest) -> RunResult:
         spawned = spawn(spec, cgroup, limits.procs_files)
         sdk.close_child_end()
         enforcement.close()
-        spooler = Spooler(req.spool_path, SpoolHeader(
-            format=SPOOL_FORMAT, run_id=req.run_id, argv=req.argv, workdir=str(req.workdir),
+        spooler = _open_spool(req, out_fd, SpoolHeader(
+            format=SPOOL_FORMAT, run_id=req.run_id, argv=[escape_os(a) for a in req.argv],
+            workdir=escape_os(str(req.workdir)),
             control_pids=[spawned.helper_pid], shim_pid=spawned.shim_pid,
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
             policy=req.policy, cgroup_path=cgroup.hierarchy_path,
@@ -109,11 +132,15 @@ def execute(req: RunRequest) -> RunResult:
             spooler.add(rec)
         exit_code, ended_by = capture(monitor, spooler, spawned, cgroup, sdk,
                                       req.control or TerminalControl(), req.on_start)
-        spool_path = spooler.finish(SpoolTrailer(
-            exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(),
-            untracked_tasks=monitor.untracked(), ended_by=ended_by,
-        ))
+        try:
+            name = spooler.finish(SpoolTrailer(
+                exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(),
+                untracked_tasks=monitor.untracked(), ended_by=ended_by,
+            ))
+        except SpoolReplaced as exc:
+            raise RunnerError(f"evidence tampered with: {exc}; no archive was written") from exc
         spooler = None
+        return name
     finally:
         sdk.stop()
         if spooler is not None:
@@ -122,11 +149,15 @@ def execute(req: RunRequest) -> RunResult:
             monitor.close()
         cgroup.remove()
         limits.remove()
-    spool = _with_dac_verdicts(read_spool(spool_path), spool_path, req.user)
-    normalized = normalize(spool, req.run_id)
-    publish(normalized, req.archive_path)
-    return RunResult(exit_code, req.archive_path, spool_path, normalized,
-                     time.monotonic() - started)
+
+
+def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
+    """The spool's partial file, created new in `out_fd`; a name already there is refused."""
+    try:
+        return Spooler(out_fd, req.spool_path.name, header)
+    except FileExistsError as exc:
+        raise RunnerError(f"{req.spool_path}.partial appeared before the run could create it: "
+                          "refusing to write through it") from exc
 
 
 def _attach(req: RunRequest, cgroup: RunCgroup,
@@ -146,11 +177,11 @@ def _attach(req: RunRequest, cgroup: RunCgroup,
     return monitor, early
 
 
-def _with_dac_verdicts(spool: Spool, path: Path, user: Credentials | None) -> Spool:
+def _with_dac_verdicts(spool: Spool, out_fd: int, name: str, user: Credentials | None) -> Spool:
     """Add permission verdicts for policy-refused failed opens of a non-root command."""
     questions = dac_questions(spool) if user is not None and user.uid != 0 else []
     if not questions:
         return spool
     verdicts = DacVerdicts(allowed=check_as(user, questions))
-    Spooler.append(path, verdicts)
+    Spooler.append(out_fd, name, verdicts)
     return msgspec.structs.replace(spool, dac={**spool.dac, **verdicts.allowed})

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.capture.cgroup import RunCgroup
+from runner.display import printable
 from runner.enforce.landlock import Ruleset
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER_ERROR, RunnerError
 
@@ -232,10 +233,10 @@ def _exec_command(spec: CommandSpec) -> None:
         _close_fds_except(spec.keep_fds)
         os.execve(spec.exe, spec.argv, spec.env)
     except FileNotFoundError as exc:
-        os.write(2, f"assay-runner: cannot execute {spec.exe}: {exc.strerror}\n".encode())
+        os.write(2, printable(f"assay-runner: cannot execute {spec.exe}: {exc.strerror}").encode() + b"\n")
         os._exit(EXIT_NOT_FOUND)
     except BaseException as exc:
-        os.write(2, f"assay-runner: cannot execute {spec.exe}: {exc}\n".encode())
+        os.write(2, printable(f"assay-runner: cannot execute {spec.exe}: {exc}").encode() + b"\n")
         os._exit(EXIT_NOT_EXECUTABLE)
 
 

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from runner.display import printable_lines
+
 if TYPE_CHECKING:  # the daemon client draws the status line without importing the normalizer
     from normalizer.build import NormalizedRun
 
@@ -65,4 +67,4 @@ def summary(run: NormalizedRun, exit_code: int, elapsed: float, archive: str) ->
         f"cgroup_correlation={h.cgroup_correlation} network={h.network_protocol_coverage}",
         f"  archive:           {archive}",
     ]
-    return "\n".join(lines)
+    return printable_lines(lines)

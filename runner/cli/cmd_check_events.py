@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from blackbox.check import check_file
-from runner.cli.terminal import terminal_safe
+from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
 
 
@@ -37,7 +37,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"assay-runner: error: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
     for v in violations:
-        print(terminal_safe(v.render(str(args.file))))
+        print(printable(v.render(str(args.file))))
     if violations:
         print(f"{args.file}: {len(violations)} violation(s)", file=sys.stderr)
         return EXIT_CHECK_FAILED

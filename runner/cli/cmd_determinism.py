@@ -26,6 +26,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import shlex
 import shutil
@@ -36,15 +37,19 @@ from pathlib import Path
 
 import msgspec
 
+from normalizer.text import escape_os
 from runner.capture.session import RunRequest, execute
 from runner.capture.snapshot import Snapshot, SnapshotError
-from runner.cli.cmd_run import add_capture_options, build_request, prepare_out_dir
+from runner.cli.cmd_run import STATE_DIR, add_capture_options, build_request, prepare_out_dir
+from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
 from runner.evidence.archive import load_members, sha256_ref, write_atomic
 from runner.evidence.compare import RunInput, build_report, render_text
 
 REPORT_NAME = "determinism-report.json"
-SCRATCH_ROOTS = (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
+SCRATCH_ROOTS = (STATE_DIR, Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
+"""First the runner's own root-owned state directory: staged archives are `--out`s
+too, and /tmp is a write tree of `workspace-write` (docs/architecture.md)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def progress(message: str) -> None:
     """One progress line on stderr, so stdout keeps only the report."""
-    print(f"assay-runner: determinism: {message}", file=sys.stderr, flush=True)
+    print(printable(f"assay-runner: determinism: {message}"), file=sys.stderr, flush=True)
 
 
 def scratch_dir(workdir: Path) -> Path:
@@ -77,6 +82,8 @@ def scratch_dir(workdir: Path) -> Path:
 
     Outside, because restoring the workdir deletes whatever is inside it.
     """
+    with contextlib.suppress(OSError):
+        STATE_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
     for root in SCRATCH_ROOTS:
         root = root.resolve()
         if root.is_dir() and not root.is_relative_to(workdir):
@@ -93,7 +100,7 @@ def prepare(args: argparse.Namespace, scratch: Path) -> tuple[RunRequest, list[P
     try:
         req = build_request(staged)
         out = args.out.resolve()
-        targets = [prepare_out_dir(out / f"run-{i}", req.run_id, args.force)
+        targets = [prepare_out_dir(out / f"run-{i}", req.run_id, args.force, req.user, req.policy)
                    for i in range(1, args.runs + 1)]
     except RunnerError as exc:
         raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc
@@ -154,7 +161,7 @@ def main(args: argparse.Namespace) -> int:
                 snapshot.restore()
             except SnapshotError as exc:
                 keep_scratch = True
-                print(f"assay-runner: error: {exc}", file=sys.stderr)
+                print(printable(f"assay-runner: error: {exc}"), file=sys.stderr)
         publish_staged(scratch, targets)
         if not keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -169,7 +176,9 @@ def report(req: RunRequest, out: Path, targets: list[Path], codes: list[int],
         archive = target / f"{req.run_id}.tar.gz"
         inputs.append(RunInput(str(archive), sha256_ref(archive.read_bytes()), code,
                                load_members(archive)))
-    result = build_report(req.run_id, req.argv, str(req.workdir), inputs, allow_unhealthy)
+    # argv and workdir in v0 text: any byte the user passed survives into the JSON report
+    result = build_report(req.run_id, [escape_os(a) for a in req.argv], escape_os(str(req.workdir)),
+                          inputs, allow_unhealthy)
     path = out / REPORT_NAME
     write_atomic(path, msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
     print(render_text(result))

@@ -10,6 +10,7 @@ from normalizer.artifacts import is_safe_run_id
 from normalizer.build import normalize
 from normalizer.decode import DecodeError
 from runner.cli.cmd_run import check_run_id
+from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.evidence.publish import publish
 from spool.format import SpoolError, read_spool
@@ -44,6 +45,9 @@ def main(args: argparse.Namespace) -> int:
     except (SpoolError, DecodeError) as exc:
         raise RunnerError(f"cannot normalize {args.spool}: {exc}", EXIT_BAD_INPUT) from exc
     out = args.out or args.spool.with_suffix(".tar.gz")
-    publish(run, out)
-    print(f"assay-runner: wrote {out} ({run.kernel.count} kernel events)", file=sys.stderr)
+    try:
+        publish(run, out)
+    except OSError as exc:
+        raise RunnerError(f"cannot write {out}: {exc.strerror}", EXIT_BAD_INPUT) from exc
+    print(printable(f"assay-runner: wrote {out} ({run.kernel.count} kernel events)"), file=sys.stderr)
     return 0

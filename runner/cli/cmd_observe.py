@@ -18,8 +18,9 @@ from blackbox.catalog import CAPTURE_MODES, ENVIRONMENTS, WORKSPACE_MODES
 from blackbox.scenario import SCENARIO_ID, Scenario, ScenarioError, inline_scenario, load_scenario
 from ebpf.monitor import DEFAULT_RINGBUF_PAGES
 from runner.blackbox.observe import ObserveRequest, observe
-from runner.cli.cmd_run import check_run_id, credentials
-from runner.cli.terminal import terminal_safe
+from runner.cli.cmd_run import check_run_id
+from runner.display import printable_lines
+from runner.enforce.identity import named_user
 from runner.errors import RunnerError
 
 PROMPT_PLACEHOLDER = "{prompt}"
@@ -175,7 +176,8 @@ def build_request(args: argparse.Namespace) -> ObserveRequest:
     environment = args.environment or ("ci" if os.environ.get("CI") else "local")
     return ObserveRequest(
         scenario=sc, argv=argv, exe=executable(argv[0], env), runs_root=args.runs_root.resolve(),
-        run_id=run_id, environment=environment, workspace_source=source, user=credentials(args.user),
+        run_id=run_id, environment=environment, workspace_source=source,
+        user=named_user(args.user) if args.user else None,
         isolate_net=args.net == "isolated", ringbuf_pages=pages, env=env, timeout=args.timeout,
     )
 
@@ -187,6 +189,6 @@ def main(args: argparse.Namespace) -> int:
     lines = [f"observe: {result.run_dir}/events.jsonl ({result.events} events) {statuses} "
              f"agent exit {result.exit_code}"]
     lines += [f"  {f['status']:<7} {f['id']}: {f['evidence']}" for f in result.findings]
-    print("\n".join(terminal_safe(line) for line in lines), file=sys.stderr)
+    print(printable_lines(lines), file=sys.stderr)
     return result.exit_code
 

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import datetime as dt
 import os
-import pwd
 import secrets
 import shutil
 import sys
@@ -19,13 +18,18 @@ from normalizer.artifacts import is_safe_run_id
 from normalizer.redact import find_unredacted
 from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
 from policy.model import ResolvedPolicy, resolve
+from runner.enforce.identity import command_credentials, effective, identity_env
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
 from runner.logs import get_logger
+from spool.dirfd import open_dir, remove_within
 
 if TYPE_CHECKING:  # the capture side is imported only for direct mode: the daemon client stays light
     from runner.capture.session import RunRequest
     from runner.capture.spawn import Credentials
 
+STATE_DIR = Path("/var/lib/assay-runner")
+DEFAULT_OUT = STATE_DIR / "runs"
+"""Outside any workspace, and root-owned: a command that is not root cannot write it."""
 RUN_ID_MAX = 128
 log = get_logger("run")
 
@@ -60,8 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def add_capture_options(p: argparse.ArgumentParser) -> None:
     """Options shared by every command that runs something under the monitor."""
-    p.add_argument("--out", type=Path, default=Path("runs"), metavar="DIR",
-                   help="directory for archives and spools, created if missing (default: runs)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
+                   help="directory for archives and spools, created if missing; the command must not "
+                        f"be able to write it or any directory leading to it (default: {DEFAULT_OUT})")
     p.add_argument("--run-id", metavar="ID",
                    help="run identifier: letters, digits, '.', '_', '-' (default: run-<time>-<rand>)")
     p.add_argument("--workdir", type=Path, metavar="DIR",
@@ -69,7 +74,8 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ringbuf-pages", type=int, default=DEFAULT_RINGBUF_PAGES, metavar="N",
                    help=f"ring buffer size in pages, a power of two (default: {DEFAULT_RINGBUF_PAGES})")
     p.add_argument("--user", metavar="USER",
-                   help="run the command as this user (name or uid) instead of root")
+                   help="run the command as this user (name or uid); under sudo the default is the "
+                        "invoking user (SUDO_UID), and '--user root' runs it as root")
     p.add_argument("--net", choices=("host", "isolated"), default="host",
                    help="'isolated': a fresh network namespace with only loopback up (default: host)")
     policy = p.add_mutually_exclusive_group()
@@ -113,34 +119,54 @@ def resolve_command(cmd: list[str], workdir: Path, env: dict[str, str]) -> str:
     return str(path)
 
 
-def prepare_out_dir(out: Path, run_id: str, force: bool) -> Path:
-    """Create --out if needed and make sure the archive can be written there."""
+def prepare_out_dir(out: Path, run_id: str, force: bool, user: Credentials | None,
+                    policy: ResolvedPolicy | None) -> Path:
+    """Make sure the command cannot touch --out, then create it and check it can take the archive.
+
+    The command-safety check comes first, so a refused --out is never created.
+    """
+    from runner.enforce.outguard import check_out, unconfined_root
+
+    command = effective(user)
+    if not unconfined_root(command, policy):  # there, no --out is safe: main() warns
+        check_out(out, command, policy)
+    return create_out_dir(out, run_id, force)
+
+
+def create_out_dir(out: Path, run_id: str, force: bool) -> Path:
+    """Create --out and check it can take the archive (the daemon client's part: its runs are staged
+    out of the command's reach until the command is gone, so no command-safety check is needed)."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        make_dirs(out)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".assay-write-check-"):
             pass
     except OSError as exc:
         raise RunnerError(
             f"cannot write to --out {out}: {exc.strerror}; choose a writable directory"
         ) from exc
-    archive = out / f"{run_id}.tar.gz"
-    if archive.exists() and not force:
-        raise RunnerError(f"{archive} already exists: pass --force to overwrite it, or use another --run-id")
+    archive, partial = f"{run_id}.tar.gz", f"{run_id}.spool.partial"
+    for name in (archive, partial):
+        if os.path.lexists(out / name) and not force:
+            raise RunnerError(f"{out / name} already exists: pass --force to replace it, "
+                              "or use another --run-id")
+    dir_fd = open_dir(out)
+    try:  # a stale (or planted) partial spool: unlinked, never followed
+        remove_within(dir_fd, partial)
+    finally:
+        os.close(dir_fd)
     return out.resolve()
 
 
-def credentials(user: str | None) -> Credentials | None:
-    """The uid, gid and groups of `--user` (a name or a numeric uid)."""
-    if user is None:
-        return None
-    from runner.capture.spawn import Credentials
-
-    try:
-        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-    except (KeyError, OverflowError):
-        raise RunnerError(f"--user {user}: no such user on this machine") from None
-    groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid))))
-    return Credentials(uid=entry.pw_uid, gid=entry.pw_gid, groups=groups)
+def make_dirs(path: Path) -> None:
+    """Create `path` and its missing parents as 0755 whatever the umask (0777 would undo the check)."""
+    missing = []
+    for p in (path, *path.parents):
+        if p.is_dir():
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        p.mkdir(mode=0o755)
+        os.chmod(p, 0o755)
 
 
 def run_policy(args: argparse.Namespace, workdir: Path, user: Credentials | None) -> ResolvedPolicy | None:
@@ -156,13 +182,6 @@ def run_policy(args: argparse.Namespace, workdir: Path, user: Credentials | None
         return resolve(doc, **variables)
     except ValueError as exc:  # PolicyError names the field
         raise RunnerError(f"policy {doc.name}: {exc}") from exc
-
-
-def warn_if_evidence_writable(policy: ResolvedPolicy | None, out: Path) -> None:
-    """Landlock cannot carve exceptions: an --out the agent may write is evidence it may tamper with."""
-    if policy is not None and policy.allows_path(str(out), "write"):
-        log.warning("run.evidence_writable", out=str(out),
-                    hint="the policy lets the command write --out; choose an --out outside its write trees")
 
 
 def build_request(args: argparse.Namespace) -> RunRequest:
@@ -183,12 +202,12 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     pages = args.ringbuf_pages
     if pages < 1 or pages & (pages - 1):
         raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
-    user = credentials(args.user)
+    user = command_credentials(args.user, env)
+    env.update(identity_env(user))
     policy = run_policy(args, workdir, user)
     enforce.check(policy)
     require_run_prerequisites()
-    out = prepare_out_dir(args.out, run_id, getattr(args, "force", False))
-    warn_if_evidence_writable(policy, out)
+    out = prepare_out_dir(args.out, run_id, getattr(args, "force", False), user, policy)
     return RunRequest(run_id=run_id, exe=exe, argv=cmd, workdir=workdir, out_dir=out,
                       ringbuf_pages=pages, env=env, user=user,
                       isolate_net=args.net == "isolated", policy=policy)
@@ -209,9 +228,14 @@ def main(args: argparse.Namespace) -> int:
         return run_via_daemon(args)
     from runner.capture.session import execute
     from runner.capture.status import summary
+    from runner.enforce.outguard import unconfined_root
 
     out_existed = os.path.isdir(args.out)  # never raises, even where we may not look
     req = build_request(args)
+    if unconfined_root(effective(req.user), req.policy):
+        log.warning("run.evidence_unprotected", out=str(req.out_dir),
+                    hint="the command runs as root with no policy restricting writes, so it could "
+                         "change --out; pass --user, or a policy whose write trees exclude --out")
     log.info("run.start", run_id=req.run_id, argv=req.argv, workdir=str(req.workdir))
     try:
         result = execute(req)

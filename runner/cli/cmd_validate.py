@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 
+from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
 from runner.evidence.archive import ArchiveError
 from runner.evidence.validate import Report, validate_path
@@ -48,7 +49,7 @@ def _print_text(report: Report) -> None:
         print(f"OK {report.path}: {report.members} members, run_id={report.run_id}")
         return
     for problem in report.problems:
-        print(problem)
+        print(printable(str(problem)))
     count = len(report.problems)
     print(f"INVALID: {count} problem{'' if count == 1 else 's'}")
 

@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from runner import __version__
+from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.logs import configure_logging
 
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except RunnerError as exc:
-        print(f"assay-runner: error: {exc}", file=sys.stderr)
+        print(printable(f"assay-runner: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("assay-runner: interrupted", file=sys.stderr)

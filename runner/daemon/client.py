@@ -114,7 +114,7 @@ def _stdio() -> list[int]:
 
 def run_via_daemon(args: argparse.Namespace) -> int:
     """Send the run to the daemon and mirror it here; returns the command's exit code."""
-    from runner.cli.cmd_run import check_run_id, prepare_out_dir, resolve_command
+    from runner.cli.cmd_run import check_run_id, create_out_dir, resolve_command
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -134,7 +134,7 @@ def run_via_daemon(args: argparse.Namespace) -> int:
     )
     sock = connect(socket_path(args))  # before --out is created: no daemon, nothing left behind
     out_existed = os.path.isdir(args.out)
-    out = prepare_out_dir(args.out, run_id, getattr(args, "force", False))
+    out = create_out_dir(args.out, run_id, getattr(args, "force", False))
     try:
         return _send_and_mirror(sock, request, out, workdir)
     except RunnerError:

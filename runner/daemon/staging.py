@@ -51,11 +51,10 @@ def deliver(staging: Path, run_id: str, out_fd: int, creds: Credentials) -> list
     reaches the caller for `assay-runner normalize`.
     """
     names = [f"{run_id}{suffix}" for suffix in DELIVERED if (staging / f"{run_id}{suffix}").is_file()]
-    target = Path(f"/proc/self/fd/{out_fd}")  # the directory the caller opened, whatever its path is now
     for name in names:
         with open(staging / name, "rb") as src, filesystem_identity(creds):
             try:
-                write_streamed(target / name, lambda f, s=src: shutil.copyfileobj(s, f, 1 << 20))
+                write_streamed(Path(name), lambda f, s=src: shutil.copyfileobj(s, f, 1 << 20), out_fd)
             except OSError as exc:
                 raise RunnerError(f"cannot write {name} into --out: {exc.strerror or exc}") from exc
     return names

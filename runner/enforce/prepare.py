@@ -14,6 +14,7 @@ import msgspec
 
 from ebpf.monitor import NetPolicySpec, NetRuleSpec
 from policy.model import ResolvedPolicy
+from runner.enforce.cgroupfs import beneath, cgroup_mounts, without
 from runner.enforce.landlock import FilePolicy, Ruleset, kernel_abi, require_enforceable
 
 
@@ -31,7 +32,18 @@ class Enforcement:
 
 
 def _files(policy: ResolvedPolicy) -> FilePolicy:
-    return FilePolicy(read=tuple(policy.filesystem.read), write=tuple(policy.filesystem.write))
+    """The Landlock trees of `policy`; where it restricts writes, cgroup mounts are never writable.
+
+    A cgroup mount cut out of a write tree stays readable (write implied read
+    there): runner/enforce/cgroupfs.py.
+    """
+    read, write = tuple(policy.filesystem.read), tuple(policy.filesystem.write)
+    if "/" in write:
+        return FilePolicy(read=read, write=write)
+    mounts = cgroup_mounts()
+    inside = [t for t in write if any(beneath(t, m) for m in mounts)]
+    around = [m for m in mounts if any(beneath(m, t) for t in write)]
+    return FilePolicy(read=read + tuple(inside) + tuple(around), write=without(write, mounts))
 
 
 def check(policy: ResolvedPolicy | None) -> None:

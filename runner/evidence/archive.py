@@ -16,8 +16,8 @@ import gzip
 import hashlib
 import io
 import os
+import secrets
 import tarfile
-import tempfile
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
@@ -25,6 +25,7 @@ from typing import BinaryIO, Protocol
 import msgspec
 
 from normalizer.artifacts import MANIFEST_SCHEMA, Manifest, ManifestEntry
+from spool.dirfd import create_new, remove_within, rename_within
 
 MANIFEST = "manifest.json"
 MEMBER_ORDER = (
@@ -110,29 +111,39 @@ def _info(name: str, size: int, kind: bytes, mode: int) -> tarfile.TarInfo:
     return info
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, dir_fd: int | None = None) -> None:
     """Write `data` to `path` through a temp file in the same directory."""
-    write_streamed(path, lambda f: f.write(data))
+    write_streamed(path, lambda f: f.write(data), dir_fd)
 
 
-def write_streamed(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Call `write(file)` on a temp file in `path`'s directory, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def write_streamed(path: Path, write: Callable[[BinaryIO], object], dir_fd: int | None = None) -> None:
+    """Call `write(file)` on a new temp file beside `path`, then rename it into place.
+
+    Everything happens inside one directory fd (`dir_fd`, or `path`'s parent
+    opened once): the temp file is created with O_EXCL|O_NOFOLLOW and renamed
+    within that directory, so a symlink planted at either name, or a parent
+    swapped for a symlink meanwhile, never redirects the write.
+    """
+    owned = dir_fd is None
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if owned else dir_fd
+    tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
     try:
-        with os.fdopen(fd, "wb") as f:
+        with create_new(directory, tmp) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        rename_within(directory, tmp, path.name)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        remove_within(directory, tmp)
         raise
+    finally:
+        if owned:
+            os.close(directory)
 
 
-def write_archive(path: Path, run_id: str, members: dict[str, Member]) -> None:
-    """Stream the archive for `members` to `path` atomically."""
-    write_streamed(path, lambda f: _write_tar(f, run_id, members))
+def write_archive(path: Path, run_id: str, members: dict[str, Member], dir_fd: int | None = None) -> None:
+    """Stream the archive for `members` to `path` atomically (inside `dir_fd` when given)."""
+    write_streamed(path, lambda f: _write_tar(f, run_id, members), dir_fd)
 
 
 def _safe_name(name: str) -> str:

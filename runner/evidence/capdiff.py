@@ -22,6 +22,7 @@ from typing import Literal
 import msgspec
 
 from normalizer.artifacts import Binding, CapabilitySurface, CorrelationReport, ObservationHealth
+from runner.display import printable_lines
 
 SURFACE = "capability-surface.json"
 HEALTH = "observation-health.json"
@@ -318,4 +319,4 @@ def render_text(diff: CapabilityDiff) -> str:
         f"{len(diff.health.fields)} health field changes, "
         f"correlation {'unchanged' if corr.empty else 'changed'}"
     )
-    return "\n".join(lines)
+    return printable_lines(lines)

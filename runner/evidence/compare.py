@@ -28,6 +28,7 @@ from itertools import zip_longest
 import msgspec
 
 from normalizer.artifacts import CapabilitySurface, ObservationHealth
+from runner.display import printable_lines
 from runner.evidence.archive import MANIFEST, MEMBER_ORDER
 from runner.evidence.capdiff import HEALTH, SURFACE, SetChange, diff_surfaces
 
@@ -356,4 +357,4 @@ def render_text(report: DeterminismReport) -> str:
         (not report.health_passing and not report.allow_unhealthy, "health not passing"),
     ) if bad]
     lines.append("result: PASS" if report.passed else "result: FAIL (" + "; ".join(reasons) + ")")
-    return "\n".join(lines)
+    return printable_lines(lines)

@@ -24,6 +24,10 @@ MEANINGS = {
         "run did may be missing from the evidence. Re-run; a busy machine or a flood of "
         "syscalls causes it."
     ),
+    "s2_path_capture": (
+        "Some path arguments were longer than the kernel accepts (4096 bytes or more): their "
+        "values end in the truncation marker and those syscalls failed (ENAMETOOLONG)."
+    ),
     "s2_path_resolution": (
         "Some paths could not be made absolute (their working directory or directory fd "
         "was never seen); those files appear as the relative path the program passed."
@@ -50,6 +54,11 @@ MEANINGS = {
         "Events in the run's cgroup could not be tied to the command's process tree "
         "(root_seen=false: the command itself was never seen starting). Evidence may be "
         "attributed to the wrong process or missing."
+    ),
+    "s4_command_privilege": (
+        "The command ran as root with no policy restricting its writes: it could have changed "
+        "anything on the machine, --out included. Run it as a user (--user, or sudo's default) "
+        "or under a write-restricting policy for evidence it cannot touch."
     ),
     "s4_policy_capture": (
         "The run has policy lines: decision_events is how many tool-call decisions the policy "
