@@ -41,6 +41,11 @@ from probe_harness.modes import (
 PROBE_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 300.0
 
+RUNNER_OUT = Path("/var/lib/assay-runner/runs")
+"""Where the runner writes the archives of sandboxed batches: its own default --out, which a
+sandboxed probe cannot write (the runner refuses an --out the command could change, and the
+matrix's --out usually lies in a tree the workspace-write preset lets it write)."""
+
 
 class ProbeError(ValueError):
     """A probe cannot be run as asked (unknown, outside probes/, not executable)."""
@@ -182,7 +187,7 @@ def _sandboxed(mode: str, probes: list[Path], settings: Settings) -> tuple[list[
         "--sandbox",
         mode,
         "--out",
-        str(settings.out),
+        str(RUNNER_OUT),
         "--run-id",
         run_id,
         "--workdir",
@@ -243,7 +248,7 @@ def run_batch(mode: str, probes: list[Path], settings: Settings, contracts: Cont
         or Result(p.stem, mode, error=f"no result: the sandboxed driver {why} (log: {log_path})")
         for p in probes
     ]
-    archive = settings.out / f"{run_id}.tar.gz" if run_id else None
+    archive = RUNNER_OUT / f"{run_id}.tar.gz" if run_id else None
     return Batch(mode, results, archive if archive and archive.is_file() else None, run_id)
 
 

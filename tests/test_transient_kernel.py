@@ -36,6 +36,9 @@ def _git(work: Path) -> list[str]:
 
 
 def _c_link(work: Path) -> list[str]:
+    # The determinism test's sources, built the ordinary way (clink/Makefile: no -pipe, ar, a link).
+    for source in (PROGRAMS.parent / "determinism" / "cproject").glob("*.[ch]"):
+        shutil.copy(source, work)
     shutil.copytree(PROGRAMS / "clink", work, dirs_exist_ok=True)
     return ["make", "-j2"]
 
