@@ -184,12 +184,11 @@ def run_policy(args: argparse.Namespace, workdir: Path, user: Credentials | None
         raise RunnerError(f"policy {doc.name}: {exc}") from exc
 
 
-def build_request(args: argparse.Namespace) -> RunRequest:
-    """Check every input before anything is created; raise RunnerError on the first problem."""
-    from runner.capture.session import RunRequest
-    from runner.enforce import prepare as enforce
-    from runner.host.checks import require_run_prerequisites
+def command_inputs(args: argparse.Namespace) -> tuple[list[str], str, Path, dict[str, str], str]:
+    """The command, run id, workdir, environment and executable, checked as the caller.
 
+    Shared by direct mode and the daemon client, so both refuse the same inputs the same way.
+    """
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -198,7 +197,16 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     if not workdir.is_dir():
         raise RunnerError(f"--workdir {workdir} is not a directory")
     env = dict(os.environ)
-    exe = resolve_command(cmd, workdir, env)
+    return cmd, run_id, workdir, env, resolve_command(cmd, workdir, env)
+
+
+def build_request(args: argparse.Namespace) -> RunRequest:
+    """Check every input before anything is created; raise RunnerError on the first problem."""
+    from runner.capture.session import RunRequest
+    from runner.enforce import prepare as enforce
+    from runner.host.checks import require_run_prerequisites
+
+    cmd, run_id, workdir, env, exe = command_inputs(args)
     pages = args.ringbuf_pages
     if pages < 1 or pages & (pages - 1):
         raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")

@@ -114,17 +114,9 @@ def _stdio() -> list[int]:
 
 def run_via_daemon(args: argparse.Namespace) -> int:
     """Send the run to the daemon and mirror it here; returns the command's exit code."""
-    from runner.cli.cmd_run import check_run_id, create_out_dir, resolve_command
+    from runner.cli.cmd_run import command_inputs, create_out_dir
 
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    run_id = check_run_id(args.run_id)
-    workdir = (args.workdir or Path.cwd()).resolve()
-    if not workdir.is_dir():
-        raise RunnerError(f"--workdir {workdir} is not a directory")
-    env = dict(os.environ)
-    exe = resolve_command(cmd, workdir, env)
+    cmd, run_id, workdir, env, exe = command_inputs(args)
     request = protocol.RunStart(
         version=protocol.VERSION, run_id=run_id, exe=os.fsencode(exe), argv=[os.fsencode(a) for a in cmd],
         env={os.fsencode(k): os.fsencode(v) for k, v in env.items()}, workdir=os.fsencode(str(workdir)),
