@@ -23,7 +23,7 @@ from runner.acceptance.gates import GATES, Gate, PythonModule, select
 from runner.acceptance.pack import CHECKSUMS, MANIFEST, PACK_SCHEMA, write_pack
 from runner.acceptance.verify import verify
 from runner.review.load import load_view
-from runner.review.view import RunView
+from runner.review.view import EndpointEntry, RunView
 from tests.support import ROOT, assay
 
 SPOOL = ROOT / "tests" / "data" / "threads.spool"
@@ -232,6 +232,22 @@ def test_expectations_check_compares_exactly_and_by_inclusion(tmp_path: Path) ->
     assert "files_read: expected '/never/read', not read in the run" in problems
     assert f"counts: processes is {len(view.processes)}, expected {len(view.processes) + 1}" in problems
     assert len(problems) == 4
+
+
+def test_endpoints_leave_out_host_name_services_unless_listed(tmp_path: Path) -> None:
+    view = _view(tmp_path)
+    nscd = EndpointEntry(endpoint="unix:/var/run/nscd/socket", kinds=["connect"], events=1, blocked=False)
+    other = EndpointEntry(endpoint="unix:/run/other.sock", kinds=["connect"], events=1, blocked=False)
+    view = msgspec.structs.replace(view, endpoints=[*view.endpoints, nscd, other])
+    want = [e.endpoint for e in view.endpoints if e is not nscd]
+    exp = msgspec.convert({"evidence": {"endpoints": want}}, Expectations)
+    assert check(exp, view, {}) == []
+    exp = msgspec.convert({"evidence": {"endpoints": [*want, nscd.endpoint, "unix:/run/nscd/socket"]}},
+                          Expectations)
+    assert check(exp, view, {}) == ["endpoints: expected 'unix:/run/nscd/socket', not in the run"]
+    exp = msgspec.convert({"evidence": {"endpoints": [w for w in want if w != other.endpoint]}},
+                          Expectations)
+    assert check(exp, view, {}) == ["endpoints: unexpected 'unix:/run/other.sock'"]
 
 
 def test_acceptance_list_shows_the_registry() -> None:
