@@ -9,7 +9,7 @@ redactor.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from normalizer.redact import PLACEHOLDER, find_unredacted, rules
 from runner.evidence.conformance.base import Problem
@@ -25,3 +25,48 @@ def secret_problems(name: str, data: bytes) -> Iterator[Problem]:
         if m:
             line = text.count("\n", 0, m.start()) + 1 if name.endswith(".ndjson") else None
             yield Problem(name, f"unredacted {rule}-shaped value: refused by Assay's fail-closed sweep", line)
+
+
+SWEEP_BLOCK_BYTES = 1 << 20
+
+
+def _blocks(lines: Iterable[tuple[int, bytes | None]]) -> Iterator[tuple[list[int], bytes]]:
+    """Lines joined into blocks of about SWEEP_BLOCK_BYTES, with each line's number.
+
+    An over-long line (None) is already a validation problem and is left out.
+    """
+    numbers: list[int] = []
+    parts: list[bytes] = []
+    size = 0
+    for number, line in lines:
+        if line is None:
+            continue
+        numbers.append(number)
+        parts.append(line)
+        size += len(line) + 1
+        if size >= SWEEP_BLOCK_BYTES:
+            yield numbers, b"\n".join(parts)
+            numbers, parts, size = [], [], 0
+    if parts:
+        yield numbers, b"\n".join(parts)
+
+
+def secret_problems_in_lines(name: str, lines: Iterable[tuple[int, bytes | None]]) -> Iterator[Problem]:
+    """`secret_problems` for an NDJSON member too large to hold, swept a block of lines at a time.
+
+    The same rules and the same report (each rule once, at its first line, in
+    the table's order); memory stays at one block.
+    """
+    first: dict[str, int] = {}
+    for numbers, block in _blocks(lines):
+        text = PLACEHOLDER.sub(" ", block.decode("utf-8", "replace"))
+        if find_unredacted(text) is None:
+            continue
+        for rule, pattern in rules():
+            m = pattern.search(text) if rule not in first else None
+            if m:
+                first[rule] = numbers[text.count("\n", 0, m.start())]
+    for rule, _ in rules():
+        if rule in first:
+            yield Problem(name, f"unredacted {rule}-shaped value: refused by Assay's fail-closed sweep",
+                          first[rule])
