@@ -10,10 +10,21 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from support import ASSAY_COMPAT, assay_compat
 
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
+
+
+# The fuzz suites (tests/test_fuzz_*.py): a bounded, reproducible example count in CI
+# (derandomized: the same examples every run, so a CI failure reproduces locally with
+# HYPOTHESIS_PROFILE=ci); off CI the default profile explores new examples each run.
+settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

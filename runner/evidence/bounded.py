@@ -58,6 +58,7 @@ CHUNK_BYTES = 1 << 20
 _EXTENDED = {tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
              tarfile.SOLARIS_XHDTYPE}
 _PLAIN = {tarfile.REGTYPE, tarfile.AREGTYPE}
+_SPACES = b" \t\r\x0b\x0c"
 _BLANKS = re.compile(rb"[ \t\n\r\x0b\x0c]*")
 """What `bytes.strip()` removes: a line of only these is blank and skipped."""
 
@@ -133,42 +134,64 @@ def member_bytes(member: ReadMember) -> bytes:
     return member if isinstance(member, bytes) else b"".join(member.chunks())
 
 
-def iter_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes | None]]:
-    """(line number, line) for every non-blank line of an NDJSON stream, numbered from 1.
+Lines = Iterator[tuple[int, bytes | None]]
+"""(line number, bytes) pairs; None stands for a line over the length limit."""
 
-    A line longer than `limit` comes as (number, None) and its bytes are
-    skipped, never held; runs of blank lines are skipped at C speed (a
-    member of newlines costs no per-line work). Memory: one line plus one chunk.
+
+def iter_line_blocks(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Lines:
+    """(number of its first line, block of whole lines) over an NDJSON stream, lines numbered from 1.
+
+    Blocks end at a newline (the last one at the end of the stream), so no
+    line is split. A line that grows past `limit` before its newline comes as
+    (number, None) and is skipped, never held. Memory: one chunk plus one line.
     """
     number = 1
-    buf = b""
+    carry = b""
     skipping = False  # inside an over-long line, discarding up to its newline
     for chunk in chunks:
-        buf = buf + chunk if buf else chunk
-        pos = 0
-        while True:
-            if skipping:
-                nl = buf.find(b"\n", pos)
-                if nl < 0:
-                    pos = len(buf)
-                    break
-                skipping, number, pos = False, number + 1, nl + 1
-                continue
-            end = _BLANKS.match(buf, pos).end()  # type: ignore[union-attr]
-            number += buf.count(b"\n", pos, end)
-            start = max(pos, buf.rfind(b"\n", pos, end) + 1)
-            nl = buf.find(b"\n", end) if end < len(buf) else -1
+        if skipping:
+            nl = chunk.find(b"\n")
             if nl < 0:
-                pos = start
-                break
-            yield (number, None) if nl - start > limit else (number, buf[start:nl])
-            number, pos = number + 1, nl + 1
-        buf = buf[pos:]
-        if len(buf) > limit:
+                continue
+            skipping, number, chunk = False, number + 1, chunk[nl + 1:]
+        buf = carry + chunk if carry else chunk
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            carry = buf
+        else:
+            block, carry = buf[:cut], buf[cut + 1:]
+            yield number, block
+            number += block.count(b"\n") + 1
+        if len(carry) > limit:
+            carry = carry.lstrip(_SPACES)  # leading blanks do not count towards a line's length
+            if len(carry) > limit:
+                yield number, None
+                skipping, carry = True, b""
+    if carry and not skipping:
+        yield number, carry
+
+
+def iter_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Lines:
+    """(line number, line) for every non-blank line of an NDJSON stream; None for one over `limit`.
+
+    A line is given from its first non-blank byte (JSON ignores leading
+    whitespace), and that is where its length counts from. Runs of blank
+    lines are skipped at C speed, so a member of newlines costs no per-line work.
+    """
+    for number, block in iter_line_blocks(chunks, limit):
+        if block is None:
             yield number, None
-            skipping, buf = True, b""
-    if buf.strip() and not skipping:
-        yield number, buf
+            continue
+        pos, size = 0, len(block)
+        while pos <= size:
+            end = _BLANKS.match(block, pos).end()  # type: ignore[union-attr]
+            if end == size:
+                break
+            number += block.count(b"\n", pos, end)
+            nl = block.find(b"\n", end)
+            nl = size if nl < 0 else nl
+            yield number, (block[end:nl] if nl - end <= limit else None)
+            number, pos = number + 1, nl + 1
 
 
 def safe_name(name: str) -> str:

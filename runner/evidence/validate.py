@@ -43,6 +43,7 @@ from runner.evidence.bounded import (
     MAX_LINE_BYTES,
     ArchiveError,
     ReadMember,
+    iter_line_blocks,
     iter_lines,
     member_bytes,
     member_chunks,
@@ -63,7 +64,7 @@ from runner.evidence.conformance.base import (
     Parsed,
     Problem,
 )
-from runner.evidence.conformance.secrets import secret_problems, secret_problems_in_lines
+from runner.evidence.conformance.secrets import secret_problems, secret_problems_in_blocks
 
 __all__ = ["Problem", "Report", "validate_member", "validate_members", "validate_path"]
 
@@ -273,11 +274,11 @@ def find_problems(members: dict[str, ReadMember], sweep: bool = True) -> tuple[l
         for name in (*known, *extra):
             data = members[name]
             problems += (secret_problems(name, data) if isinstance(data, bytes)
-                         else secret_problems_in_lines(name, iter_lines(data.chunks())))
+                         else secret_problems_in_blocks(name, iter_line_blocks(data.chunks())))
     return problems, parsed
 
 
-def validate_members(members: dict[str, bytes], sweep: bool = True) -> list[str]:
+def validate_members(members: dict[str, ReadMember], sweep: bool = True) -> list[str]:
     """Problem lines (`member: problem`) for an archive's members; [] if valid.
 
     `members` is every member by archive path, the manifest included: before

@@ -23,6 +23,7 @@ import msgspec
 
 from normalizer.artifacts import Binding, KernelEvent, ObservationHealth, PolicyEvent, RunEvent, SdkEvent
 from normalizer.redact import Redactor
+from runner.evidence.bounded import MAX_LINE_BYTES, ReadMember, iter_lines, member_chunks
 from runner.evidence.capdiff import decode_artifacts
 from runner.evidence.compare import PASSING, check_health
 from runner.review.notes import meaning
@@ -203,12 +204,18 @@ class RunView(msgspec.Struct):
     phases: list[PhaseEntry]
 
 
-def _lines(members: dict[str, bytes], name: str, kind: type[T]) -> list[T]:
-    data = members.get(name, b"")
-    try:
-        return [msgspec.json.decode(line, type=kind) for line in data.splitlines() if line]
-    except msgspec.MsgspecError as exc:
-        raise ReviewError(f"{name}: {exc} (run 'assay-runner validate' on it)") from exc
+def decode_lines(members: dict[str, ReadMember], name: str, kind: type[T]) -> list[T]:
+    """The NDJSON member `name` decoded line by line, streamed when it is large."""
+    out: list[T] = []
+    for number, line in iter_lines(member_chunks(members.get(name, b""))):
+        if line is None:
+            raise ReviewError(f"{name}: line {number} is longer than {MAX_LINE_BYTES} bytes "
+                              "(run 'assay-runner validate' on it)")
+        try:
+            out.append(msgspec.json.decode(line, type=kind))
+        except msgspec.MsgspecError as exc:
+            raise ReviewError(f"{name}: line {number}: {exc} (run 'assay-runner validate' on it)") from exc
+    return out
 
 
 def _directories(kernel: list[KernelEvent]) -> list[DirectoryGroup]:
@@ -360,16 +367,17 @@ def _health(members: dict[str, bytes], health: ObservationHealth) -> HealthView:
     )
 
 
-def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | None) -> RunView:
+def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts | None) -> RunView:
     """Arrange one run for review; ReviewError when a member does not decode."""
+    documents = {name: m for name, m in members.items() if isinstance(m, bytes)}  # never streamed
     try:
-        art = decode_artifacts(members)
+        art = decode_artifacts(documents)
     except ValueError as exc:
         raise ReviewError(f"{exc} (run 'assay-runner validate' on it)") from exc
-    kernel = _lines(members, KERNEL, KernelEvent)
-    policy = _lines(members, POLICY, PolicyEvent)
-    sdk = _lines(members, SDK, SdkEvent)
-    run_events = _lines(members, PHASES, RunEvent)
+    kernel = decode_lines(members, KERNEL, KernelEvent)
+    policy = decode_lines(members, POLICY, PolicyEvent)
+    sdk = decode_lines(members, SDK, SdkEvent)
+    run_events = decode_lines(members, PHASES, RunEvent)
     directories = _directories(kernel)
     processes = _processes(kernel, facts)
     blocks = _blocks(kernel, policy, facts)
@@ -393,7 +401,7 @@ def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | Non
     return RunView(
         schema=VIEW_SCHEMA, archive=str(archive), spool=facts.path if facts else None,
         timeline="runner clock (spool)" if facts else "no spool: phases in archive order, no times",
-        summary=summary, health=_health(members, art.health), processes=processes,
+        summary=summary, health=_health(documents, art.health), processes=processes,
         directories=directories, endpoints=_endpoints(kernel), blocks=blocks,
         bindings=_bindings(art.correlation.bindings, sdk, kernel, facts), phases=phases,
     )

@@ -27,45 +27,25 @@ def secret_problems(name: str, data: bytes) -> Iterator[Problem]:
             yield Problem(name, f"unredacted {rule}-shaped value: refused by Assay's fail-closed sweep", line)
 
 
-SWEEP_BLOCK_BYTES = 1 << 20
+def secret_problems_in_blocks(name: str, blocks: Iterable[tuple[int, bytes | None]]) -> Iterator[Problem]:
+    """`secret_problems` for an NDJSON member too large to hold, swept one block of lines at a time.
 
-
-def _blocks(lines: Iterable[tuple[int, bytes | None]]) -> Iterator[tuple[list[int], bytes]]:
-    """Lines joined into blocks of about SWEEP_BLOCK_BYTES, with each line's number.
-
-    An over-long line (None) is already a validation problem and is left out.
-    """
-    numbers: list[int] = []
-    parts: list[bytes] = []
-    size = 0
-    for number, line in lines:
-        if line is None:
-            continue
-        numbers.append(number)
-        parts.append(line)
-        size += len(line) + 1
-        if size >= SWEEP_BLOCK_BYTES:
-            yield numbers, b"\n".join(parts)
-            numbers, parts, size = [], [], 0
-    if parts:
-        yield numbers, b"\n".join(parts)
-
-
-def secret_problems_in_lines(name: str, lines: Iterable[tuple[int, bytes | None]]) -> Iterator[Problem]:
-    """`secret_problems` for an NDJSON member too large to hold, swept a block of lines at a time.
-
-    The same rules and the same report (each rule once, at its first line, in
-    the table's order); memory stays at one block.
+    `blocks` are (number of the first line, whole lines) as
+    `bounded.iter_line_blocks` gives them; an over-long line (None) is a
+    validation problem already and is skipped. The report is the same (each
+    rule once, at its first line, in the table's order); memory stays at one block.
     """
     first: dict[str, int] = {}
-    for numbers, block in _blocks(lines):
+    for number, block in blocks:
+        if block is None:
+            continue
         text = PLACEHOLDER.sub(" ", block.decode("utf-8", "replace"))
         if find_unredacted(text) is None:
             continue
         for rule, pattern in rules():
             m = pattern.search(text) if rule not in first else None
             if m:
-                first[rule] = numbers[text.count("\n", 0, m.start())]
+                first[rule] = number + text.count("\n", 0, m.start())
     for rule, _ in rules():
         if rule in first:
             yield Problem(name, f"unredacted {rule}-shaped value: refused by Assay's fail-closed sweep",
