@@ -16,7 +16,6 @@ from support import ASSAY_COMPAT, assay_compat
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
 
-
 # The fuzz suites (tests/test_fuzz_*.py): a bounded, reproducible example count in CI
 # (derandomized: the same examples every run, so a CI failure reproduces locally with
 # HYPOTHESIS_PROFILE=ci); off CI the default profile explores new examples each run.
