@@ -26,6 +26,7 @@ import struct
 
 import msgspec
 
+from normalizer.artifacts import RUN_ID_MAX, is_safe_run_id
 from policy.model import Policy
 
 VERSION = 1
@@ -172,6 +173,9 @@ def decode_daemon(body: bytes) -> Started | Progress | Finished | Refused | Stat
 
 
 def _check_run(msg: RunStart) -> None:
+    if not is_safe_run_id(msg.run_id) or len(msg.run_id) > RUN_ID_MAX:
+        raise ProtocolError(f"invalid run id {msg.run_id!r}: use 1-{RUN_ID_MAX} ASCII letters, digits, "
+                            "'_' or '-'")
     if not msg.argv or len(msg.argv) > MAX_ARGS or len(msg.env) > MAX_ENV:
         raise ProtocolError(f"argv must have 1 to {MAX_ARGS} items and the environment at most {MAX_ENV}")
     size = sum(map(len, msg.argv)) + sum(len(k) + len(v) for k, v in msg.env.items())

@@ -21,7 +21,16 @@ from typing import TypeVar
 
 import msgspec
 
-from normalizer.artifacts import Binding, KernelEvent, ObservationHealth, PolicyEvent, RunEvent, SdkEvent
+from normalizer.artifacts import (
+    RUN_ID_MAX,
+    Binding,
+    KernelEvent,
+    ObservationHealth,
+    PolicyEvent,
+    RunEvent,
+    SdkEvent,
+    is_safe_run_id,
+)
 from normalizer.redact import Redactor
 from runner.evidence.bounded import MAX_LINE_BYTES, ReadMember, iter_lines, member_chunks
 from runner.evidence.capdiff import decode_artifacts
@@ -374,6 +383,9 @@ def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts 
         art = decode_artifacts(documents)
     except ValueError as exc:
         raise ReviewError(f"{exc} (run 'assay-runner validate' on it)") from exc
+    if not is_safe_run_id(art.health.run_id) or len(art.health.run_id) > RUN_ID_MAX:
+        raise ReviewError(f"run id {art.health.run_id!r} is not one Assay accepts "
+                          "(run 'assay-runner validate' on it)")
     kernel = decode_lines(members, KERNEL, KernelEvent)
     policy = decode_lines(members, POLICY, PolicyEvent)
     sdk = decode_lines(members, SDK, SdkEvent)
