@@ -7,6 +7,7 @@ They need root. Off CI, a non-root session skips them with the reason; on CI
 from __future__ import annotations
 
 import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,11 @@ from support import ASSAY_COMPAT, assay_compat
 
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
+
+# A caller without HOME (CI, cron) makes every Python and bash the tests start
+# look the user up in passwd, which on a host running nscd is a connect to its
+# socket: a real endpoint in the evidence, but one that depends on the host.
+os.environ.setdefault("HOME", pwd.getpwuid(os.getuid()).pw_dir)
 
 # The fuzz suites (tests/test_fuzz_*.py): a bounded, reproducible example count in CI
 # (derandomized: the same examples every run, so a CI failure reproduces locally with
