@@ -178,7 +178,7 @@ def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
             raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
         try:
             yield _decoder.decode(body)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
             raise SpoolError(f"undecodable frame: {exc}") from exc
 
 

@@ -155,7 +155,7 @@ def decode_client(body: bytes) -> RunStart | Interrupt | StatusQuery:
     """A client's message, checked for the limits the types cannot say."""
     try:
         msg = _client_decoder.decode(body)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
         raise ProtocolError(f"bad request: {exc}") from None
     if isinstance(msg, RunStart | StatusQuery) and msg.version != VERSION:
         raise ProtocolError(f"protocol version {msg.version} is not supported (daemon speaks {VERSION}); "
@@ -168,7 +168,7 @@ def decode_client(body: bytes) -> RunStart | Interrupt | StatusQuery:
 def decode_daemon(body: bytes) -> Started | Progress | Finished | Refused | StatusReply:
     try:
         return _daemon_decoder.decode(body)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
         raise ProtocolError(f"bad reply from the daemon: {exc}") from None
 
 

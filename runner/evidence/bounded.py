@@ -224,7 +224,7 @@ class _Budget:
         try:
             files = msgspec.json.decode(manifest).get("files", {})
             declared = {k: v["bytes"] for k, v in files.items() if type(v.get("bytes")) is int}
-        except (msgspec.DecodeError, AttributeError, TypeError):
+        except (msgspec.DecodeError, UnicodeDecodeError, AttributeError, TypeError):
             return
         total = sum(max(0, size) for size in declared.values())
         if total > MAX_TOTAL_BYTES:

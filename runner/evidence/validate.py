@@ -143,7 +143,7 @@ LINE_RULES: dict[type, Callable[[Any], Iterable[str]]] = {
 }
 
 
-def _decode_error(exc: msgspec.MsgspecError) -> str:
+def _decode_error(exc: msgspec.MsgspecError | UnicodeDecodeError) -> str:
     return str(exc) or type(exc).__name__
 
 
@@ -151,7 +151,7 @@ def _check_document(name: str, data: bytes, parsed: Parsed) -> Iterator[Problem]
     kind = DOCUMENT_TYPES[name]
     try:
         doc = _decoders[kind].decode(data)
-    except msgspec.MsgspecError as exc:
+    except (msgspec.MsgspecError, UnicodeDecodeError) as exc:  # msgspec: a str not UTF-8
         parsed.broken.add(name)
         yield Problem(name, _decode_error(exc))
         return
@@ -174,7 +174,7 @@ def _check_lines(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Proble
             continue
         try:
             item = _decoders[kind].decode(raw)
-        except msgspec.MsgspecError as exc:
+        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:  # msgspec: a str not UTF-8
             parsed.broken.add(name)
             yield Problem(name, _decode_error(exc), number)
             continue

@@ -222,7 +222,7 @@ def decode_lines(members: dict[str, ReadMember], name: str, kind: type[T]) -> li
                               "(run 'assay-runner validate' on it)")
         try:
             out.append(msgspec.json.decode(line, type=kind))
-        except msgspec.MsgspecError as exc:
+        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
             raise ReviewError(f"{name}: line {number}: {exc} (run 'assay-runner validate' on it)") from exc
     return out
 
