@@ -29,6 +29,8 @@ settings.register_profile("ci", max_examples=200, deadline=None, derandomize=Tru
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("deep", max_examples=5000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])  # bug hunting by hand
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 

@@ -28,6 +28,7 @@ import msgspec
 
 from normalizer.artifacts import RUN_ID_MAX, is_safe_run_id
 from policy.model import Policy
+from runner.display import printable
 
 VERSION = 1
 MAX_FRAME = 1 << 20
@@ -156,7 +157,7 @@ def decode_client(body: bytes) -> RunStart | Interrupt | StatusQuery:
     try:
         msg = _client_decoder.decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
-        raise ProtocolError(f"bad request: {exc}") from None
+        raise ProtocolError(f"bad request: {printable(str(exc))}") from None
     if isinstance(msg, RunStart | StatusQuery) and msg.version != VERSION:
         raise ProtocolError(f"protocol version {msg.version} is not supported (daemon speaks {VERSION}); "
                             "use the assay-runner that matches the daemon")
@@ -169,7 +170,7 @@ def decode_daemon(body: bytes) -> Started | Progress | Finished | Refused | Stat
     try:
         return _daemon_decoder.decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
-        raise ProtocolError(f"bad reply from the daemon: {exc}") from None
+        raise ProtocolError(f"bad reply from the daemon: {printable(str(exc))}") from None
 
 
 def _check_run(msg: RunStart) -> None:
