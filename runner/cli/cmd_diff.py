@@ -52,9 +52,9 @@ def load_run(path: Path, role: str) -> RunArtifacts:
         raise RunnerError(f"{role} {path}: no such archive or directory", EXIT_BAD_INPUT)
     try:
         members = open_members(path)
+        problems = validate_members(members)  # streams large members again: they can still fail to read
     except (ArchiveError, OSError) as exc:
         raise RunnerError(f"{role} {path}: unreadable: {exc}", EXIT_BAD_INPUT) from exc
-    problems = validate_members(members)
     if problems:
         raise RunnerError(
             f"{role} {path}: not a valid v0 archive ({len(problems)} problems, first: "
