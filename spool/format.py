@@ -179,7 +179,8 @@ def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
         try:
             yield _decoder.decode(body)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
-            raise SpoolError(f"undecodable frame: {exc}") from exc
+            # ascii(): msgspec quotes the bad value, which may hold a newline; the error stays one line
+            raise SpoolError(f"undecodable frame: {ascii(str(exc))[1:-1]}") from exc
 
 
 def read_spool(path: Path) -> Spool:
