@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.capture.owner import Owner, write_owner
 from runner.errors import RunnerError
 from runner.host.mounts import cgroup2_mount
 
@@ -29,14 +30,16 @@ class RunCgroup:
     level: int
 
     @classmethod
-    def create(cls, label: str) -> RunCgroup:
-        """Make a fresh, uniquely named cgroup for the run `label`."""
+    def create(cls, label: str, owner: Owner | None = None) -> RunCgroup:
+        """Make a fresh, uniquely named cgroup for the run `label`, marked as `owner`'s (owner.py)."""
         mount = cgroup2_mount()
         path = mount / PARENT / f"{label}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             path.mkdir(parents=True)
         except OSError as exc:
             raise RunnerError(f"cannot create the run cgroup {path}: {exc.strerror}") from exc
+        if owner is not None:
+            write_owner(path, owner)
         level = len(path.relative_to(mount).parts)
         return cls(path=path, id=path.stat().st_ino, level=level)
 

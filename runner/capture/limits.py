@@ -7,7 +7,16 @@ controllers are enabled down to it. A hybrid host keeps those controllers on
 their cgroup v1 hierarchies (the v2 tree offers none of them), so there the
 run gets a sibling cgroup in each v1 hierarchy (`pids.max`,
 `memory.limit_in_bytes`) that the helper joins before anything of the
-command exists. A limit the host cannot enforce is an error, never ignored.
+command exists. A limit the operator or user asked for that the host cannot
+enforce is an error, never ignored; direct mode's default limits
+(`required=False`) are recorded as unavailable instead, and the archive's
+health says so (`s3_resource_limits: ... unavailable=pids`).
+
+After the command exits, `LimitGroups.events` reads how often each limit
+refused the run (`pids.events`, `memory.events`; on v1 `memory.failcnt` and
+`memory.oom_control`), and the counts become a health note: a fork refused
+by the pids limit or a task taken by the OOM killer is part of what the
+command experienced.
 """
 
 from __future__ import annotations
@@ -30,10 +39,17 @@ class CgroupLimits:
 
     pids_max: int | None = None
     memory_max: int | None = None
+    required: bool = True
+    """False for defaults: a controller the host lacks is recorded, not an error."""
 
     def values(self) -> dict[str, int]:
         wanted = {"pids": self.pids_max, "memory": self.memory_max}
         return {name: value for name, value in wanted.items() if value is not None}
+
+
+DEFAULT_PIDS_MAX = 4096
+"""Direct mode's default: room for a parallel build's processes and threads, not for a fork bomb."""
+DEFAULT_LIMITS = CgroupLimits(pids_max=DEFAULT_PIDS_MAX, required=False)
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,12 @@ class LimitGroups:
     """What enforces a run's limits: v1 cgroups to join (none on v2) and remove afterwards."""
 
     v1_dirs: tuple[Path, ...] = ()
+    v2_dir: Path | None = None
+    """The run's own cgroup when it carries a limit (cgroup v2)."""
+    applied: tuple[tuple[str, int], ...] = ()
+    """(`pids_max`/`memory_max`, value) for each limit in force."""
+    unavailable: tuple[str, ...] = ()
+    """Controllers of default limits that this host does not have."""
 
     @property
     def procs_files(self) -> tuple[Path, ...]:
@@ -54,18 +76,44 @@ class LimitGroups:
             return cls()
         v2 = _v2_controllers()
         made: list[Path] = []
+        applied: list[tuple[str, int]] = []
+        unavailable: list[str] = []
         try:
             for name, value in wanted.items():
                 if name in v2:
                     _enable_v2(cgroup.path, name)
                     _write(cgroup.path / V2_FILES[name], value)
-                else:
-                    made.append(_v1_group(name, cgroup.path.name))
+                elif (mount := v1_mount(name)) is not None:
+                    made.append(_v1_group(name, mount, cgroup.path.name))
                     _write(made[-1] / V1_FILES[name], value)
+                elif limits is not None and not limits.required:
+                    unavailable.append(name)
+                    continue
+                else:
+                    raise RunnerError(f"the {name} limit cannot be enforced: this host has no {name} cgroup "
+                                      "controller (neither cgroup v2 nor v1); remove the limit or enable it")
+                applied.append((f"{name}_max", value))
         except BaseException:
             cls(tuple(made)).remove()
             raise
-        return cls(tuple(made))
+        uses_v2 = any(name in v2 for name in wanted)
+        return cls(tuple(made), cgroup.path if uses_v2 else None, tuple(applied), tuple(unavailable))
+
+    def events(self) -> dict[str, int]:
+        """How often the limits refused the run so far; only non-zero counts.
+
+        `pids_refused`: forks refused by pids.max; `memory_max_events`: times
+        usage hit the memory limit; `oom_kills`: tasks the OOM killer took.
+        """
+        dirs = (*self.v1_dirs, *((self.v2_dir,) if self.v2_dir else ()))
+        counts = {  # a file the controller does not have reads as 0
+            "pids_refused": sum(_keyed(d / "pids.events", "max") for d in dirs),
+            "memory_max_events": sum(_keyed(d / "memory.events", "max") + _number(d / "memory.failcnt")
+                                     for d in dirs),
+            "oom_kills": sum(_keyed(d / "memory.events", "oom_kill")
+                             + _keyed(d / "memory.oom_control", "oom_kill") for d in dirs),
+        }
+        return {k: v for k, v in counts.items() if v}
 
     def remove(self) -> None:
         """Remove the v1 groups (empty once the run's processes are gone)."""
@@ -90,18 +138,45 @@ def _enable_v2(run: Path, name: str) -> None:
             _write(control, f"+{name}")
 
 
-def _v1_group(name: str, leaf: str) -> Path:
-    """A fresh cgroup for the run in the v1 hierarchy of controller `name`."""
+def available() -> dict[str, str]:
+    """Where each limit controller is on this host: `cgroup v2`, `cgroup v1` or `unavailable`."""
+    v2 = _v2_controllers()
+    return {name: "cgroup v2" if name in v2 else "cgroup v1" if v1_mount(name) else "unavailable"
+            for name in V2_FILES}
+
+
+def v1_mount(name: str) -> Path | None:
+    """The mount point of the cgroup v1 hierarchy holding controller `name`, if any."""
     for m in mounts():
         if m.fstype == "cgroup" and name in m.mount_point.name.split(","):
-            path = m.mount_point / PARENT / leaf
-            try:
-                path.mkdir(parents=True)
-            except OSError as exc:
-                raise RunnerError(f"cannot create the {name} limit cgroup {path}: {exc.strerror}") from exc
-            return path
-    raise RunnerError(f"the operator config limits {name}, but this host has no {name} cgroup controller "
-                      "(neither cgroup v2 nor v1): remove the limit or enable the controller")
+            return m.mount_point
+    return None
+
+
+def _v1_group(name: str, mount: Path, leaf: str) -> Path:
+    """A fresh cgroup for the run in the v1 hierarchy of controller `name`."""
+    path = mount / PARENT / leaf
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:
+        raise RunnerError(f"cannot create the {name} limit cgroup {path}: {exc.strerror}") from exc
+    return path
+
+
+def _keyed(path: Path, key: str) -> int:
+    """The value of `key` in a `key value` per line file (0 when absent)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k == key:
+                return int(v)
+    return 0
+
+
+def _number(path: Path) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        return int(path.read_text())
+    return 0
 
 
 def _write(path: Path, value: int | str) -> None:
