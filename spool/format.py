@@ -105,8 +105,8 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     limits: dict[str, int] = msgspec.field(default_factory=dict)
     """The resource limits the run's cgroup had (`pids_max`, `memory_max`)."""
     limits_hit: dict[str, int] = msgspec.field(default_factory=dict)
-    """How often each limit refused the run (`pids_max`: forks refused; `memory_oom_kill`: tasks
-    the OOM killer took; `memory_max`: times usage hit the limit), from pids.events/memory.events."""
+    """How often a limit refused the run (`pids_refused`: forks refused; `oom_kills`: tasks the OOM
+    killer took), from pids.events/memory.events (runner/capture/limits.py)."""
     limits_unavailable: list[str] = msgspec.field(default_factory=list)
     """Default limits the host could not enforce: no such controller in its cgroup hierarchies."""
     recovered: str | None = None

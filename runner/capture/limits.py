@@ -102,14 +102,14 @@ class LimitGroups:
     def events(self) -> dict[str, int]:
         """How often the limits refused the run so far; only non-zero counts.
 
-        `pids_refused`: forks refused by pids.max; `memory_max_events`: times
-        usage hit the memory limit; `oom_kills`: tasks the OOM killer took.
+        `pids_refused`: forks refused by pids.max; `oom_kills`: tasks the OOM
+        killer took at the memory limit. How often usage merely touched the
+        memory limit (memory.events `max`, v1 `memory.failcnt`) is left out:
+        it counts reclaim attempts, which vary from run to run.
         """
         dirs = (*self.v1_dirs, *((self.v2_dir,) if self.v2_dir else ()))
         counts = {  # a file the controller does not have reads as 0
             "pids_refused": sum(_keyed(d / "pids.events", "max") for d in dirs),
-            "memory_max_events": sum(_keyed(d / "memory.events", "max") + _number(d / "memory.failcnt")
-                                     for d in dirs),
             "oom_kills": sum(_keyed(d / "memory.events", "oom_kill")
                              + _keyed(d / "memory.oom_control", "oom_kill") for d in dirs),
         }
@@ -170,12 +170,6 @@ def _keyed(path: Path, key: str) -> int:
             k, _, v = line.partition(" ")
             if k == key:
                 return int(v)
-    return 0
-
-
-def _number(path: Path) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        return int(path.read_text())
     return 0
 
 
