@@ -25,7 +25,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.capture.cgroup import PARENT, RunCgroup
+from runner.capture.cgroup import RunCgroup, parent_name
 from runner.errors import RunnerError
 from runner.host.mounts import cgroup2_mount, mounts
 
@@ -155,7 +155,7 @@ def v1_mount(name: str) -> Path | None:
 
 def _v1_group(name: str, mount: Path, leaf: str) -> Path:
     """A fresh cgroup for the run in the v1 hierarchy of controller `name`."""
-    path = mount / PARENT / leaf
+    path = mount / parent_name() / leaf
     try:
         path.mkdir(parents=True)
     except OSError as exc:

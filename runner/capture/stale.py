@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.capture.cgroup import PARENT, RunCgroup
+from runner.capture.cgroup import RunCgroup, parent_name
 from runner.capture.limits import V1_FILES, v1_mount
 from runner.capture.owner import Owner, alive, read_owner
 from runner.errors import RunnerError
@@ -71,13 +70,13 @@ def sweep() -> list[str]:
     return lines
 
 
-def _parents() -> Iterator[Path]:
-    with contextlib.suppress(OSError, RuntimeError):
-        yield cgroup2_mount() / PARENT
-    for name in V1_FILES:
-        mount = v1_mount(name)
-        if mount is not None:
-            yield mount / PARENT
+def _parents() -> list[Path]:
+    """The directories that hold run cgroups: in the cgroup v2 tree and the v1 limit hierarchies."""
+    name = parent_name()
+    found = [m / name for m in (v1_mount(n) for n in V1_FILES) if m is not None]
+    with contextlib.suppress(RunnerError):  # no cgroup v2 at all: nothing of ours there
+        found.insert(0, cgroup2_mount() / name)
+    return found
 
 
 def _empty_and_remove(path: Path) -> int:
