@@ -38,17 +38,21 @@ class OrderedSpooler(Spooler):
 
 
 class Command:
-    """Exits with `code` once `exit_when()` says so."""
+    """Exits with `code` once `exit_when()` says so; remembers what it was sent."""
 
     def __init__(self, order: list[str], exit_when, code: int = 0, helper_pid: int = -1) -> None:
         self.order, self.exit_when, self.code = order, exit_when, code
         self.helper_pid, self.shim_pid = helper_pid, -2
+        self.signals: list[int] = []
 
     def start(self) -> None:
         self.order.append("go")
 
     def poll(self) -> int | None:
         return self.code if self.exit_when() else None
+
+    def signal(self, signum: int) -> None:
+        self.signals.append(signum)
 
 
 class Group:
@@ -146,8 +150,30 @@ def test_a_signal_to_the_runner_kills_the_group_and_is_recorded(tmp_path: Path, 
         code, ended_by = capture(ReplaySource(DATA / "example.spool"), spooler, command, group, Sdk(),
                                  Control([]), interrupts=interrupts)
     assert group.killed == 1 and (code, ended_by) == (137, signal.Signals(signum).name.lower())
+    assert command.signals == []  # nothing forwarded: the tree is killed at once
     assert run_exit_code(code, ended_by) == 128 + signum
     assert signal.getsignal(signum) == before  # the runner's own handler is back
+
+
+def test_a_promised_graceful_end_forwards_the_first_sigterm_and_kills_at_the_second(tmp_path: Path) -> None:
+    group = Group()
+    turns = iter(range(10_000))
+    order: list[str] = []
+
+    def exit_when() -> bool:
+        turn = next(turns)
+        if turn in (1, 3):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return group.killed > 0
+
+    command = Command(order, exit_when, code=137)
+    with Interruptions(forward_first=True) as interrupts:
+        interrupts.phase = "command"
+        spooler = OrderedSpooler(tmp_path / "s.spool", order)
+        code, ended_by = capture(ReplaySource(DATA / "example.spool"), spooler, command, group, Sdk(),
+                                 Control([]), interrupts=interrupts)
+    assert command.signals == [signal.SIGTERM] and group.killed == 1
+    assert (code, ended_by) == (137, "sigterm")
 
 
 def test_a_signal_during_setup_stops_it_with_the_signals_exit_code() -> None:

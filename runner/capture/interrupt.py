@@ -71,15 +71,23 @@ class Interrupted(RunnerError):
 
 
 class Interruptions:
-    """The run's signal handlers and what they recorded (a context manager around the run)."""
+    """The run's signal handlers and what they recorded (a context manager around the run).
 
-    def __init__(self) -> None:
+    `forward_first` is for callers that promise the command a graceful end
+    (`observe`: an agent past its timeout gets SIGTERM, then the kill): the
+    first SIGTERM/SIGHUP of the command phase is forwarded to the command
+    instead, and the next signal (or a SIGINT) kills the tree. The archive's
+    note is the same.
+    """
+
+    def __init__(self, forward_first: bool = False) -> None:
+        self.forward_first = forward_first
         self.phase: Phase = "setup"
         self.first: int | None = None
         """The first signal received, the one the run reports."""
         self.received = 0
         """Signals received in the current phase (`publish` counts afresh)."""
-        self._acted = False
+        self._taken = 0
         self._old: dict[int, object] = {}
 
     def __enter__(self) -> Interruptions:
@@ -116,8 +124,8 @@ class Interruptions:
                               "programs were removed and nothing was written")
 
     def take(self) -> int | None:
-        """In the drain loop: the signal that should end the run now, once."""
-        if self.first is None or self._acted:
+        """In the drain loop: the first signal not acted on yet, if one came since the last call."""
+        if self.first is None or self._taken >= self.received:
             return None
-        self._acted = True
+        self._taken = self.received
         return self.first

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from runner.capture.control import End, Interrupt, RunControl
 from runner.capture.interrupt import Interruptions, reason
+from runner.capture.spawn import FORWARDED
 from runner.logs import get_logger
 from spool.format import SdkMessage
 from spool.writer import Spooler
@@ -53,6 +54,8 @@ class Command(Protocol):
     def start(self) -> None: ...
 
     def poll(self) -> int | None: ...
+
+    def signal(self, signum: int) -> None: ...
 
 
 class Group(Protocol):
@@ -105,6 +108,7 @@ def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, g
     drains until the command's exit is seen, so nothing in flight is lost.
     """
     ended_by: str | None = None
+    forwarded = killed = False
     try:
         while True:
             source.wait(POLL_MS)
@@ -114,21 +118,25 @@ def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, g
             code = command.poll()
             if code is not None:
                 return code, ended_by
-            why = _end_request(control.requests(), interrupts)
-            if why is not None and ended_by is None:
-                ended_by = why
-                log.warning("run.end", reason=why, phase="command")
-                group.kill()
+            signum = interrupts.take()
+            why = reason(signum) if signum is not None else _requested_end(control.requests())
+            if why is not None and not killed:
+                ended_by = ended_by or why
+                if signum in FORWARDED and interrupts.forward_first and not forwarded:
+                    forwarded = True  # a graceful end was promised: the next signal kills
+                    log.warning("run.forward", signal=signal.Signals(signum).name)
+                    command.signal(signum)
+                else:
+                    killed = True
+                    log.warning("run.end", reason=why, phase="command")
+                    group.kill()
             control.progress(spooler.records, source.drops)
     finally:
         control.done()
 
 
-def _end_request(requests: list[Interrupt | End], interrupts: Interruptions) -> str | None:
-    """Why the run must end now, if it must: a signal to the runner first, then the control's requests."""
-    signum = interrupts.take()
-    if signum is not None:
-        return reason(signum)
+def _requested_end(requests: list[Interrupt | End]) -> str | None:
+    """Why the control asks the run to end (the client's Ctrl-C counts as SIGINT), if it does."""
     for request in requests:
         return request.reason if isinstance(request, End) else reason(signal.SIGINT)
     return None

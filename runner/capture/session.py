@@ -62,6 +62,8 @@ class RunRequest:
     """The daemon's caller's working directory, umask and limits (spawn.CallerProcess)."""
     control: RunControl | None = None
     """Status line and requests; None is direct mode's terminal."""
+    forward_first_signal: bool = False
+    """Forward the first SIGTERM/SIGHUP to the command instead of killing the run (interrupt.py)."""
     limits: CgroupLimits | None = DEFAULT_LIMITS
     """The run cgroup's limits; direct mode's defaults unless the caller (options, daemon config) says."""
 
@@ -94,7 +96,7 @@ def execute(req: RunRequest) -> RunResult:
     SIGHUP are handled from the first step to the last (interrupt.py).
     """
     started = time.monotonic()
-    with Interruptions() as interrupts:
+    with Interruptions(req.forward_first_signal) as interrupts:
         enforcement = enforce.prepare(req.policy)  # fails before anything exists
         out_fd = open_dir(req.out_dir)
         try:

@@ -19,6 +19,7 @@ spool header is written. Every helper dies with its parent (PDEATHSIG).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -110,6 +111,11 @@ class Spawned:
         """The command's exit code once it (and so the helper) has exited."""
         pid, status = os.waitpid(self.helper_pid, os.WNOHANG)
         return exit_code(status) if pid else None
+
+    def signal(self, signum: int) -> None:
+        """Forward `signum` to the command through the init (it forwards FORWARDED signals)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.shim_pid, signum)
 
 
 def spawn(spec: CommandSpec, cgroup: RunCgroup, also_join: tuple[Path, ...] = ()) -> Spawned:
