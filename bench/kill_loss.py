@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ebpf.wire import HEADER
 from runner.capture.cgroup import PARENT_ENV
-from runner.capture.stale import _parents, sweep
+from runner.capture.stale import parents, sweep
 from spool.format import Batch, SpoolError, iter_frames
 
 LOOP = "import time\nopen('{mark}', 'w').close()\nwhile True:\n    open('/etc/hostname').close()\n"
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"trial {n}: {records} records spooled, newest {gap_ms:.1f} ms before the kill "
                   f"(~{gap_ms * rate:.0f} records at {rate:.1f} records/ms)")
         print(f"swept: {len(sweep())} cgroups and spools")
-    for parent in _parents():
+    for parent in parents():
         if parent.is_dir():
             parent.rmdir()
     print(f"worst: the newest spooled record was {worst:.1f} ms older than the SIGKILL")

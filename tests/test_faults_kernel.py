@@ -26,7 +26,7 @@ import pytest
 from runner.capture.cgroup import PARENT_ENV, RunCgroup
 from runner.capture.limits import V1_FILES, v1_mount
 from runner.host.mounts import cgroup2_mount
-from spool.format import iter_frames
+from spool.format import iter_frames, read_spool
 from tests.support import CLI, Archive, assay, runner_env
 
 pytestmark = pytest.mark.kernel
@@ -191,6 +191,41 @@ def test_a_signal_during_setup_undoes_it_and_writes_nothing(job: Job) -> None:
     assert "Traceback" not in err
     assert not (job.tmp / "never-started").exists()
     assert not job.out.exists()  # made by this run, so removed with everything else
+    job.assert_clean()
+
+
+BUSY = "for _ in range(150_000):\n    open('/etc/hostname').close()\n"
+"""About 300,000 records: normalizing them takes long enough to signal the runner meanwhile."""
+
+
+def test_signals_while_the_archive_is_written_never_leave_half_an_archive(job: Job) -> None:
+    run_id = f"pub-{job.token}"
+    err_path = job.tmp / "stderr"
+    with err_path.open("w") as err_file:
+        runner = subprocess.Popen(
+            [*CLI, "run", "--direct", "--out", str(job.out), "--run-id", run_id, "--",
+             "/usr/bin/python3", "-c", BUSY],
+            env=job.env, cwd=job.tmp, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
+            start_new_session=True)
+        spool = job.out / f"{run_id}.spool"
+        wait_for(spool, runner)  # complete: the command has exited, publication is under way
+        while runner.poll() is None and "finishing its archive" not in err_path.read_text():
+            runner.send_signal(signal.SIGTERM)  # the first: acknowledged, the archive goes on
+            time.sleep(0.3)
+        runner.send_signal(signal.SIGINT)  # the second: abandons it, unless it is already written
+        runner.wait(timeout=WAIT_S)
+    err = err_path.read_text()
+    archive = job.out / f"{run_id}.tar.gz"
+    assert "Traceback" not in err
+    assert not list(job.out.glob(".*.tmp")), "a temp file of the archive was left behind"
+    if runner.returncode == 130:  # abandoned: nothing half-written, the spool kept for normalize
+        assert "interrupted by SIGINT during publish: the archive was abandoned" in err
+        assert not archive.exists()
+        assert read_spool(spool).trailer.ended_by is None  # the capture itself was complete
+    else:  # written before the second signal came: whole, and the command's own exit code
+        assert runner.returncode == 0, err
+        assert assay("validate", archive).returncode == 0
+        assert not any(n.startswith("s2_run_ended") for n in Archive(archive).health["notes"])
     job.assert_clean()
 
 

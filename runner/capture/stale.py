@@ -42,7 +42,7 @@ class Stale:
 def find() -> list[Stale]:
     """Run cgroups (v2 and v1 limit groups) whose runner is gone; [] when there is no such tree."""
     found = []
-    for parent in _parents():
+    for parent in parents():
         with contextlib.suppress(OSError):
             for path in sorted(parent.iterdir()):
                 owner = read_owner(path) if path.is_dir() else None
@@ -70,7 +70,7 @@ def sweep() -> list[str]:
     return lines
 
 
-def _parents() -> list[Path]:
+def parents() -> list[Path]:
     """The directories that hold run cgroups: in the cgroup v2 tree and the v1 limit hierarchies."""
     name = parent_name()
     found = [m / name for m in (v1_mount(n) for n in V1_FILES) if m is not None]

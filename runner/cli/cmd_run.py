@@ -240,6 +240,7 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     enforce.check(policy)
     require_run_prerequisites()
     limits = run_limits(args)
+    report_stale_cleanup()  # before --out is prepared: a dead run's partial spool there is recovered first
     out = prepare_out_dir(args.out, run_id, getattr(args, "force", False), user, policy)
     return RunRequest(run_id=run_id, exe=exe, argv=cmd, workdir=workdir, out_dir=out,
                       ringbuf_pages=pages, env=env, user=user,
@@ -275,7 +276,6 @@ def main(args: argparse.Namespace) -> int:
     from runner.enforce.outguard import unconfined_root
 
     out_existed = os.path.isdir(args.out)  # never raises, even where we may not look
-    report_stale_cleanup()
     req = build_request(args)
     if unconfined_root(effective(req.user), req.policy):
         log.warning("run.evidence_unprotected", out=str(req.out_dir),
