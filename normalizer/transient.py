@@ -170,7 +170,7 @@ class TransientNames:
     def _track(self, path: str, span: tuple[int, int], life: _Life) -> None:
         self._lives[path] = life
         self._spans[path] = span
-        for parent in parents(path):
+        for parent in _parents(path):
             self._ancestors[parent] += 1
 
     def attempted(self, path: str, who: Hashable, order: int, exclusive: bool = False) -> None:
@@ -256,7 +256,7 @@ class Substitution:
         return f"transient_names: substituted={self.count}" if self._renames else None
 
 
-def parents(path: str) -> list[str]:
+def _parents(path: str) -> list[str]:
     out = []
     head = posixpath.dirname(path)
     while head and head != "/":

@@ -37,7 +37,7 @@ def parse(text: str, first_cwd: str) -> ExecLog:
     log, so parents are collected first; a process starts in its parent's
     working directory as it is when the child first shows up.
     """
-    parent = parents(text)
+    parent = _parents(text)
     cwd: dict[int, str] = {}
     pending: dict[int, tuple[str, str]] = {}  # pid -> (syscall, text so far)
     execs: list[ExecRecord] = []
@@ -88,7 +88,7 @@ def parse(text: str, first_cwd: str) -> ExecLog:
     return ExecLog(execs, exits)
 
 
-def parents(text: str) -> dict[int, int]:
+def _parents(text: str) -> dict[int, int]:
     """child pid -> parent pid, from the return values of clone/clone3/fork/vfork."""
     out: dict[int, int] = {}
     for raw in text.splitlines():

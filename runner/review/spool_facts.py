@@ -57,7 +57,7 @@ class SpoolFacts:
         return (ts - self.origin_ns) / 1e6
 
 
-def parents(spool: Spool) -> dict[int, int | None]:
+def _parents(spool: Spool) -> dict[int, int | None]:
     tree = TreeBuilder(spool.header.control_pids, spool.header.shim_pid)
     for _ in tree.attribute(iter_decode(spool.records)):
         pass
@@ -87,7 +87,7 @@ def read_facts(path: Path, kernel: list[KernelEvent]) -> SpoolFacts:
         path=str(path),
         origin_ns=min(stamps, default=0),
         kernel_ts=[c.ts for c in evidence],
-        parents=parents(spool),
+        parents=_parents(spool),
         phases=phases,
         tool_calls=calls,
         argv=[Redactor().redact(a) for a in spool.header.argv],
