@@ -10,6 +10,8 @@ own /proc fdinfo while the command ran, looked up with `bpftool` after).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -23,13 +25,16 @@ from pathlib import Path
 
 import pytest
 
+from normalizer.build import normalize
 from runner.capture.cgroup import PARENT_ENV, RunCgroup
 from runner.capture.limits import V1_FILES, v1_mount
+from runner.evidence.publish import publish
 from runner.host.mounts import cgroup2_mount
 from spool.format import iter_frames, read_spool
 from tests.support import CLI, Archive, assay, runner_env
 
 pytestmark = pytest.mark.kernel
+DATA = Path(__file__).parent / "data"
 WAIT_S = 180
 """Upper bound for the runner's set-up on a shared machine (a BCC compile); never a timed assertion."""
 
@@ -298,6 +303,27 @@ def test_a_full_disk_keeps_the_commands_exit_code_whole_frames_and_the_old_archi
     with (small_disk / f"{run_id}.spool.partial").open("rb") as f:
         assert len(list(iter_frames(f))) > 1  # whole frames to the end: nothing half-written
     job.assert_clean(programs)
+
+
+def test_a_full_disk_while_publishing_keeps_the_old_archive_and_no_temp_file(small_disk: Path) -> None:
+    """The archive writer itself on a real full filesystem (the run's publication step)."""
+    old = small_disk / "r.tar.gz"
+    old.write_bytes(b"an archive of an earlier run")
+    filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)
+    with contextlib.suppress(OSError):  # take every free block
+        while True:
+            os.write(filler, b"\0" * 4096)
+    os.close(filler)
+    run = normalize(read_spool(DATA / "example.spool"), "r")
+    fd = os.open(small_disk, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError) as caught:
+            publish(run, old, fd)
+    finally:
+        os.close(fd)
+    assert caught.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "r.tar.gz"]
+    assert old.read_bytes() == b"an archive of an earlier run"
 
 
 # --- 4. limits ------------------------------------------------------------------------------------
