@@ -305,9 +305,18 @@ def test_a_full_disk_keeps_the_commands_exit_code_whole_frames_and_the_old_archi
     assert old.read_bytes() == b"an archive of an earlier run"  # not replaced
     names = sorted(p.name for p in small_disk.iterdir())
     assert names == [f"{run_id}.spool.partial", f"{run_id}.tar.gz"]  # no temp file, no half spool name
-    with (small_disk / f"{run_id}.spool.partial").open("rb") as f:
+    partial = small_disk / f"{run_id}.spool.partial"
+    with partial.open("rb") as f:
         assert len(list(iter_frames(f))) > 1  # whole frames to the end: nothing half-written
     job.assert_clean(programs)
+
+    subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)  # room again
+    old.unlink()
+    rebuilt = assay("normalize", partial)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert f"closed {partial} as {small_disk / run_id}.spool" in rebuilt.stderr
+    notes = Archive(old).health["notes"]
+    assert any(n.startswith("s2_run_recovered: cause=incomplete_spool ") for n in notes)
 
 
 def test_a_full_disk_while_publishing_keeps_the_old_archive_and_no_temp_file(small_disk: Path) -> None:

@@ -167,8 +167,9 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
             code = run_exit_code(exit_code, ended_by)
             raise RunnerError(
                 f"cannot write the spool in {req.out_dir}: {exc} ({exc.unwritten} records were not written); "
-                f"the command exited {code}; {kept} keeps the whole frames written before, no archive was "
-                "written or replaced", code) from exc.error
+                f"the command exited {code}; {kept} keeps the whole frames written before (once there is "
+                f"room: assay-runner normalize {req.out_dir / kept}); no archive was written or replaced",
+                code) from exc.error
         spooler = None
         return name, trailer
     finally:

@@ -39,10 +39,10 @@ MEANINGS = {
         "killed. What the command would have done afterwards is not in the archive."
     ),
     "s2_run_recovered": (
-        "The runner died during the run (killed, crashed) and a later start rebuilt this archive "
-        "from the spool it had flushed: the records of its last moments, the command's exit status "
-        "and the kernel's drop counters are missing, so correlation is partial. Re-run for a "
-        "complete capture."
+        "The run could not finish its spool (cause=runner_died: the runner was killed or crashed; "
+        "incomplete_spool: its disk was full, say) and this archive was rebuilt from what had been "
+        "flushed: the records of its last moments, the command's exit status and the kernel's drop "
+        "counters are missing, so correlation is partial. Re-run for a complete capture."
     ),
     "s2_untraced_io": (
         "The command used io_uring or open_by_handle_at: operations done that way are not in "
