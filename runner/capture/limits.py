@@ -22,13 +22,16 @@ command experienced.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner.capture.cgroup import RunCgroup, parent_name
 from runner.errors import RunnerError
 from runner.host.mounts import cgroup2_mount, mounts
+from runner.logs import get_logger
 
+log = get_logger("limits")
 V1_FILES = {"pids": "pids.max", "memory": "memory.limit_in_bytes"}
 V2_FILES = {"pids": "pids.max", "memory": "memory.max"}
 
@@ -80,23 +83,19 @@ class LimitGroups:
         unavailable: list[str] = []
         try:
             for name, value in wanted.items():
-                if name in v2:
-                    _enable_v2(cgroup.path, name)
-                    _write(cgroup.path / V2_FILES[name], value)
-                elif (mount := v1_mount(name)) is not None:
-                    made.append(_v1_group(name, mount, cgroup.path.name))
-                    _write(made[-1] / V1_FILES[name], value)
-                elif limits is not None and not limits.required:
+                try:
+                    made += _apply(cgroup, name, value, v2)
+                except RunnerError:
+                    if limits is None or limits.required:
+                        raise
+                    log.warning("run.limit_unavailable", limit=name, hint="doctor's 'limits' line says why")
                     unavailable.append(name)
                     continue
-                else:
-                    raise RunnerError(f"the {name} limit cannot be enforced: this host has no {name} cgroup "
-                                      "controller (neither cgroup v2 nor v1); remove the limit or enable it")
                 applied.append((f"{name}_max", value))
         except BaseException:
             cls(tuple(made)).remove()
             raise
-        uses_v2 = any(name in v2 for name in wanted)
+        uses_v2 = any(name in v2 for name, _ in applied)
         return cls(tuple(made), cgroup.path if uses_v2 else None, tuple(applied), tuple(unavailable))
 
     def events(self) -> dict[str, int]:
@@ -128,6 +127,26 @@ def _v2_controllers() -> set[str]:
     return set()
 
 
+def _apply(cgroup: RunCgroup, name: str, value: int, v2: set[str]) -> list[Path]:
+    """Set one limit; the v1 cgroup made for it, if any. RunnerError when the host cannot."""
+    if name in v2:
+        _enable_v2(cgroup.path, name)
+        _write(cgroup.path / V2_FILES[name], value)
+        return []
+    mount = v1_mount(name)
+    if mount is None:
+        raise RunnerError(f"the {name} limit cannot be enforced: this host has no {name} cgroup "
+                          "controller (neither cgroup v2 nor v1); remove the limit or enable it")
+    group = _v1_group(name, mount, cgroup.path.name)
+    try:
+        _write(group / V1_FILES[name], value)
+    except RunnerError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        raise
+    return [group]
+
+
 def _enable_v2(run: Path, name: str) -> None:
     """`+name` in subtree_control from the cgroup2 root down to the run's parent."""
     mount = cgroup2_mount()
@@ -139,10 +158,18 @@ def _enable_v2(run: Path, name: str) -> None:
 
 
 def available() -> dict[str, str]:
-    """Where each limit controller is on this host: `cgroup v2`, `cgroup v1` or `unavailable`."""
+    """Where each limit controller is on this host: `cgroup v2`, `cgroup v1`, or why it is unavailable."""
     v2 = _v2_controllers()
-    return {name: "cgroup v2" if name in v2 else "cgroup v1" if v1_mount(name) else "unavailable"
-            for name in V2_FILES}
+    found = {}
+    for name in V2_FILES:
+        mount = v1_mount(name)
+        if name in v2:
+            found[name] = "cgroup v2"
+        elif mount is None:
+            found[name] = "unavailable"
+        else:  # a container may see the hierarchy read-only
+            found[name] = "cgroup v1" if os.access(mount, os.W_OK) else "unavailable (read-only cgroup v1)"
+    return found
 
 
 def v1_mount(name: str) -> Path | None:

@@ -62,7 +62,7 @@ def _apply_fixes(notes: TextIO) -> list[str]:
 def check_limits() -> Check:
     """Can a run's cgroup get its pids and memory limits here? (`run` notes it in health when not.)"""
     where = available()
-    missing = sorted(name for name, how in where.items() if how == "unavailable")
+    missing = sorted(name for name, how in where.items() if how.startswith("unavailable"))
     detail = ", ".join(f"{name}: {how}" for name, how in sorted(where.items()))
     return Check("limits", not missing, detail,
                  f"runs get no {' or '.join(missing)} limit (health says so): enable the controller "
