@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from runner.review.escape import printable as p
+from runner.display import printable as p
 from runner.review.view import PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
 
 

@@ -3,8 +3,8 @@
 Built from the archive's members, decoded through the contract's models
 (normalizer/artifacts.py), and, when a spool is given, from `SpoolFacts`
 (times, parent links, windows). Strings are kept exactly as recorded here;
-each renderer escapes them for its medium (escape.py for terminals, HTML
-escaping for the report).
+each renderer escapes them for its medium (runner/display.py for
+terminals, then HTML escaping for the report).
 
 Without a spool, what the archive alone cannot say is left empty and
 `timeline` says so: processes have no parents, bindings have the archive's
@@ -23,6 +23,7 @@ import msgspec
 
 from normalizer.artifacts import Binding, KernelEvent, ObservationHealth, PolicyEvent, RunEvent, SdkEvent
 from normalizer.redact import Redactor
+from normalizer.text import escape_bytes
 from runner.evidence.capdiff import decode_artifacts
 from runner.evidence.compare import PASSING, check_health
 from runner.review.notes import meaning
@@ -266,8 +267,12 @@ def exec_text(x: ExecEntry) -> str:
 
 
 def _argv(raw: list[bytes], redactor: Redactor) -> list[str]:
-    """argv as text, with the same secret redaction as the archive's strings (the spool keeps raw bytes)."""
-    return [redactor.redact(a.decode("utf-8", "backslashreplace")) for a in raw]
+    """argv as v0 text (docs/artifacts.md, "Byte encoding"), redacted as the archive's strings are.
+
+    The spool keeps raw bytes; the v0 encoding is lossless, so every value a
+    reviewer sees reads the same as it would in the archive.
+    """
+    return [redactor.redact(escape_bytes(a)) for a in raw]
 
 
 def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
