@@ -204,6 +204,24 @@ def test_hidden_write_gate_fails_when_a_clean_run_is_expected(tmp_path: Path) ->
 
 
 @pytest.mark.kernel
+def test_an_undeclared_mkdir_is_a_hidden_write(tmp_path: Path) -> None:
+    """The write_file call makes notes/ (event_124) before it writes notes/hw.txt: undeclared, it fails."""
+    own = (ROOT / "fixtures" / "acceptance" / "hidden-write.toml").read_text()
+    declared = 'declared_writes = ["$WORKSPACE/notes", "$WORKSPACE/notes/hw.txt"]'
+    assert own.count(declared) == 1
+    edited = tmp_path / "mkdir-undeclared.toml"
+    edited.write_text(own.replace(declared, 'declared_writes = ["$WORKSPACE/notes/hw.txt"]'))
+    out = tmp_path / "pack"
+    done = assay("acceptance", "--gates", "hidden-write", "--out", out, "--expect", f"hidden-write={edited}",
+                 timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads((out / "gates" / "hidden-write" / "result.json").read_text())
+    notes = str(out / ".work" / "hidden-write" / "workspace" / "notes")
+    assert result["problems"] == [
+        f"expectations: binding tc_hw_002 (write_file): undeclared write {notes!r} inside its window"]
+
+
+@pytest.mark.kernel
 def test_prepare_removes_stale_acceptance_cgroups_and_refuses_busy_ones(tmp_path: Path) -> None:
     parent = cgroup2_mount() / "assay-runner"
     stale = parent / f"acceptance-stale-{secrets.token_hex(4)}"
