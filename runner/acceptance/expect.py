@@ -12,6 +12,8 @@ copy, the interpreter and the checkout before comparing:
                          blocks ("file_blocked:PATH", "connect_blocked:ENDPOINT")
     [counts]             processes, kernel_events, and any kernel-line kind
                          (exec, openat, file_blocked, connect_blocked, ...)
+    [probe_matrix]       the probe-matrix gate only (probe_gate.py): modes, outcomes
+                         (probe -> one cell per mode), not_checked ("mode/probe")
     [[bindings]]         one per tool call, all of them (the set of ids is exact):
                          tool_call_id, tool, decision, kernel_events,
                          declared_writes: the paths the call says it writes,
@@ -103,12 +105,24 @@ class EvidenceExpectation(msgspec.Struct, forbid_unknown_fields=True):
     blocks: list[str] | None = None
 
 
+class ProbeMatrixExpectation(msgspec.Struct, forbid_unknown_fields=True):
+    """The probe-matrix gate's expected results (runner/acceptance/probe_gate.py)."""
+
+    modes: list[str]
+    """The run modes, in the order of each `outcomes` row."""
+    outcomes: dict[str, list[str]]
+    """probe id -> one cell per mode: `success`, `denied:<errno>`, `error` or `partial`."""
+    not_checked: list[str] = msgspec.field(default_factory=list)
+    """`mode/probe` entries the kernel evidence cannot speak to (all others must agree)."""
+
+
 class Expectations(msgspec.Struct, forbid_unknown_fields=True):
     description: str = ""
     health: HealthExpectation = msgspec.field(default_factory=HealthExpectation)
     evidence: EvidenceExpectation = msgspec.field(default_factory=EvidenceExpectation)
     counts: dict[str, int] = msgspec.field(default_factory=dict)
     bindings: list[BindingExpectation] | None = None
+    probe_matrix: ProbeMatrixExpectation | None = None
 
 
 class ExpectationError(ValueError):
@@ -122,9 +136,15 @@ def load(path: Path) -> Expectations:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ExpectationError(f"{path}: {exc}") from exc
     try:
-        return msgspec.convert(data, Expectations)
+        exp = msgspec.convert(data, Expectations)
     except msgspec.ValidationError as exc:
         raise ExpectationError(f"{path}: {exc}") from exc
+    matrix = exp.probe_matrix
+    for probe, row in (matrix.outcomes.items() if matrix else ()):
+        if len(row) != len(matrix.modes):
+            raise ExpectationError(f"{path}: field probe_matrix.outcomes.{probe}: {len(row)} cells, "
+                                   f"expected one per mode ({len(matrix.modes)})")
+    return exp
 
 
 def _subst(values: list[str], subst: dict[str, str]) -> list[str]:

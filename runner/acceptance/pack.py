@@ -41,6 +41,10 @@ ROLES = {
     "expectations.toml": "gate_expectations",
     "report.html": "run_report",
     "events.jsonl": "decision_events",
+    "records.ndjson": "probe_records",
+    "probe.log": "probe_log",
+    "corroboration.json": "corroboration_report",
+    "outcomes.json": "probe_outcomes",
 }
 CLAIM_CEILING = "gate_execution_on_this_host_only"
 NOT_PROVEN = [
