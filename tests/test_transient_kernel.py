@@ -94,11 +94,7 @@ RANDOM = {
 }
 WORKLOADS: dict[str, Callable[[Path], list[str]]] = {
     "git": _git, "c-link": _c_link, "pytest": _pytest, "pip": _pip, "npm": _npm}
-RACY = pytest.mark.xfail(strict=True, reason=(
-    "npm's file work runs on libuv's thread pool: which pool thread makes which temp directory "
-    "is a race, and canonical order is per thread, so the kernel layer's order and the ~N "
-    "numbers differ between runs (docs/determinism.md)"))
-IDENTICAL = [pytest.param(n, marks=RACY) if n == "npm" else n for n in WORKLOADS]
+IDENTICAL = list(WORKLOADS)
 
 
 def substituted(archive: Archive) -> int:
