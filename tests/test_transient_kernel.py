@@ -94,7 +94,6 @@ RANDOM = {
 }
 WORKLOADS: dict[str, Callable[[Path], list[str]]] = {
     "git": _git, "c-link": _c_link, "pytest": _pytest, "pip": _pip, "npm": _npm}
-IDENTICAL = list(WORKLOADS)
 
 
 def substituted(archive: Archive) -> int:
@@ -102,7 +101,7 @@ def substituted(archive: Archive) -> int:
     return counts[0] if counts else 0
 
 
-@pytest.mark.parametrize("name", IDENTICAL)
+@pytest.mark.parametrize("name", list(WORKLOADS))
 def test_real_tool_workloads_are_byte_identical(tmp_path: Path, name: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -188,3 +187,20 @@ def test_kept_random_and_time_stamped_names_still_fail(tmp_path: Path) -> None:
     assert any("/keep." in p and "~" not in p for p in added), added
     assert any("/stamp-" in p for p in added), added
     assert "only in run 2:" in proc.stdout and "/stamp-" in proc.stdout
+
+
+def test_a_file_whose_content_depends_on_the_time_fails_naming_it(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    proc, report = determinism(tmp_path / "out", "clock", work, "sh", "-c",
+                               "date +%s%N > stamp.txt; echo same > same.txt")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert report["identical"], "the archives cannot see content: they are byte-identical"
+    assert report["workdir_compared"] and not report["workdir_identical"] and not report["passed"]
+    (diff,) = report["workdir_differences"]
+    assert diff["path"] == "stamp.txt"
+    assert len(set(diff["entries"])) == 3 and all(e.startswith("file 0644 sha256:") for e in diff["entries"])
+    assert len({r["workdir_sha256"] for r in report["runs"]}) == 3
+    assert "workdir end state: 1 path(s) differ:\n  stamp.txt\n    run 1: file 0644 sha256:" in proc.stdout
+    assert "result: FAIL (workdir end state differs)" in proc.stdout
+    assert not any(work.iterdir())  # restored
