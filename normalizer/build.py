@@ -231,6 +231,12 @@ def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJ
 
     For tests and offline inspection; `normalize` streams instead.
     """
+    evidence, facts, judge, _ = named_candidates(spool)
+    return evidence, facts, judge
+
+
+def named_candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJudge, Substitution]:
+    """`candidates`, and the transient-name substitution the archive was written with (raw values kept)."""
     scan = _Scan(spool)
     buckets = ThreadBuckets()
     transient = TransientNames()
@@ -242,7 +248,7 @@ def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJ
     out = [msgspec.structs.replace(c, process=t.process.number, thread_rank=t.rank)
            for t, c in canonical(buckets, processes, names)]
     buckets.close()
-    return out, scan.facts(spool.trailer, spool.header.platform), scan.judge
+    return out, scan.facts(spool.trailer, spool.header.platform), scan.judge, names
 
 
 def dac_questions(spool: Spool) -> list[tuple[str, str]]:

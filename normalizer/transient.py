@@ -287,6 +287,10 @@ class Substitution:
         """How many distinct transient paths the run had."""
         return len(self._renames)
 
+    def renames(self) -> dict[str, str]:
+        """Each transient path (raw, as the spool has it) -> its canonical form."""
+        return dict(self._renames)
+
     def add(self, raw: str, canonical: str) -> None:
         self._renames[raw] = canonical
 

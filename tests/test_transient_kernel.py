@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,8 @@ from pathlib import Path
 import pytest
 from support import Archive, assay
 from test_determinism import determinism
+
+from runner.evidence.archive import read_archive
 
 pytestmark = pytest.mark.kernel
 
@@ -204,3 +207,25 @@ def test_a_file_whose_content_depends_on_the_time_fails_naming_it(tmp_path: Path
     assert "workdir end state: 1 path(s) differ:\n  stamp.txt\n    run 1: file 0644 sha256:" in proc.stdout
     assert "result: FAIL (workdir end state differs)" in proc.stdout
     assert not any(work.iterdir())  # restored
+
+
+def test_show_prints_the_raw_name_beside_each_canonical_one(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = assay("run", "--out", tmp_path / "out", "--run-id", "git", "--workdir", work, "--", *_git(work))
+    assert proc.returncode == 0, proc.stderr
+    archive = tmp_path / "out" / "git.tar.gz"
+    view = json.loads(assay("show", "--json", archive).stdout)
+    pairs = [(t["canonical"], t["raw"]) for t in view["transient_names"]]
+    assert len(pairs) == substituted(Archive(archive)) > 0
+    for canonical, raw in pairs:
+        assert RANDOM["git"].search(raw) and "~" not in raw, raw
+        head, number = canonical.rsplit("~", 1)
+        assert raw.startswith(head) and number.isdigit() and len(raw) > len(head)
+    text = assay("show", archive).stdout
+    assert "transient names (canonical in the archive <- raw in the spool):" in text
+    assert all(f"  {c}  <-  {r}" in text for c, r in pairs)
+    # raw names stay out of the v0 members
+    members = read_archive(archive)
+    assert not [r for _, r in pairs for data in members.values() if r.encode() in data]
+    assert json.loads(assay("show", "--json", "--no-spool", archive).stdout)["transient_names"] == []

@@ -31,7 +31,7 @@ from normalizer.artifacts import CapabilitySurface, ObservationHealth
 from runner.display import printable_lines
 from runner.evidence.archive import MANIFEST, MEMBER_ORDER
 from runner.evidence.capdiff import HEALTH, SURFACE, SetChange, diff_surfaces
-from runner.evidence.endstate import STAT_CACHE_ENTRY, state_digest
+from runner.evidence.endstate import NOT_COMPARED, state_digest
 
 REPORT_SCHEMA = "assay.runner.determinism_report.v0"
 MAX_LINE_PAIRS = 5
@@ -145,7 +145,7 @@ class DeterminismReport(msgspec.Struct):
     workdir_identical: bool = True
     workdir_differences: list[WorkdirDifference] = msgspec.field(default_factory=list)
     content_not_compared: list[str] = msgspec.field(default_factory=list)
-    """Workdir files compared by type and mode only (stat caches, endstate.STAT_CACHES)."""
+    """Workdir files compared by type and mode only (caches that record times, endstate.TIME_RECORDS)."""
 
 
 @dataclass(frozen=True)
@@ -329,7 +329,7 @@ def build_report(run_id: str, command: list[str], workdir: str, runs: list[RunIn
         workdir_identical=not workdir_differences,
         workdir_differences=workdir_differences,
         content_not_compared=sorted({p for s in end_states or () for p, e in s.items()
-                                     if e.endswith(STAT_CACHE_ENTRY)}),
+                                     if f" {NOT_COMPARED} (" in e}),
     )
 
 
@@ -373,7 +373,7 @@ def _member_text(diff: MemberDifference) -> list[str]:
 def _workdir_text(report: DeterminismReport) -> list[str]:
     if not report.workdir_compared:
         return []
-    skipped = (f" ({len(report.content_not_compared)} stat cache(s) by type and mode only: "
+    skipped = (f" ({len(report.content_not_compared)} time-recording cache file(s) by type and mode only: "
                + ", ".join(report.content_not_compared) + ")") if report.content_not_compared else ""
     if report.workdir_identical:
         return [f"workdir end state: identical after every run{skipped}"]

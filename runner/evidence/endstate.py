@@ -14,32 +14,37 @@ permission bits, and for a regular file the sha256 of its content, for a
 symlink its target. Times, owners and inode numbers are left out: they
 differ every run by nature, and the archives already say who made what.
 
-Stat caches (`STAT_CACHES`) are compared by type and mode only: their
-content is, by design, a record of other files' times and inode numbers
-(git's index caches each tracked file's ctime, mtime, device and inode to
-tell a changed file from an unchanged one), so it differs every run of any
-job that runs `git add`. The report lists every path whose content was not
-compared, so nothing is left out silently.
+Caches whose content records times (`TIME_RECORDS`) are compared by type
+and mode only: their content is, by design, a record of when something
+happened, so it differs every run of any job that uses them. git's index
+caches each tracked file's ctime, mtime, device and inode (to tell a changed
+file from an unchanged one); npm's cache index (cacache `index-v5`) stamps
+every entry with the time it was written. The objects they index are
+compared. The report lists every path whose content was not compared, so
+nothing is left out silently.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from normalizer.text import escape_os
 
-STAT_CACHES = (".git/index",)
-"""Path endings (whole components) of files whose content records other files' times."""
-STAT_CACHE_ENTRY = "content not compared (stat cache)"
+TIME_RECORDS = {
+    "git index": re.compile(r"(?:.*/)?\.git/index"),
+    "npm cache index": re.compile(r"(?:.*/)?_cacache/index-v5/[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]+"),
+}
+"""Caches whose content records times: name -> the relative paths it covers (whole match)."""
+NOT_COMPARED = "content not compared"
 
 
-def is_stat_cache(relative: str) -> bool:
-    """Whether a workdir path is a stat cache (see STAT_CACHES)."""
-    parts = PurePosixPath(relative).parts
-    return any(parts[-len(PurePosixPath(c).parts):] == PurePosixPath(c).parts for c in STAT_CACHES)
+def time_record(relative: str) -> str | None:
+    """The name of the time-recording cache a workdir path is, or None (see TIME_RECORDS)."""
+    return next((name for name, pattern in TIME_RECORDS.items() if pattern.fullmatch(relative)), None)
 
 
 def _digest(path: str) -> str:
@@ -69,8 +74,8 @@ def end_state(workdir: Path, excluded: frozenset[Path] = frozenset()) -> dict[st
             elif stat.S_ISLNK(st.st_mode):
                 state[key] = f"symlink -> {escape_os(os.readlink(entry.path))}"
             elif stat.S_ISREG(st.st_mode):
-                content = STAT_CACHE_ENTRY if is_stat_cache(relative) \
-                    else _digest(entry.path)
+                cache = time_record(relative)
+                content = f"{NOT_COMPARED} ({cache})" if cache else _digest(entry.path)
                 state[key] = f"file {mode} {content}"
             else:
                 state[key] = f"special {mode} {stat.S_IFMT(st.st_mode):o}"

@@ -58,6 +58,15 @@ class FileEntry(msgspec.Struct):
     """Opens that returned an error (not policy blocks)."""
     blocked: list[str]
     """Accesses the policy refused (`file_blocked` lines), sorted."""
+    raw_path: str | None = None
+    """For a path with a transient name (`~N`): the path the run really used (from the spool)."""
+
+
+class TransientEntry(msgspec.Struct):
+    """A transient random name: its canonical form in the archive, and the raw name from the spool."""
+
+    canonical: str
+    raw: str
 
 
 class DirectoryGroup(msgspec.Struct):
@@ -202,6 +211,8 @@ class RunView(msgspec.Struct):
     blocks: list[BlockEntry]
     bindings: list[BindingEntry]
     phases: list[PhaseEntry]
+    transient_names: list[TransientEntry] = msgspec.field(default_factory=list)
+    """Every transient name of the run with its raw name (needs the spool: empty without it)."""
 
 
 def _lines(members: dict[str, bytes], name: str, kind: type[T]) -> list[T]:
@@ -365,6 +376,26 @@ def _health(members: dict[str, bytes], health: ObservationHealth) -> HealthView:
     )
 
 
+def _transient(directories: list[DirectoryGroup], facts: SpoolFacts | None) -> list[TransientEntry]:
+    """The raw names behind the archive's `~N` names, redacted as the archive's strings are.
+
+    Each file entry below a transient name gets its raw path too (the longest
+    transient prefix of its path replaced by the raw one).
+    """
+    if facts is None:
+        return []
+    redactor = Redactor()
+    raw = {redactor.redact(c): redactor.redact(r) for c, r in facts.transient.items()}
+    for group in directories:
+        for f in group.files:
+            path = f.path
+            while path not in raw and path not in ("", "/"):
+                path = posixpath.dirname(path)
+            if path in raw:
+                f.raw_path = raw[path] + f.path[len(path):]
+    return [TransientEntry(c, r) for c, r in sorted(raw.items())]
+
+
 def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | None) -> RunView:
     """Arrange one run for review; ReviewError when a member does not decode."""
     try:
@@ -401,6 +432,7 @@ def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | Non
         summary=summary, health=_health(members, art.health), processes=processes,
         directories=directories, endpoints=_endpoints(kernel), blocks=blocks,
         bindings=_bindings(art.correlation.bindings, sdk, kernel, facts), phases=phases,
+        transient_names=_transient(directories, facts),
     )
 
 
