@@ -145,11 +145,22 @@ class TransientNames:
                 self._touched(who, c, source)
 
     def _touched(self, who: Hashable, c: Classified, path: str) -> None:
-        """Keep `c` in the life story of every candidate it is about: `path` or a directory above it."""
-        while path and path != "/":
-            if path in self._lives:
-                self._stories.setdefault(path, []).append((who, c))
-            path = posixpath.dirname(path)
+        """Keep `c` in the life story of every candidate it is about: `path` or a directory above it.
+
+        Walks down from the root and stops at the first directory that neither
+        is a candidate nor holds one, so a line far from every candidate costs
+        one lookup.
+        """
+        end = path.find("/", 1)
+        while end != -1:
+            prefix = path[:end]
+            if prefix in self._lives:
+                self._stories.setdefault(prefix, []).append((who, c))
+            elif not self._ancestors[prefix]:
+                return
+            end = path.find("/", end + 1)
+        if path in self._lives:
+            self._stories.setdefault(path, []).append((who, c))
 
     def _follow(self, who: Hashable, c: Classified) -> None:
         """The lifecycle effect of one candidate (creations, removals, renames)."""
