@@ -35,7 +35,7 @@ import msgspec
 from runner.acceptance import probe_gate
 from runner.acceptance.expect import Expectations, check
 from runner.acceptance.gates import REPO, Gate
-from runner.errors import EXIT_CHECK_FAILED, EXIT_RUNNER_ERROR, RunnerError
+from runner.errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_RUNNER_ERROR, RunnerError
 from runner.evidence.archive import ArchiveError, load_members, sha256_ref, write_atomic
 from runner.evidence.compare import RunInput, build_report, render_text
 from runner.evidence.validate import validate_path
@@ -48,7 +48,6 @@ LOG = "gate.log"
 EXPECTATIONS = "expectations.toml"
 REPORT = "report.html"
 RUNS = 3
-INTERRUPTED = 130
 EXIT_COULD_NOT_RUN = 3
 
 
@@ -116,7 +115,7 @@ def _observe_runs(gate: Gate, gate_dir: Path, root: Path, python: str, log: Text
         _say(log, f"observe run {number}/{RUNS}: {' '.join(argv)}")
         code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                               env=_env(), check=False).returncode
-        if code == INTERRUPTED:
+        if code == EXIT_INTERRUPTED:
             raise Interrupted
         if code == EXIT_RUNNER_ERROR:
             return code
@@ -209,7 +208,7 @@ def run_gate(gate: Gate, out: Path, exp: Expectations, expectations: Path,
             code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   env=_env(), check=False).returncode
         result.determinism_exit = code
-        if code == INTERRUPTED:
+        if code == EXIT_INTERRUPTED:
             raise Interrupted
         if code not in (0, EXIT_CHECK_FAILED):
             result.status, result.reason = "failed", f"the runs exited {code} (see {LOG})"
@@ -233,7 +232,7 @@ def _probe_matrix(gate: Gate, gate_dir: Path, out: Path, exp: Expectations, resu
         code, result.problems = probe_gate.run_gate_runs(gate_dir, out / ".work" / gate.name, RUNS, python,
                                                          exp.probe_matrix, log)
         result.determinism_exit = code
-        if code == INTERRUPTED:
+        if code == EXIT_INTERRUPTED:
             raise Interrupted
     return _conclude(gate, result, log)
 

@@ -9,6 +9,11 @@ whose evidence must match the gate's expectations file
 one `Gate(...)` entry here plus its expectations file; the workflow gets one
 step for it (a test checks that every registered gate has one).
 
+The probe-matrix gate is the exception: probe records are not
+byte-identical by design, so it runs `probe --matrix` three times and has a
+rule of its own (probe_gate.py: identical outcome tables, valid records and
+archives, each run corroborated by its own kernel evidence).
+
 A gate whose prerequisite is missing (the OpenAI Agents SDK not installed, a
 fixture not in this checkout) *could not run*: that is reported apart from a
 failure, and is never a pass.

@@ -38,6 +38,7 @@ from probe_harness.contracts import ContractError, load_contracts
 from probe_harness.execute import RUNNER_OUT, all_probes
 from runner.acceptance.expect import ProbeMatrixExpectation
 from runner.acceptance.gates import console_script
+from runner.errors import EXIT_INTERRUPTED
 from runner.evidence.archive import ArchiveError, write_atomic
 from runner.evidence.validate import validate_path
 
@@ -45,7 +46,6 @@ RECORDS = "records.ndjson"
 PROBE_LOG = "probe.log"
 CORROBORATION = "corroboration.json"
 OUTCOMES = "outcomes.json"
-INTERRUPTED = 130
 _BATCH_ARCHIVE = re.compile(r"^probe-(?P<mode>[a-z-]+)-[0-9a-f]{8}\.tar\.gz$")
 
 Table = dict[str, dict[str, str]]
@@ -82,7 +82,8 @@ def check_run(run_dir: Path, exp: ProbeMatrixExpectation) -> tuple[Table, list[s
     of the run's sandboxed batches.
     """
     name = run_dir.name
-    records, problems = _read_records(run_dir / RECORDS)
+    records, unreadable = _read_records(run_dir / RECORDS)
+    problems = [f"{name}: {p}" for p in unreadable]
     try:
         contracts = load_contracts()
     except ContractError as exc:
@@ -228,8 +229,8 @@ def run_gate_runs(gate_dir: Path, work: Path, runs: int, python: str, exp: Probe
     for number in range(1, runs + 1):
         log.write(f"probe matrix run {number}/{runs}\n")
         codes[number] = run_matrix(gate_dir / f"run-{number}", work / f"run-{number}", python, exp, log)
-        if codes[number] == INTERRUPTED:
-            return INTERRUPTED, []
+        if codes[number] == EXIT_INTERRUPTED:
+            return EXIT_INTERRUPTED, []
     problems = [f"run-{n}: probe --matrix exited {code} (see run-{n}/{PROBE_LOG})"
                 for n, code in codes.items() if code != 0]
     tables, found = judge(gate_dir, runs, exp)
