@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.acceptance.gates import GATED_PATHS, GATES
+from runner.acceptance.expect import load
+from runner.acceptance.gates import BY_NAME, GATED_PATHS, GATES
 from runner.host.mounts import cgroup2_mount
 from tests.support import ROOT, assay
 
@@ -140,7 +141,9 @@ def test_the_workflow_steps_pass_every_gate(replayed: tuple[Path, list]) -> None
     manifest = json.loads((out / "manifest.json").read_text())
     assert [(g["gate"], g["status"]) for g in manifest["gates"]] == [(g.name, "passed") for g in GATES]
     for g in manifest["gates"]:
-        assert len(g["archives"]) == 3 and "PASS: gate" in (out / g["log"]).read_text()
+        matrix = load(BY_NAME[g["gate"]].expectations).probe_matrix
+        per_run = 1 if matrix is None else len([m for m in matrix.modes if m != "baseline"])
+        assert len(g["archives"]) == 3 * per_run and "PASS: gate" in (out / g["log"]).read_text()
 
 
 @pytest.mark.kernel
@@ -201,6 +204,24 @@ def test_hidden_write_gate_fails_when_a_clean_run_is_expected(tmp_path: Path) ->
         f"expectations: files_written: unexpected {hidden!r}",
     ])
     assert "FAILED: hidden-write" in done.stdout
+
+
+@pytest.mark.kernel
+def test_an_undeclared_mkdir_is_a_hidden_write(tmp_path: Path) -> None:
+    """The write_file call makes notes/ (event_124) before it writes notes/hw.txt: undeclared, it fails."""
+    own = (ROOT / "fixtures" / "acceptance" / "hidden-write.toml").read_text()
+    declared = 'declared_writes = ["$WORKSPACE/notes", "$WORKSPACE/notes/hw.txt"]'
+    assert own.count(declared) == 1
+    edited = tmp_path / "mkdir-undeclared.toml"
+    edited.write_text(own.replace(declared, 'declared_writes = ["$WORKSPACE/notes/hw.txt"]'))
+    out = tmp_path / "pack"
+    done = assay("acceptance", "--gates", "hidden-write", "--out", out, "--expect", f"hidden-write={edited}",
+                 timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads((out / "gates" / "hidden-write" / "result.json").read_text())
+    notes = str(out / ".work" / "hidden-write" / "workspace" / "notes")
+    assert result["problems"] == [
+        f"expectations: binding tc_hw_002 (write_file): undeclared write {notes!r} inside its window"]
 
 
 @pytest.mark.kernel
