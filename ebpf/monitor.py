@@ -190,16 +190,17 @@ class Monitor:
         runs = self._bpf[b"run_cgroups"]
         runs[runs.Key(cgroup_id)] = runs.Leaf(key)
 
-    def remove_run(self, key: int, cgroup_id: int) -> int:
-        """Forget run `key`: its cgroup, its rules and the tasks still tracked for it (returned).
+    def remove_run(self, key: int) -> int:
+        """Forget run `key`: its cgroups, its rules and the tasks still tracked for it (returned).
 
-        Its cgroup is gone or empty by now; tasks that left it earlier (an
+        Called once its cgroup is empty; tasks that left it earlier (an
         escape, followed by lineage) stop being tracked here, so a later run
-        on the same slot never inherits them.
+        on the same slot never inherits them. Safe to call twice.
         """
         runs = self._bpf[b"run_cgroups"]
-        with contextlib.suppress(KeyError):
-            del runs[runs.Key(cgroup_id)]
+        for k in [k for k, v in runs.items() if v.value == key]:
+            with contextlib.suppress(KeyError):
+                del runs[k]
         self._set_net(key % RUN_SLOTS, None)
         tasks = self._bpf[b"tasks"]
         stale = [k for k, v in tasks.items() if v.run == key]

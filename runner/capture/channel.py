@@ -106,7 +106,6 @@ class ChannelSource(Buffered):
         self._sock = sock
         self._monitor = monitor
         self._key = key
-        self._cgroup_id = cgroup.id
         self.ledger = RunLedger(monitor, key)
         self._buf = bytearray()
         self._fenced = False
@@ -115,7 +114,7 @@ class ChannelSource(Buffered):
     def close(self) -> None:
         """Forget the run in the kernel (its cgroup is empty by now) and close the channel."""
         try:
-            self._monitor.remove_run(self._key, self._cgroup_id)
+            self._monitor.remove_run(self._key)
         finally:
             self._sock.close()
 

@@ -72,7 +72,6 @@ class LocalSource(Buffered):
     def __init__(self, monitor: Monitor, cgroup: RunCgroup, net: NetPolicySpec | None) -> None:
         super().__init__()
         self._monitor = monitor
-        self._cgroup = cgroup
         self._observer = Observer(monitor)
         self._observer.open_run(RUN_KEY, lambda record: self.sink(record))
         self.ledger = RunLedger(monitor, RUN_KEY)
@@ -97,7 +96,7 @@ class LocalSource(Buffered):
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # the monitor is unloaded below anyway
-            self._monitor.remove_run(RUN_KEY, self._cgroup.id)
+            self._monitor.remove_run(RUN_KEY)
         self._monitor.close()
 
 

@@ -7,8 +7,12 @@ is checked with the kernel's peer credentials before a byte of it is
 decoded; its request is read without blocking (a slow or silent peer cannot
 stall anyone else) and bounded by the protocol's frame limit.
 
-A run request within the limits forks a worker (runner/daemon/worker.py)
-that owns the connection and the passed fds from then on. A status request
+The monitor is loaded once, before listening, and stays for the daemon's
+life (runner/daemon/sensor.py): this loop is also its observer, draining
+the ring every POLL_S while runs are live and handing each record to its
+run's channel. A run request within the limits takes a run key and forks a
+worker (runner/daemon/worker.py) that owns the connection, the passed fds
+and the run's end of the channel from then on. A status request
 is answered here. SIGTERM stops accepting, asks every worker to end its run
 (SIGUSR1: the run's cgroup is killed and its archive written with a
 `s2_run_ended: reason=daemon_shutdown` health note) and exits when the last
@@ -30,10 +34,13 @@ from pathlib import Path
 from runner.daemon import protocol, worker
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, peer_of, refusal
+from runner.daemon.sensor import DaemonSensor, RunChannel, SharedSensor
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
 BACKLOG = 64
+POLL_S = 0.02
+"""How often the ring is drained while runs are live (the kernel also wakes us when it fills)."""
 MAX_PENDING = 64
 """Connections that have not finished sending their request; more are closed at once."""
 log = get_logger("daemon")
@@ -53,6 +60,7 @@ class ActiveRun:
     worker_pid: int
     report_fd: int
     started: float
+    channel: RunChannel
     events: int = 0
     drops: int = 0
 
@@ -67,6 +75,7 @@ class Daemon:
         self.stopping = False
         self.listener: socket.socket | None = None
         self.owns_socket = False
+        self.sensor: DaemonSensor | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -78,15 +87,25 @@ class Daemon:
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
-        self.listener, self.owns_socket = listen(self.config)
-        self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
-        self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
-        log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
-                 max_concurrent_runs=self.config.max_concurrent_runs,
-                 floor=self.config.floor.name if self.config.floor else None)
-        while not (self.stopping and not self.runs):
-            for key, _ in self.sel.select(timeout=1.0):
-                key.data(key.fileobj)
+        t0 = time.monotonic()
+        self.sensor = sensor = DaemonSensor(self.config.ringbuf_pages)
+        log.info("daemon.sensor_loaded", seconds=round(time.monotonic() - t0, 3),
+                 ringbuf_pages=sensor.ringbuf_pages)
+        try:
+            self.listener, self.owns_socket = listen(self.config)
+            self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
+            self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
+            log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
+                     max_concurrent_runs=self.config.max_concurrent_runs,
+                     floor=self.config.floor.name if self.config.floor else None)
+            while not (self.stopping and not self.runs):
+                live = bool(sensor.runs)
+                for key, _ in self.sel.select(timeout=POLL_S if live else 1.0):
+                    key.data(key.fileobj)
+                if sensor.runs:
+                    sensor.tick()
+        finally:
+            sensor.close()
         log.info("daemon.stopped")
         return 0
 
@@ -127,6 +146,10 @@ class Daemon:
                 self._read_report(run)
                 self.sel.unregister(run.report_fd)
                 os.close(run.report_fd)
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(run.channel.writer.sock)
+                assert self.sensor is not None
+                self.sensor.end_run(run.channel)
                 log.info("run.ended", run_id=run.run_id, uid=run.peer.uid, worker=pid,
                          status=os.waitstatus_to_exitcode(status),
                          seconds=round(time.monotonic() - run.started, 3))
@@ -200,7 +223,7 @@ class Daemon:
                                    age_s=round(now - r.started, 3), events=r.events, drops=r.drops,
                                    worker_pid=r.worker_pid)
                   for r in sorted(self.runs.values(), key=lambda r: r.started)],
-            bpf_programs=sum(map(_bpf_programs, pids)), rss_bytes=sum(map(_rss_bytes, pids)),
+            bpf_programs=len(set().union(*map(_bpf_programs, pids))), rss_bytes=sum(map(_rss_bytes, pids)),
             max_concurrent_runs=self.config.max_concurrent_runs,
         )
         _reply(pending.conn, reply)
@@ -218,6 +241,12 @@ class Daemon:
         elif len(self.runs) >= self.config.max_concurrent_runs:
             problem = (f"the daemon already runs {len(self.runs)} runs, its limit "
                        f"(limits.max_concurrent_runs = {self.config.max_concurrent_runs}); try again later")
+        assert self.sensor is not None
+        if problem is None:
+            try:
+                chan, worker_end = self.sensor.start_run()
+            except RunnerError as exc:
+                problem = str(exc)
         if problem is not None:
             for fd in fds:
                 os.close(fd)
@@ -230,8 +259,10 @@ class Daemon:
             code = 1
             try:
                 self._become_worker(pending.conn)
+                chan.writer.sock.close()
                 os.close(report_r)
-                code = worker.serve_run(pending.conn, fds, msg, pending.peer, self.config, report_w)
+                shared = SharedSensor(self.sensor.monitor, chan.key, worker_end)
+                code = worker.serve_run(pending.conn, fds, msg, pending.peer, self.config, report_w, shared)
             except BaseException as exc:
                 log.error("run.crashed", error=repr(exc))
                 with contextlib.suppress(Exception):
@@ -239,16 +270,24 @@ class Daemon:
             finally:
                 os._exit(code)
         os.close(report_w)
+        worker_end.close()
         for fd in fds:
             os.close(fd)
         del self.pending[pending.conn.fileno()]
         self.sel.unregister(pending.conn)
         pending.conn.close()
         self.runs[pid] = ActiveRun(run_id=msg.run_id, peer=pending.peer, worker_pid=pid,
-                                   report_fd=report_r, started=time.monotonic())
+                                   report_fd=report_r, started=time.monotonic(), channel=chan)
         self.sel.register(report_r, selectors.EVENT_READ, lambda _fd, r=self.runs[pid]: self._read_report(r))
+        self.sel.register(chan.writer.sock, selectors.EVENT_READ, lambda _s, c=chan: self._on_channel(c))
         log.info("run.accepted", run_id=msg.run_id, uid=pending.peer.uid, caller_pid=pending.peer.pid,
                  worker=pid, active_runs=len(self.runs))
+
+    def _on_channel(self, chan: RunChannel) -> None:
+        """The worker asked for its fence, or closed its end (then stop listening to it)."""
+        assert self.sensor is not None
+        if not self.sensor.fence(chan):
+            self.sel.unregister(chan.writer.sock)
 
     def _become_worker(self, keep: socket.socket) -> None:
         """In the forked worker: drop the daemon's loop, sockets and signal plumbing."""
@@ -317,14 +356,16 @@ def _remove_stale(path: Path) -> None:
     raise RunnerError(f"another daemon is already listening on {path}")
 
 
-def _bpf_programs(pid: int) -> int:
-    """BPF program fds `pid` holds (its fdinfo names a prog_id)."""
-    count = 0
+def _bpf_programs(pid: int) -> set[int]:
+    """Ids of the BPF programs `pid` holds fds of (workers share the daemon's: counted once)."""
+    ids: set[int] = set()
     with contextlib.suppress(OSError):
         for entry in os.scandir(f"/proc/{pid}/fdinfo"):
             with contextlib.suppress(OSError), open(entry.path) as f:
-                count += "prog_id:" in f.read()
-    return count
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+    return ids
 
 
 def _rss_bytes(pid: int) -> int:

@@ -46,13 +46,12 @@ from runner.cli.cmd_run import check_run_id
 from runner.daemon import protocol
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, caller_may_write
+from runner.daemon.sensor import SharedSensor
 from runner.daemon.staging import deliver, staging_dir
 from runner.enforce import prepare as enforce
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
-MAX_RINGBUF_PAGES = 16384
-"""64 MiB: a caller may not make the daemon pin more kernel memory than this per run."""
 REPORT = struct.Struct(">QQ")
 """events, drops: what the worker tells the daemon for `daemon status` (one atomic pipe write)."""
 FINISH_TIMEOUT_S = 30
@@ -140,7 +139,7 @@ def finish(conn: socket.socket, msg: protocol.Finished | protocol.Refused, pendi
 
 
 def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer: Peer,
-              config: DaemonConfig, report_fd: int) -> int:
+              config: DaemonConfig, report_fd: int, sensor: SharedSensor) -> int:
     """The worker's whole life; returns its exit status (0 when the run itself went through)."""
     stdin, stdout, stderr, out_fd, cwd_fd = fds
     try:
@@ -152,7 +151,7 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
             control = ClientControl(conn, report_fd, msg.status_line)
             log.info("run.start", run_id=req.run_id, uid=creds.uid, caller_pid=peer.pid)
             try:
-                result = execute(dataclasses.replace(req, control=control))
+                result = execute(dataclasses.replace(req, control=control, sensor=sensor))
             finally:  # the spool reaches the caller even when the archive could not be made
                 deliver(staging, req.run_id, out_fd, creds)
     except RunnerError as exc:
@@ -190,15 +189,12 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
         raise RunnerError("the output descriptor is not a directory")
     if not caller_may_write(out_fd, creds):
         raise RunnerError(f"--out {msg.out_display}: {peer.describe()} may not write there")
-    pages = msg.ringbuf_pages
-    if pages < 1 or pages & (pages - 1) or pages > MAX_RINGBUF_PAGES:
-        raise RunnerError(f"--ringbuf-pages must be a power of two up to {MAX_RINGBUF_PAGES}, got {pages}")
     env = {os.fsdecode(k): os.fsdecode(v) for k, v in msg.env.items()}
     policy = _policy(msg, config, workdir, creds.uid, env)
     enforce.check(policy)
     return RunRequest(
         run_id=msg.run_id, exe=os.fsdecode(msg.exe), argv=[os.fsdecode(a) for a in msg.argv],
-        workdir=workdir, out_dir=staging, ringbuf_pages=pages, env=env,
+        workdir=workdir, out_dir=staging, ringbuf_pages=config.ringbuf_pages, env=env,
         user=creds if creds.uid != 0 else None, isolate_net=msg.isolate_net, policy=policy,
         stdio=stdio, caller=CallerProcess(cwd_fd=cwd_fd, umask=msg.umask, rlimits=tuple(msg.rlimits)),
         limits=config.limits,
