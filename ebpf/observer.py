@@ -34,7 +34,7 @@ class RingReader(Protocol):
 
     def set_sink(self, sink: Sink) -> None: ...
 
-    def wait(self, timeout_ms: int) -> None: ...
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None: ...
 
     def drain(self) -> None: ...
 
@@ -70,9 +70,9 @@ class Observer:
         else:
             sink(record)
 
-    def wait(self, timeout_ms: int) -> None:
-        """Sleep until the kernel forces a wakeup (the ring filling up) or `timeout_ms` passes."""
-        self._ring.wait(timeout_ms)
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
+        """Sleep until the kernel forces a wakeup (the ring filling up), `wake` is readable, or timeout."""
+        self._ring.wait(timeout_ms, wake)
 
     def drain(self) -> None:
         """Hand every record now in the ring to its run's sink."""

@@ -40,7 +40,7 @@ class Ring:
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         self.sink = sink
 
-    def wait(self, timeout_ms: int) -> None:
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
         pass
 
     def drain(self) -> None:

@@ -118,8 +118,8 @@ class ChannelSource(Buffered):
         finally:
             self._sock.close()
 
-    def wait(self, timeout_ms: int) -> None:
-        select.select([self._sock], [], [], timeout_ms / 1000)
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
+        select.select([self._sock] if wake is None else [self._sock, wake], [], [], timeout_ms / 1000)
 
     def drain(self) -> None:
         """Hand on every record that has arrived (never blocks)."""

@@ -35,7 +35,7 @@ class RunSource(Protocol):
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None: ...
 
-    def wait(self, timeout_ms: int) -> None: ...
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None: ...
 
     def drain(self) -> None: ...
 
@@ -79,8 +79,8 @@ class LocalSource(Buffered):
         if net is not None:
             monitor.attach_net(cgroup.path)
 
-    def wait(self, timeout_ms: int) -> None:
-        self._observer.wait(timeout_ms)
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
+        self._observer.wait(timeout_ms, wake)
 
     def drain(self) -> None:
         self._observer.drain()
