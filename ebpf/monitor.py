@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ebpf.wire import HOOK_MAX, HOOK_NAMES, RUN_SLOTS
+from ebpf.wire import DEFAULT_RINGBUF_PAGES, HOOK_MAX, HOOK_NAMES, RUN_SLOTS
 
 SOURCE_DIR = Path(__file__).resolve().parent
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
@@ -38,7 +38,6 @@ JOINED_SYSCALLS = (
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-DEFAULT_RINGBUF_PAGES = 1024  # 4 MiB: zero drops on our open-heavy benchmark
 TASKS_MAX = 32768
 """Live tasks the lineage map can track at once; more are counted as untracked."""
 RUN_KEY = 1

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from ebpf.monitor import DEFAULT_RINGBUF_PAGES
+from ebpf.wire import DEFAULT_RINGBUF_PAGES
 from normalizer.build import NormalizedRun, dac_questions, normalize
 from normalizer.text import escape_os
 from policy.model import ResolvedPolicy

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from runner.capture.cgroup import RunCgroup
 from runner.display import printable
+from runner.enforce.identity import Credentials
 from runner.enforce.landlock import Ruleset
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER_ERROR, RunnerError
 
@@ -48,15 +49,6 @@ def exit_code(status: int) -> int:
 
 def _die_with_parent() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Who the command runs as when it must not run as root."""
-
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
 
 
 @dataclass(frozen=True)

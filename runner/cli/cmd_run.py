@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import os
-import secrets
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ebpf.monitor import DEFAULT_RINGBUF_PAGES
+from ebpf.wire import DEFAULT_RINGBUF_PAGES
 from normalizer.artifacts import is_safe_run_id
 from normalizer.redact import find_unredacted
 from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
@@ -88,6 +86,8 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
 def check_run_id(run_id: str | None) -> str:
     """A valid run id, or a generated one when none was given."""
     if run_id is None:
+        import datetime as dt  # here: the daemon client with a --run-id never pays for them
+        
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         return f"run-{stamp}-{secrets.token_hex(2)}"
     if not is_safe_run_id(run_id) or len(run_id) > RUN_ID_MAX:
