@@ -87,7 +87,8 @@ def check_run_id(run_id: str | None) -> str:
     """A valid run id, or a generated one when none was given."""
     if run_id is None:
         import datetime as dt  # here: the daemon client with a --run-id never pays for them
-        
+        import secrets
+
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         return f"run-{stamp}-{secrets.token_hex(2)}"
     if not is_safe_run_id(run_id) or len(run_id) > RUN_ID_MAX:
