@@ -274,9 +274,13 @@ class Monitor:
         if wake is None:
             self._bpf.ring_buffer_poll(timeout_ms)
             return
+        select.select([self.ring_fd(), wake], [], [], timeout_ms / 1000)
+
+    def ring_fd(self) -> int:
+        """An fd that is readable when the kernel woke the ring's reader (the ring is filling)."""
         if self._epoll_fd is None:
             self._epoll_fd = _libbpf().ring_buffer__epoll_fd(ctypes.c_void_p(self._bpf._ringbuf_manager))
-        select.select([self._epoll_fd, wake], [], [], timeout_ms / 1000)
+        return self._epoll_fd
 
     def drain(self) -> None:
         """Hand every record currently in the ring buffer to the sink."""

@@ -9,11 +9,13 @@ anyone. The sensor's maps are stood in for by counters the test sets.
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ebpf.monitor import RunCounters, RunLedger
@@ -21,6 +23,7 @@ from ebpf.observer import Observer
 from ebpf.wire import HEADER, RUN, RUN_OFFSET, RUN_SLOTS
 from runner.capture import channel
 from runner.capture.channel import ChannelSource, ChannelWriter
+from runner.errors import RunnerError
 from spool.format import SpoolRecords
 
 DATA = Path(__file__).parent / "data"
@@ -55,21 +58,12 @@ class Counters:
 
     def __init__(self) -> None:
         self.slots: dict[int, RunCounters] = {}
-        self.added: list[tuple[int, int]] = []
-        self.removed: list[int] = []
 
     def counters(self, key: int) -> RunCounters:
         return self.slots.get(key % RUN_SLOTS, RunCounters({"open": 0}, {"open": 0}, 0))
 
     def unattributed(self) -> RunCounters:
         return self.counters(0)
-
-    def add_run(self, key: int, cgroup_id: int, net: object) -> None:
-        self.added.append((key, cgroup_id))
-
-    def remove_run(self, key: int) -> int:
-        self.removed.append(key)
-        return 0
 
 
 class Group:
@@ -110,50 +104,78 @@ def test_a_closed_run_gets_nothing_more(recorded: list[bytes]) -> None:
     assert len(got) == 10 and observer.orphans == 10
 
 
+class SensorEnd:
+    """The sensor's side of a channel, answering requests as the sensor process does (in a thread)."""
+
+    def __init__(self, sock: socket.socket, records: list[bytes]) -> None:
+        self.writer = ChannelWriter(sock)
+        self.records = records
+        self.seen: list[object] = []
+        self.thread = threading.Thread(target=self._serve)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        counts = channel.Counts(drops={"open": 0}, emitted={"open": len(self.records)}, untracked=0)
+        while True:
+            select.select([self.writer.sock], [], [], 5)
+            requests = self.writer.requests()
+            if requests is None:
+                return
+            for request in requests:
+                self.seen.append(request)
+                if isinstance(request, channel.AddRun):
+                    self.writer.reply(channel.Added())
+                    for r in self.records:  # the command's records, before the fence is asked for
+                        self.writer.add(r)
+                elif isinstance(request, channel.FenceRequest):
+                    self.writer.reply(msgspec.structs.replace(counts, fence=True))
+                else:
+                    self.writer.reply(counts)
+            while self.writer.pending:
+                self.writer.flush()
+                select.select([], [self.writer.sock], [], 5)
+
+
 def test_the_channel_delivers_every_record_then_the_fence(recorded: list[bytes]) -> None:
-    """Daemon side and worker side over a real socket pair: framing, order, the fence after the last."""
+    """Sensor side and worker side over a real socket pair: the run added first, framing, order,
+    counters asked for in the middle, the fence after the last record."""
     key = 7
     ours, theirs = channel.pair()
-    writer = ChannelWriter(ours)
-    sensor = Counters()
-    source = ChannelSource(theirs, sensor, key, Group(), None)  # type: ignore[arg-type]
-    assert sensor.added == [(key, Group.id)]
     records = [stamped(r, key) for r in recorded] * 50  # more than one socket buffer's worth
+    sensor = SensorEnd(ours, records)
+    source = ChannelSource(theirs, Group(), None)  # type: ignore[arg-type]
     got: list[bytes] = []
     source.set_sink(got.append)
-
-    def daemon() -> None:  # the observer's side: answers the fence request after the last record
-        for r in records:
-            writer.add(r)
-        ours.setblocking(True)
-        assert ours.recv(1) == channel.FENCE_REQUEST
-        writer.fence()
-        writer.flush()
-
-    thread = threading.Thread(target=daemon)
-    thread.start()
+    assert source.counters().emitted == {"open": len(records)}
     source.finish()
-    thread.join()
     assert got == records
+    assert source.emitted() == {"open": len(records)}
     source.close()
-    assert sensor.removed == [key]
-    assert writer.fence_requested() is None  # the worker's end is closed
+    sensor.thread.join(timeout=30)
+    assert [type(r).__name__ for r in sensor.seen] == ["AddRun", "CountersRequest", "FenceRequest"]
+    assert sensor.seen[0] == channel.AddRun(cgroup_id=Group.id)
     ours.close()
 
 
-def test_records_before_the_sink_wait_for_it(recorded: list[bytes]) -> None:
+def test_a_refused_run_is_a_clear_error() -> None:
     ours, theirs = channel.pair()
     writer = ChannelWriter(ours)
-    source = ChannelSource(theirs, Counters(), 9, Group(), None)  # type: ignore[arg-type]
-    writer.add(stamped(recorded[0], 9))
+    writer.reply(channel.Failed(message="run key 64 is not usable"))
     writer.flush()
-    source.wait(1000)
-    source.drain()
-    got: list[bytes] = []
-    source.set_sink(got.append)
-    assert got == [stamped(recorded[0], 9)]
-    source.close()
+    with pytest.raises(RunnerError, match="cannot take the run: run key 64 is not usable"):
+        ChannelSource(theirs, Group(), None)  # type: ignore[arg-type]
+    theirs.close()
     ours.close()
+
+
+def test_a_worker_sending_garbage_is_cut_off() -> None:
+    ours, theirs = channel.pair()
+    writer = ChannelWriter(ours)
+    theirs.sendall(channel.FRAME.pack(3) + b"\xc1\xc1\xc1")
+    select.select([ours], [], [], 5)
+    assert writer.requests() is None
+    ours.close()
+    theirs.close()
 
 
 def test_a_worker_that_does_not_read_costs_counted_records_not_a_blocked_observer(

@@ -28,6 +28,11 @@ class RunCgroup:
     id: int
     level: int
 
+    @staticmethod
+    def parent_path() -> Path:
+        """Where every run cgroup is made (the daemon's network programs are linked here)."""
+        return cgroup2_mount() / PARENT
+
     @classmethod
     def create(cls, label: str) -> RunCgroup:
         """Make a fresh, uniquely named cgroup for the run `label`."""

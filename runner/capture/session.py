@@ -133,7 +133,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> 
         ))
         exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
                                       req.control or TerminalControl(), req.on_start)
-        counters = source.ledger.counters()
+        counters = source.counters()
         try:
             name = spooler.finish(SpoolTrailer(
                 exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,

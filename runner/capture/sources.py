@@ -7,9 +7,9 @@ run's `RunSource`, the `EventSource` the capture phases drain
 
 - `LocalSensor` (direct mode): compiles and attaches the monitor for this
   one run and reads the ring itself through an `Observer` with one sink.
-- The daemon's worker gets a `SharedSensor` (runner/daemon/runs.py): the
-  daemon's monitor, loaded once, with the run's records arriving over its
-  channel (runner/capture/channel.py).
+- The daemon's worker gets a `SharedSensor` (runner/daemon/sensor.py): the
+  daemon's monitor, loaded once in its sensor process, with the run's
+  records arriving over its channel (runner/capture/channel.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ebpf.monitor import RUN_KEY, Monitor, MonitorConfig, MonitorError, NetPolicySpec, RunLedger
+from ebpf.monitor import RUN_KEY, Monitor, MonitorConfig, MonitorError, NetPolicySpec, RunCounters, RunLedger
 from ebpf.observer import Observer
 from runner.capture.cgroup import RunCgroup
 from runner.errors import RunnerError
@@ -29,9 +29,10 @@ log = get_logger("session")
 
 
 class RunSource(Protocol):
-    """One run's records and counters (an `EventSource` with a ledger and an end)."""
+    """One run's records and counters (an `EventSource` with its counters and an end)."""
 
-    ledger: RunLedger
+    def counters(self) -> RunCounters:
+        """The run's own drops, writes and untracked tasks (plus what no run could own meanwhile)."""
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None: ...
 
@@ -87,6 +88,9 @@ class LocalSource(Buffered):
 
     def finish(self) -> None:
         self._observer.drain()
+
+    def counters(self) -> RunCounters:
+        return self.ledger.counters()
 
     def drops(self) -> dict[str, int]:
         return self.ledger.counters().drops

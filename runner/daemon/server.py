@@ -8,11 +8,11 @@ decoded; its request is read without blocking (a slow or silent peer cannot
 stall anyone else) and bounded by the protocol's frame limit.
 
 The monitor is loaded once, before listening, and stays for the daemon's
-life (runner/daemon/sensor.py): this loop is also its observer, draining
-the ring every POLL_S while runs are live and handing each record to its
-run's channel. A run request within the limits takes a run key and forks a
-worker (runner/daemon/worker.py) that owns the connection, the passed fds
-and the run's end of the channel from then on. A status request
+life in the sensor process (runner/daemon/sensor.py), which reads the ring
+and hands each run its records over the run's channel. A run request
+within the limits takes a run key (its channel goes to the sensor) and
+forks a worker (runner/daemon/worker.py) that owns the connection, the
+passed fds and the run's end of the channel from then on. A status request
 is answered here. SIGTERM stops accepting, asks every worker to end its run
 (SIGUSR1: the run's cgroup is killed and its archive written with a
 `s2_run_ended: reason=daemon_shutdown` health note) and exits when the last
@@ -34,13 +34,11 @@ from pathlib import Path
 from runner.daemon import protocol, worker
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, peer_of, refusal
-from runner.daemon.sensor import DaemonSensor, RunChannel, SharedSensor
+from runner.daemon.sensor import SensorHandle, SharedSensor
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
 BACKLOG = 64
-POLL_S = 0.02
-"""How often the ring is drained while runs are live (the kernel also wakes us when it fills)."""
 MAX_PENDING = 64
 """Connections that have not finished sending their request; more are closed at once."""
 log = get_logger("daemon")
@@ -60,7 +58,8 @@ class ActiveRun:
     worker_pid: int
     report_fd: int
     started: float
-    channel: RunChannel
+    key: int
+    """The run's key in the sensor's maps."""
     events: int = 0
     drops: int = 0
 
@@ -75,23 +74,23 @@ class Daemon:
         self.stopping = False
         self.listener: socket.socket | None = None
         self.owns_socket = False
-        self.sensor: DaemonSensor | None = None
+        self.sensor: SensorHandle | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
 
     def serve(self) -> int:
         """Listen until SIGTERM, then end the runs and return 0 once the last worker is gone."""
-        wake_r, wake_w = socket.socketpair()
-        wake_r.setblocking(False)
-        wake_w.setblocking(False)
-        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-            signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
         t0 = time.monotonic()
-        self.sensor = sensor = DaemonSensor(self.config.ringbuf_pages)
+        self.sensor = sensor = SensorHandle(self.config.ringbuf_pages)  # forked before any plumbing
         log.info("daemon.sensor_loaded", seconds=round(time.monotonic() - t0, 3),
-                 ringbuf_pages=sensor.ringbuf_pages)
+                 ringbuf_pages=sensor.ringbuf_pages, sensor_pid=sensor.pid)
         try:
+            wake_r, wake_w = socket.socketpair()
+            wake_r.setblocking(False)
+            wake_w.setblocking(False)
+            signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+                signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
             self.listener, self.owns_socket = listen(self.config)
             self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
             self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
@@ -99,11 +98,8 @@ class Daemon:
                      max_concurrent_runs=self.config.max_concurrent_runs,
                      floor=self.config.floor.name if self.config.floor else None)
             while not (self.stopping and not self.runs):
-                live = bool(sensor.runs)
-                for key, _ in self.sel.select(timeout=POLL_S if live else 1.0):
+                for key, _ in self.sel.select(timeout=1.0):
                     key.data(key.fileobj)
-                if sensor.runs:
-                    sensor.tick()
         finally:
             sensor.close()
         log.info("daemon.stopped")
@@ -141,15 +137,17 @@ class Daemon:
                 return
             if pid == 0:
                 return
+            if self.sensor is not None and pid == self.sensor.pid:
+                log.error("daemon.sensor_died", status=os.waitstatus_to_exitcode(status))
+                self._stop()  # nothing can be observed any more: the runs end, their archives say so
+                continue
             run = self.runs.pop(pid, None)
             if run is not None:
                 self._read_report(run)
                 self.sel.unregister(run.report_fd)
                 os.close(run.report_fd)
-                with contextlib.suppress(KeyError, ValueError):
-                    self.sel.unregister(run.channel.writer.sock)
                 assert self.sensor is not None
-                self.sensor.end_run(run.channel)
+                self.sensor.end_run(run.key)
                 log.info("run.ended", run_id=run.run_id, uid=run.peer.uid, worker=pid,
                          status=os.waitstatus_to_exitcode(status),
                          seconds=round(time.monotonic() - run.started, 3))
@@ -216,7 +214,7 @@ class Daemon:
         now = time.monotonic()
         for run in self.runs.values():
             self._read_report(run)
-        pids = [os.getpid(), *self.runs]
+        pids = [os.getpid(), *([self.sensor.pid] if self.sensor else []), *self.runs]
         reply = protocol.StatusReply(
             version=protocol.VERSION, pid=os.getpid(), uptime_s=round(now - self.started, 3),
             runs=[protocol.RunInfo(run_id=r.run_id, caller_uid=r.peer.uid, caller_pid=r.peer.pid,
@@ -244,7 +242,7 @@ class Daemon:
         assert self.sensor is not None
         if problem is None:
             try:
-                chan, worker_end = self.sensor.start_run()
+                key, worker_end = self.sensor.start_run()
             except RunnerError as exc:
                 problem = str(exc)
         if problem is not None:
@@ -259,10 +257,10 @@ class Daemon:
             code = 1
             try:
                 self._become_worker(pending.conn)
-                chan.writer.sock.close()
+                self.sensor.control.close()  # the sensor must see the daemon go, not a worker holding on
                 os.close(report_r)
-                shared = SharedSensor(self.sensor.monitor, chan.key, worker_end)
-                code = worker.serve_run(pending.conn, fds, msg, pending.peer, self.config, report_w, shared)
+                code = worker.serve_run(pending.conn, fds, msg, pending.peer, self.config, report_w,
+                                        SharedSensor(worker_end))
             except BaseException as exc:
                 log.error("run.crashed", error=repr(exc))
                 with contextlib.suppress(Exception):
@@ -277,17 +275,10 @@ class Daemon:
         self.sel.unregister(pending.conn)
         pending.conn.close()
         self.runs[pid] = ActiveRun(run_id=msg.run_id, peer=pending.peer, worker_pid=pid,
-                                   report_fd=report_r, started=time.monotonic(), channel=chan)
+                                   report_fd=report_r, started=time.monotonic(), key=key)
         self.sel.register(report_r, selectors.EVENT_READ, lambda _fd, r=self.runs[pid]: self._read_report(r))
-        self.sel.register(chan.writer.sock, selectors.EVENT_READ, lambda _s, c=chan: self._on_channel(c))
         log.info("run.accepted", run_id=msg.run_id, uid=pending.peer.uid, caller_pid=pending.peer.pid,
                  worker=pid, active_runs=len(self.runs))
-
-    def _on_channel(self, chan: RunChannel) -> None:
-        """The worker asked for its fence, or closed its end (then stop listening to it)."""
-        assert self.sensor is not None
-        if not self.sensor.fence(chan):
-            self.sel.unregister(chan.writer.sock)
 
     def _become_worker(self, keep: socket.socket) -> None:
         """In the forked worker: drop the daemon's loop, sockets and signal plumbing."""
