@@ -101,6 +101,13 @@ def check_run_id(run_id: str | None) -> str:
     return run_id
 
 
+def check_ringbuf_pages(pages: int) -> int:
+    """`--ringbuf-pages`, checked the same way in both modes (the daemon's ring is its own size)."""
+    if pages < 1 or pages & (pages - 1):
+        raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
+    return pages
+
+
 def resolve_command(cmd: list[str], workdir: Path, env: dict[str, str]) -> str:
     """The absolute executable for `cmd[0]`, as execve will see it from `workdir`."""
     if not cmd:
@@ -208,9 +215,7 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     from runner.host.checks import require_run_prerequisites
 
     cmd, run_id, workdir, env, exe = command_inputs(args)
-    pages = args.ringbuf_pages
-    if pages < 1 or pages & (pages - 1):
-        raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
+    pages = check_ringbuf_pages(args.ringbuf_pages)
     user = command_credentials(args.user, env)
     env.update(identity_env(user))
     policy = run_policy(args, workdir, user)

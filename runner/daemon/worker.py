@@ -42,7 +42,7 @@ from runner.capture.control import End, Interrupt
 from runner.capture.session import RunRequest, execute
 from runner.capture.spawn import CallerProcess, Credentials
 from runner.capture.status import REFRESH_S, summary
-from runner.cli.cmd_run import check_run_id
+from runner.cli.cmd_run import check_ringbuf_pages, check_run_id
 from runner.daemon import protocol
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, caller_may_write
@@ -189,6 +189,7 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
         raise RunnerError("the output descriptor is not a directory")
     if not caller_may_write(out_fd, creds):
         raise RunnerError(f"--out {msg.out_display}: {peer.describe()} may not write there")
+    check_ringbuf_pages(msg.ringbuf_pages)  # same refusal as direct mode; the ring is the daemon's
     env = {os.fsdecode(k): os.fsdecode(v) for k, v in msg.env.items()}
     policy = _policy(msg, config, workdir, creds.uid, env)
     enforce.check(policy)
