@@ -1,0 +1,91 @@
+"""Drops through the daemon's shared ring are the flooding run's own, never a neighbour's.
+
+One daemon with a small shared ring (16 pages) serves two runs at once. Run
+B waits quietly; run A floods the ring with opens while the sensor (the
+ring's only reader) is stopped, so the kernel cannot write most of A's
+records. A's archive must say so (its own drops); B, live the whole time,
+then opens its marker and must come out clean: no drops, none borrowed
+from A, none of A's records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from daemon_support import CLI, daemon
+from support import Archive
+
+pytestmark = pytest.mark.kernel
+
+PY = "/usr/bin/python3"
+WAITER = """
+import os, sys, time
+ready, go, target, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+open(ready, "w").close()
+while not os.path.exists(go):   # stat and sleep: nothing the monitor records
+    time.sleep(0.01)
+for _ in range(count):
+    os.close(os.open(target, os.O_RDONLY | os.O_CREAT, 0o600))
+open(target + ".done", "w").close()
+"""
+
+
+def _wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def _sensor_pid(logs: str) -> int:
+    for line in logs.splitlines():
+        if '"daemon.sensor_loaded"' in line:
+            return int(json.loads(line)["sensor_pid"])
+    raise AssertionError(f"no sensor_pid in the daemon's log: {logs[-2000:]}")
+
+
+def test_a_flooding_run_drops_only_its_own_records(tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    root.mkdir()
+    with daemon(root, "[sensor]\nringbuf_pages = 16\n") as service:
+        out = tmp_path / "out"
+        runs = {}
+        for tag, count in (("b", 20), ("a", 5000)):
+            d = tmp_path / tag
+            d.mkdir()
+            argv = [*CLI, "run", "--socket", str(service.socket), "--out", str(out),
+                    "--run-id", f"drops-{tag}", "--", PY, "-c", WAITER,
+                    str(d / "ready"), str(d / "go"), str(d / f"target-{tag}"), str(count)]
+            runs[tag] = (d, subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, text=True))
+        for d, _ in runs.values():
+            _wait_for(d / "ready")
+        sensor = _sensor_pid(service.logs())
+        (a_dir, a_client), (b_dir, b_client) = runs["a"], runs["b"]
+        os.kill(sensor, signal.SIGSTOP)  # the ring's only reader stops: A's flood cannot all fit
+        try:
+            (a_dir / "go").touch()
+            _wait_for(a_dir / "target-a.done")
+        finally:
+            os.kill(sensor, signal.SIGCONT)
+        _, a_err = a_client.communicate(timeout=300)
+        assert a_client.returncode == 0, a_err + service.logs()[-3000:]
+        (b_dir / "go").touch()
+        _, b_err = b_client.communicate(timeout=300)
+        assert b_client.returncode == 0, b_err + service.logs()[-3000:]
+
+    a, b = Archive(out / "drops-a.tar.gz"), Archive(out / "drops-b.tar.gz")
+    assert a.health["ringbuf_drops"] > 0 and a.health["kernel_layer"] == "partial_ringbuf_drops"
+    assert any(n.startswith("s2_kernel_drops: ") and "open=" in n for n in a.health["notes"])
+    assert b.health["ringbuf_drops"] == 0 and b.health["kernel_layer"] == "complete"
+    assert not any("drops" in n and "ringbuf_drops=0" not in n for n in b.health["notes"])
+    b_opened = b.values("openat")
+    assert sum(str(b_dir / "target-b") in v for v in b_opened) >= 1
+    assert not any("target-a" in v for v in b_opened)
+    assert not any("target-b" in v for v in a.values("openat"))
