@@ -171,7 +171,7 @@ def test_per_run_limits_hold(world: World) -> None:
 
 
 HEAVY = ("normalizer.build", "normalizer.decode", "normalizer.tree", "runner.capture.session",
-         "runner.evidence.validate", "runner.evidence.publish")
+         "runner.capture.spawn", "runner.evidence.validate", "runner.evidence.publish", "ebpf.monitor")
 """The normalizer pipeline and the capture side. The client does use two stdlib-only normalizer
 modules (normalizer.artifacts and normalizer.redact: the contract's run-id rules)."""
 
@@ -182,7 +182,7 @@ def test_the_client_imports_nothing_heavy(world: World) -> None:
     code = (f"import sys, runner.cli.main as m\nHEAVY = {HEAVY!r}\n"
             f"rc = m.main(['run', '--socket', '{world.daemon.socket}', '--out', 'out', '--run-id', 'light',"
             " '--', '/bin/true'])\n"
-            "heavy = sorted(k for k in sys.modules if k.split('.')[0] in ('bcc', 'pyroute2')\n"
+            "heavy = sorted(k for k in sys.modules if k.split('.')[0] in ('bcc', 'pyroute2', 'structlog')\n"
             "               or k in HEAVY)\n"
             "print(rc, heavy)\n")
     proc = user.run([sys.executable, "-c", code], cwd=work)
