@@ -61,9 +61,12 @@ class SensorHandle:
             try:
                 ours.close()
                 code = _Sensor(theirs, ringbuf_pages).serve()
-            except BaseException as exc:
+            except RunnerError as exc:
                 with contextlib.suppress(Exception):
                     theirs.send(f"error {exc}".encode())
+            except BaseException as exc:
+                with contextlib.suppress(Exception):
+                    theirs.send(f"error cannot load the monitor: {exc}; run 'assay-runner doctor'".encode())
             finally:
                 os._exit(code)
         theirs.close()
@@ -72,8 +75,8 @@ class SensorHandle:
         answer = ours.recv(4096)
         if answer != READY:
             os.waitpid(pid, 0)
-            why = answer.decode(errors="replace").removeprefix("error ")
-            raise RunnerError(f"cannot load the monitor: {why}; run 'assay-runner doctor'")
+            raise RunnerError(answer.decode(errors="replace").removeprefix("error ")
+                              or "the sensor process died while loading the monitor")
         self._keys: dict[int, int] = {}  # slot -> live key
         self._generation = [0] * RUN_SLOTS
 
@@ -115,8 +118,11 @@ class _Sensor:
     """The sensor process's loop (runs in the child)."""
 
     def __init__(self, control: socket.socket, ringbuf_pages: int) -> None:
+        from runner.host.checks import require_run_prerequisites
+
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the daemon ends it, after its runs
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        require_run_prerequisites()  # here: they import BCC, which the daemon's main process must not
         parent = RunCgroup.parent_path()
         parent.mkdir(parents=True, exist_ok=True)
         self.monitor = Monitor(MonitorConfig(ringbuf_pages), lambda _record: None)
