@@ -42,6 +42,8 @@ BACKLOG_MAX = 64 << 20
 """Bytes a run's writer holds for a worker that is behind; past this, records are lost (and counted)."""
 SOCKET_BUFFER = 4 << 20
 REQUEST_MAX = 1 << 20
+SENSOR_GONE = ("the daemon's sensor process is gone, so this run's kernel evidence is incomplete; "
+               "no archive was written (see the daemon's log)")
 
 
 class AddRun(msgspec.Struct, tag="add", frozen=True):
@@ -176,18 +178,26 @@ class ChannelSource(Buffered):
             raise RunnerError(f"the daemon's sensor cannot take the run: {answer.message}")
 
     def _ask(self, request: Request) -> Reply:
-        self._sock.sendall(framed(_encode(request)))
-        while not self._replies:
-            if not self._read(block=True):
-                raise RunnerError("the daemon's sensor closed the run channel")
+        try:
+            self._sock.sendall(framed(_encode(request)))
+            while not self._replies:
+                if not self._read(block=True):
+                    raise OSError("the channel was closed")
+        except OSError as exc:
+            raise RunnerError(SENSOR_GONE) from exc
         return self._replies.pop(0)
 
     def wait(self, timeout_ms: int, wake: int | None = None) -> None:
         select.select([self._sock] if wake is None else [self._sock, wake], [], [], timeout_ms / 1000)
 
     def drain(self) -> None:
-        """Hand on every record that has arrived (never blocks)."""
-        self._read(block=False)
+        """Hand on every record that has arrived (never blocks); the channel closing ends the run."""
+        try:
+            if self._read(block=False):
+                return
+        except OSError:
+            pass
+        raise RunnerError(SENSOR_GONE)
 
     def finish(self) -> None:
         """The final drain: everything before the fence, and the run's final counters."""

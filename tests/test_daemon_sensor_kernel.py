@@ -1,6 +1,7 @@
-"""Drops through the daemon's shared ring are the flooding run's own, never a neighbour's.
+"""The daemon's shared sensor on the real kernel: drops stay with their run; losing it is said.
 
-One daemon with a small shared ring (16 pages) serves two runs at once. Run
+Drops through the daemon's shared ring are the flooding run's own, never a
+neighbour's: one daemon with a small shared ring (16 pages) serves two runs at once. Run
 B waits quietly; run A floods the ring with opens while the sensor (the
 ring's only reader) is stopped, so the kernel cannot write most of A's
 records. A's archive must say so (its own drops); B, live the whole time,
@@ -89,3 +90,25 @@ def test_a_flooding_run_drops_only_its_own_records(tmp_path: Path) -> None:
     assert sum(str(b_dir / "target-b") in v for v in b_opened) >= 1
     assert not any("target-a" in v for v in b_opened)
     assert not any("target-b" in v for v in a.values("openat"))
+
+
+def test_losing_the_sensor_fails_the_run_loudly_and_stops_the_daemon(tmp_path: Path) -> None:
+    """No archive may claim a complete kernel layer once the ring's reader is gone."""
+    root = tmp_path / "d"
+    root.mkdir()
+    with daemon(root, "") as service:
+        d = tmp_path / "w"
+        d.mkdir()
+        client = subprocess.Popen([*CLI, "run", "--socket", str(service.socket),
+                                   "--out", str(tmp_path / "out"), "--run-id", "orphaned", "--", PY, "-c",
+                                   WAITER, str(d / "ready"), str(d / "go"), str(d / "target"), "1"],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        _wait_for(d / "ready")
+        os.kill(_sensor_pid(service.logs()), signal.SIGKILL)
+        _, err = client.communicate(timeout=120)
+        assert client.returncode == 125, err
+        assert "sensor process is gone" in err and len(err.strip().splitlines()) == 1, err
+        assert service.proc.wait(timeout=120) == 0  # it stopped by itself
+        assert '"daemon.sensor_died"' in service.logs()
+    assert not (tmp_path / "out" / "orphaned.tar.gz").exists()
