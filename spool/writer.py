@@ -57,8 +57,8 @@ class Spooler:
         self.flush()
         self._file.write(encode_frame(Phase(name=name, ts=time.monotonic_ns())))
 
-    def finish(self, trailer: SpoolTrailer) -> str:
-        """Write the trailer, sync, and publish the spool under its final name (returned).
+    def finish(self, trailer: SpoolTrailer, sync: bool = True) -> str:
+        """Write the trailer, sync (unless a staging copy), and publish the spool under its final name.
 
         Raises SpoolReplaced when the partial name holds another file than the
         one written here: someone swapped it during the run.
@@ -66,7 +66,8 @@ class Spooler:
         self.flush()
         self._file.write(encode_frame(trailer))
         self._file.flush()
-        os.fsync(self._file.fileno())
+        if sync:
+            os.fsync(self._file.fileno())
         try:
             if not same_file(self._file.fileno(), self.dir_fd, self._partial):
                 raise SpoolReplaced(f"{self._partial} was replaced during the run")

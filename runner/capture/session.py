@@ -64,6 +64,8 @@ class RunRequest:
     limits: CgroupLimits | None = None
     sensor: Sensor | None = None
     """Where the run's records come from; None: a monitor of its own (direct mode)."""
+    staged: bool = False
+    """`out_dir` is a staging directory whose files are copied durably afterwards (the daemon): no fsync."""
 
     @property
     def archive_path(self) -> Path:
@@ -100,7 +102,7 @@ def execute(req: RunRequest) -> RunResult:
         own_view = Path(f"/proc/self/fd/{out_fd}")  # the directory we hold, not the path's current target
         spool = _with_dac_verdicts(read_spool(own_view / spool_name), out_fd, spool_name, req.user)
         normalized = normalize(spool, req.run_id)
-        publish(normalized, req.archive_path, out_fd)
+        publish(normalized, req.archive_path, out_fd, sync=not req.staged)
     finally:
         os.close(out_fd)
     return RunResult(spool.trailer.exit_code, req.archive_path, req.spool_path, normalized,
@@ -138,7 +140,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> 
             name = spooler.finish(SpoolTrailer(
                 exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
                 untracked_tasks=counters.untracked, ended_by=ended_by,
-            ))
+            ), sync=not req.staged)
         except SpoolReplaced as exc:
             raise RunnerError(f"evidence tampered with: {exc}; no archive was written") from exc
         spooler = None

@@ -85,6 +85,7 @@ class Daemon:
         log.info("daemon.sensor_loaded", seconds=round(time.monotonic() - t0, 3),
                  ringbuf_pages=sensor.ringbuf_pages, sensor_pid=sensor.pid)
         try:
+            worker.preload()
             wake_r, wake_w = socket.socketpair()
             wake_r.setblocking(False)
             wake_w.setblocking(False)

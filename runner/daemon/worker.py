@@ -138,6 +138,20 @@ def finish(conn: socket.socket, msg: protocol.Finished | protocol.Refused, pendi
         log.warning("run.client_gone", error=str(exc))
 
 
+def preload() -> None:
+    """Import and prime, once in the daemon, what every run needs: its workers are forks and inherit it.
+
+    Measured per run before: about 40 ms of jsonschema import and schema
+    check, 5 ms of validate's decoders, 3 ms of redaction regexes.
+    """
+    import runner.evidence.validate  # noqa: F401 - its decoders are built at import
+    from normalizer import redact
+    from runner.evidence.conformance import upstream
+
+    upstream.warm()
+    redact.rules()
+
+
 def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer: Peer,
               config: DaemonConfig, report_fd: int, sensor: SharedSensor) -> int:
     """The worker's whole life; returns its exit status (0 when the run itself went through)."""
@@ -198,7 +212,7 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
         workdir=workdir, out_dir=staging, ringbuf_pages=config.ringbuf_pages, env=env,
         user=creds if creds.uid != 0 else None, isolate_net=msg.isolate_net, policy=policy,
         stdio=stdio, caller=CallerProcess(cwd_fd=cwd_fd, umask=msg.umask, rlimits=tuple(msg.rlimits)),
-        limits=config.limits,
+        limits=config.limits, staged=True,
     )
 
 
