@@ -14,7 +14,6 @@ run's `RunSource`, the `EventSource` the capture phases drain
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -99,8 +98,7 @@ class LocalSource(Buffered):
         return self.ledger.counters().emitted
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # the monitor is unloaded below anyway
-            self._monitor.remove_run(RUN_KEY)
+        """Unload the run's own monitor (its maps, the run's key with them)."""
         self._monitor.close()
 
 

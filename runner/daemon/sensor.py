@@ -90,6 +90,10 @@ class SensorHandle:
         sensor_end, worker_end = channel.pair()
         try:
             socket.send_fds(self.control, [CONTROL.pack(b"o", key)], [sensor_end.fileno()])
+        except OSError as exc:
+            worker_end.close()
+            raise RunnerError(f"the daemon's sensor process is gone ({exc.strerror}); "
+                              "the daemon is stopping") from exc
         finally:
             sensor_end.close()
         self._keys[slot] = key
