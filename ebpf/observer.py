@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from ebpf.wire import HEADER, RUN, RUN_OFFSET
+from ebpf.wire import HEADER, RUN_OFFSET
 
 Sink = Callable[[bytes], None]
 
@@ -64,7 +64,9 @@ class Observer:
         return frozenset(self._sinks)
 
     def _dispatch(self, record: bytes) -> None:
-        sink = self._sinks.get(RUN.unpack_from(record, RUN_OFFSET)[0]) if len(record) >= HEADER.size else None
+        # the u16 at RUN_OFFSET, little-endian, read inline: this runs once per record
+        sink = self._sinks.get(record[RUN_OFFSET] | record[RUN_OFFSET + 1] << 8) \
+            if len(record) >= HEADER.size else None
         if sink is None:
             self.orphans += 1
         else:

@@ -73,11 +73,16 @@ class LocalSource(Buffered):
         super().__init__()
         self._monitor = monitor
         self._observer = Observer(monitor)
-        self._observer.open_run(RUN_KEY, lambda record: self.sink(record))
+        self._observer.open_run(RUN_KEY, self.sink)
         self.ledger = RunLedger(monitor, RUN_KEY)
         monitor.add_run(RUN_KEY, cgroup.id, net)
         if net is not None:
             monitor.attach_net(cgroup.path)
+
+    def set_sink(self, sink: Callable[[bytes], None]) -> None:
+        super().set_sink(sink)
+        self._observer.close_run(RUN_KEY)  # straight to the new sink, no indirection per record
+        self._observer.open_run(RUN_KEY, sink)
 
     def wait(self, timeout_ms: int, wake: int | None = None) -> None:
         self._observer.wait(timeout_ms, wake)
