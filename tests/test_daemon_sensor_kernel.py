@@ -112,3 +112,55 @@ def test_losing_the_sensor_fails_the_run_loudly_and_stops_the_daemon(tmp_path: P
         assert service.proc.wait(timeout=120) == 0  # it stopped by itself
         assert '"daemon.sensor_died"' in service.logs()
     assert not (tmp_path / "out" / "orphaned.tar.gz").exists()
+
+
+CONNECTER = """
+import errno, os, socket, sys, time
+ready, go, out = sys.argv[1], sys.argv[2], sys.argv[3]
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.01)
+results = []
+for port in map(int, sys.argv[4:]):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("127.0.0.1", port))
+            results.append("ok")
+        except OSError as exc:
+            results.append(errno.errorcode[exc.errno])
+with open(out, "w") as f:
+    f.write(" ".join(results))
+"""
+
+
+def test_each_run_gets_its_own_network_rules_from_the_one_linked_program(tmp_path: Path) -> None:
+    """Two overlapping runs, one with a deny-by-default policy, one without: the rules are per run."""
+    allowed, other = 41900, 41901
+    policy = tmp_path / "net.toml"
+    policy.write_text('version = 1\nname = "one-port"\n[network]\ndefault = "deny"\n'
+                      f'allow = [{{ cidr = "127.0.0.1", ports = {allowed}, protocol = "udp" }}]\n')
+    root = tmp_path / "d"
+    root.mkdir()
+    with daemon(root, "") as service:
+        clients = {}
+        for tag, extra in (("strict", ["--policy", str(policy)]), ("open", [])):
+            d = tmp_path / tag
+            d.mkdir()
+            clients[tag] = (d, subprocess.Popen(
+                [*CLI, "run", "--socket", str(service.socket), "--out", str(tmp_path / "out"),
+                 "--run-id", f"net-{tag}", *extra, "--", PY, "-c", CONNECTER, str(d / "ready"), str(d / "go"),
+                 str(d / "result"), str(allowed), str(other)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for d, _ in clients.values():
+            _wait_for(d / "ready")
+        for d, _ in clients.values():
+            (d / "go").touch()
+        for _, client in clients.values():
+            _, err = client.communicate(timeout=300)
+            assert client.returncode == 0, err + service.logs()[-3000:]
+    strict, open_ = clients["strict"][0], clients["open"][0]
+    assert (strict / "result").read_text() == "ok EPERM"
+    assert (open_ / "result").read_text() == "ok ok"
+    blocked = Archive(tmp_path / "out" / "net-strict.tar.gz").values("connect_blocked")
+    assert blocked == [f"127.0.0.1:{other}"]
+    assert Archive(tmp_path / "out" / "net-open.tar.gz").values("connect_blocked") == []
