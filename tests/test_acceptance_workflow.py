@@ -12,6 +12,7 @@ expectation.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -27,7 +28,8 @@ import yaml
 
 from runner.acceptance.expect import load
 from runner.acceptance.gates import BY_NAME, GATED_PATHS, GATES
-from runner.host.mounts import cgroup2_mount
+from runner.capture.cgroup import RunCgroup
+from runner.capture.owner import Owner, start_time, write_owner
 from tests.support import ROOT, assay
 
 WORKFLOW = ROOT / ".github" / "workflows" / "delegated-acceptance.yml"
@@ -226,10 +228,17 @@ def test_an_undeclared_mkdir_is_a_hidden_write(tmp_path: Path) -> None:
 
 @pytest.mark.kernel
 def test_prepare_removes_stale_acceptance_cgroups_and_refuses_busy_ones(tmp_path: Path) -> None:
-    parent = cgroup2_mount() / "assay-runner"
-    stale = parent / f"acceptance-stale-{secrets.token_hex(4)}"
+    """Stale means the owner record names a runner that is gone; a live run's cgroup is never removed."""
+    parent = RunCgroup.parent_path()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = parent / f"acceptance-stale-{gone.pid}-{secrets.token_hex(4)}"
+    live = parent / f"acceptance-live-{os.getpid()}-{secrets.token_hex(4)}"
     busy = parent / f"acceptance-busy-{secrets.token_hex(4)}"
     stale.mkdir(parents=True)
+    write_owner(stale, Owner(pid=gone.pid, start=1))
+    live.mkdir()
+    write_owner(live, Owner(pid=os.getpid(), start=start_time(os.getpid())))
     busy.mkdir()
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
@@ -238,11 +247,15 @@ def test_prepare_removes_stale_acceptance_cgroups_and_refuses_busy_ones(tmp_path
         done = assay("acceptance", "prepare", "--out", tmp_path / "old-pack")
         assert done.returncode == 1
         assert f"{busy}: still has processes {sleeper.pid}" in done.stdout
+        assert f"removed the cgroup {stale} of a runner that died (pid {gone.pid})" in done.stdout
         assert not stale.exists() and not (tmp_path / "old-pack").exists()
+        assert live.is_dir(), "an empty cgroup of a live runner (compiling its monitor) was removed"
     finally:
         sleeper.kill()
         sleeper.wait()
-        shutil.rmtree(stale, ignore_errors=True)
+        for cg in (stale, live):
+            with contextlib.suppress(FileNotFoundError):
+                cg.rmdir()
         for _ in range(50):
             try:
                 busy.rmdir()
