@@ -33,7 +33,8 @@ RECORDS = list(EXAMPLE.records)
 CONTROL, SHIM = EXAMPLE.header.control_pids[0], EXAMPLE.header.shim_pid
 PIDS = [CONTROL, SHIM, *range(SHIM + 1, SHIM + 6)]
 HOOKS = sorted(wire.HOOK_NAMES)
-BASE_TS = struct.unpack_from("<Q", RECORDS[2])[0]
+RECORDED = dict(zip(wire.HEADER_FIELDS, wire.HEADER.unpack_from(RECORDS[2]), strict=True))
+BASE_TS = RECORDED["ts"]
 I64 = st.integers(-(1 << 63), (1 << 63) - 1)
 SOCKADDRS = [struct.pack("<H", 2) + struct.pack(">H", 443) + bytes([10, 0, 0, 1]) + b"\0" * 8,
              struct.pack("<H", 10) + struct.pack(">H", 53) + b"\0" * 4 + b"\0" * 15 + b"\1" + b"\0" * 4,
@@ -45,17 +46,21 @@ PAYLOADS = (st.sampled_from([b"", b"/tmp/rec/work/f\0", b"/etc/hostname\0", b"re
 ARGS = st.sampled_from([0, 1, 2, 3, -1, 4294967196, 524288, 577, 0o644, SHIM + 1, SHIM + 2, 1 << 40]) | I64
 
 
+def header(**fields: int) -> bytes:
+    """A record header in wire order; fields not given (the run key) are the recorded run's."""
+    return wire.HEADER.pack(*(fields.get(name, RECORDED[name]) for name in wire.HEADER_FIELDS))
+
+
 @st.composite
 def raw_record(draw: st.DrawFn) -> bytes:
     data = draw(PAYLOADS)
     tgid = draw(st.sampled_from(PIDS) | st.integers(0, (1 << 32) - 1))
     tid = tgid if draw(st.booleans()) else draw(st.sampled_from(PIDS))
     length = len(data) if draw(st.integers(0, 19)) else draw(st.integers(0, 0xFFFF))  # rarely a lying length
-    return wire.HEADER.pack(
-        BASE_TS + draw(st.integers(0, 10**9)), tgid, tid,
-        draw(st.sampled_from(HOOKS) | st.integers(0, 0xFFFF)), length, draw(st.integers(0, 15)),
-        draw(st.sampled_from([0, 3, -2, -13, -1]) | I64), *(draw(ARGS) for _ in range(4)),
-    ) + data
+    return header(ts=BASE_TS + draw(st.integers(0, 10**9)), tgid=tgid, tid=tid,
+                  hook=draw(st.sampled_from(HOOKS) | st.integers(0, 0xFFFF)), data_len=length,
+                  truncated=draw(st.integers(0, 15)), ret=draw(st.sampled_from([0, 3, -2, -13, -1]) | I64),
+                  a0=draw(ARGS), a1=draw(ARGS), a2=draw(ARGS), a3=draw(ARGS)) + data
 
 
 SDK = st.builds(SdkMessage, ts=st.integers(BASE_TS, BASE_TS + 10**9),
@@ -86,8 +91,8 @@ def _check(records: list[bytes], sdk: list[SdkMessage]) -> None:
     event(f"normalized, {run.kernel.count} kernel events > 0: {run.kernel.count > 0}")
 
 
-OPENAT2_RESOLVE_ALL_BITS = wire.HEADER.pack(BASE_TS, SHIM + 1, SHIM + 1, wire.HOOK_OPEN, 14, 0, -22,
-                                            -100, 0, 0, -1)
+OPENAT2_RESOLVE_ALL_BITS = header(ts=BASE_TS, tgid=SHIM + 1, tid=SHIM + 1, hook=wire.HOOK_OPEN, data_len=14,
+                                  truncated=0, ret=-22, a0=-100, a1=0, a2=0, a3=-1)
 """openat2 with how.resolve = 2**64 - 1: the kernel refuses it (EINVAL), but the record carried -1 and
 the kernel line got `resolve: -1`, which the contract refuses, so the whole archive was refused."""
 
