@@ -246,6 +246,10 @@ class SdkEvent(_Strict):
     tool: NonBlank | msgspec.UnsetType | None = msgspec.UNSET
 
 
+RUN_ID_MAX = 128
+"""The longest run id the runner accepts at any entry point (the archive and spool names carry it)."""
+
+
 def is_safe_run_id(run_id: str) -> bool:
     """Upstream's `is_safe_run_id` (crates/assay-runner-core/src/run.rs:216-220), non-empty:
     the whole string is ASCII letters, digits, '_' and '-' (a trailing newline fails)."""

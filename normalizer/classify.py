@@ -90,6 +90,7 @@ def open_meta(flags: int, mode: int, resolve: int, ret: int) -> OpenMeta:
     `status` and no `return_value` means success (docs/artifacts.md).
     """
     flags &= 0xFFFFFFFF
+    resolve &= 0xFFFFFFFFFFFFFFFF  # open_how.resolve: a u64 the caller picks, carried signed in the record
     creates = bool(flags & (0o100 | O_TMPFILE_BIT))
     failed = ret < 0
     return OpenMeta(

@@ -9,6 +9,8 @@ with `assay-runner normalize SPOOL`.
 
 from __future__ import annotations
 
+import io
+import os
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -159,6 +161,14 @@ def encode_frame(frame: Frame) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
+def _remaining(stream: BinaryIO) -> int:
+    """Bytes left in a file (a length prefix past them is refused before any read allocates)."""
+    try:
+        return os.fstat(stream.fileno()).st_size - stream.tell()
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        return MAX_FRAME  # not a file: MAX_FRAME is the bound
+
+
 def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
     """Frames in file order; raises SpoolError on a torn or foreign frame."""
     while True:
@@ -170,13 +180,18 @@ def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
         (size,) = _LEN.unpack(head)
         if size > MAX_FRAME:
             raise SpoolError(f"frame of {size} bytes is too large; not an assay-runner spool?")
+        left = _remaining(stream)
+        if size > left:
+            raise SpoolError(f"torn frame at end of spool: {size} bytes announced, {left} left "
+                             "(the run did not finish writing it, or this is not a spool)")
         body = stream.read(size)
         if len(body) != size:
             raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
         try:
             yield _decoder.decode(body)
-        except msgspec.DecodeError as exc:
-            raise SpoolError(f"undecodable frame: {exc}") from exc
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
+            # ascii(): msgspec quotes the bad value, which may hold a newline; the error stays one line
+            raise SpoolError(f"undecodable frame: {ascii(str(exc))[1:-1]}") from exc
 
 
 def read_spool(path: Path) -> Spool:
@@ -191,6 +206,8 @@ def read_spool(path: Path) -> Spool:
     dac: dict[str, bool] = {}
     with open(path, "rb") as f:
         for frame in iter_frames(f):
+            if header is None and not isinstance(frame, SpoolHeader):
+                raise SpoolError(f"{path} does not start with a spool header; not an assay-runner spool")
             if isinstance(frame, SpoolHeader):
                 if frame.format != SPOOL_FORMAT:
                     raise SpoolError(f"spool format {frame.format!r}, expected {SPOOL_FORMAT!r}")

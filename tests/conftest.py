@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from support import ASSAY_COMPAT, assay_compat
 
 from runner.capture.cgroup import PARENT_ENV
@@ -26,6 +27,17 @@ os.environ.setdefault("HOME", pwd.getpwuid(os.getuid()).pw_dir)
 # sweeps the cgroups of runners that died (runner/capture/stale.py), and a test must never
 # sweep another session's, or another xdist worker's, or a concurrent job's on a shared host.
 os.environ.setdefault(PARENT_ENV, f"assay-runner-tests-{os.getpid()}")
+
+# The fuzz suites (tests/test_fuzz_*.py): a bounded, reproducible example count in CI
+# (derandomized: the same examples every run, so a CI failure reproduces locally with
+# HYPOTHESIS_PROFILE=ci); off CI the default profile explores new examples each run.
+settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("deep", max_examples=5000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])  # bug hunting by hand
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

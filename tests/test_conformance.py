@@ -188,7 +188,7 @@ def test_normalize_refuses_a_recorded_run_id_assay_would_refuse(tmp_path: Path) 
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "assay-runner: error: the spool's run id 'run.old' is not one Assay accepts: give a new one "
-        "with --run-id (ASCII letters, digits, '_' or '-')")
+        "with --run-id (1-128 ASCII letters, digits, '_' or '-')")
     assert not spool.with_suffix(".tar.gz").exists()
     proc = assay("normalize", "--run-id", "run_old", spool)
     assert proc.returncode == 0, proc.stderr

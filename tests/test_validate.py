@@ -822,7 +822,8 @@ HOSTILE: dict[str, tuple[Callable[[Path], Path], str]] = {
     ),
     "huge declared size": (
         huge_declared,
-        "member 'observation-health.json' is too large (4294967296 bytes)",
+        "member 'observation-health.json' is 4294967296 bytes, more than the limit for a member "
+        "manifest.json does not declare (1048576 bytes)",
     ),
 }
 

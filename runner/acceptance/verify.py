@@ -43,7 +43,7 @@ def load_manifest(pack: Path) -> tuple[PackManifest, bytes]:
         raise PackError(f"{pack}: no readable {MANIFEST} ({exc.strerror or exc}): not a proof pack") from exc
     try:
         manifest = msgspec.json.decode(data, type=PackManifest)
-    except msgspec.MsgspecError as exc:
+    except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
         raise PackError(f"{pack / MANIFEST}: {exc}") from exc
     if manifest.schema != PACK_SCHEMA:
         raise PackError(f"{pack / MANIFEST}: schema {manifest.schema!r}, expected {PACK_SCHEMA!r}")

@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
-from runner.evidence.archive import ArchiveError, load_members
+from runner.evidence.bounded import ArchiveError, open_members
 from runner.evidence.capdiff import CapDiffError, RunArtifacts, decode_artifacts, diff_runs, render_text
 from runner.evidence.validate import validate_members
 
@@ -51,10 +51,10 @@ def load_run(path: Path, role: str) -> RunArtifacts:
     if not path.exists():
         raise RunnerError(f"{role} {path}: no such archive or directory", EXIT_BAD_INPUT)
     try:
-        members = load_members(path)
+        members = open_members(path)
+        problems = validate_members(members)  # streams large members again: they can still fail to read
     except (ArchiveError, OSError) as exc:
         raise RunnerError(f"{role} {path}: unreadable: {exc}", EXIT_BAD_INPUT) from exc
-    problems = validate_members(members)
     if problems:
         raise RunnerError(
             f"{role} {path}: not a valid v0 archive ({len(problems)} problems, first: "
@@ -62,7 +62,7 @@ def load_run(path: Path, role: str) -> RunArtifacts:
             EXIT_BAD_INPUT,
         )
     try:
-        return decode_artifacts(members)
+        return decode_artifacts({name: m for name, m in members.items() if isinstance(m, bytes)})
     except CapDiffError as exc:  # validation passed, so only a validator gap gets here
         raise RunnerError(f"{role} {path}: {exc}", EXIT_BAD_INPUT) from exc
 

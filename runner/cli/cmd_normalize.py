@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from normalizer.artifacts import is_safe_run_id
+from normalizer.artifacts import RUN_ID_MAX
 from normalizer.build import normalize
 from normalizer.decode import DecodeError
 from runner.cli.cmd_run import check_run_id
@@ -63,9 +63,13 @@ def main(args: argparse.Namespace) -> int:
         args.spool = close_partial(args.spool)
     try:
         spool = read_spool(args.spool)
-        if run_id is None and not is_safe_run_id(spool.header.run_id):
-            raise RunnerError(f"the spool's run id {spool.header.run_id!r} is not one Assay accepts: give "
-                              "a new one with --run-id (ASCII letters, digits, '_' or '-')", EXIT_BAD_INPUT)
+        if run_id is None:
+            try:
+                check_run_id(spool.header.run_id)
+            except RunnerError:
+                raise RunnerError(f"the spool's run id {spool.header.run_id!r} is not one Assay accepts: "
+                                  f"give a new one with --run-id (1-{RUN_ID_MAX} ASCII letters, digits, "
+                                  "'_' or '-')", EXIT_BAD_INPUT) from None
         run = normalize(spool, run_id)
     except (SpoolError, DecodeError) as exc:
         raise RunnerError(f"cannot normalize {args.spool}: {exc}", EXIT_BAD_INPUT) from exc

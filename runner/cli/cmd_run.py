@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ebpf.wire import DEFAULT_RINGBUF_PAGES
-from normalizer.artifacts import is_safe_run_id
+from normalizer.artifacts import RUN_ID_MAX, is_safe_run_id
 from normalizer.redact import find_unredacted
 from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
 from policy.model import PolicyError, ResolvedPolicy, resolve
@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # the capture side is imported only for direct mode: the daem
 STATE_DIR = Path("/var/lib/assay-runner")
 DEFAULT_OUT = STATE_DIR / "runs"
 """Outside any workspace, and root-owned: a command that is not root cannot write it."""
-RUN_ID_MAX = 128
 log = get_logger("run")
 
 

@@ -26,7 +26,9 @@ import struct
 
 import msgspec
 
+from normalizer.artifacts import RUN_ID_MAX, is_safe_run_id
 from policy.model import Policy
+from runner.display import printable
 
 VERSION = 1
 MAX_FRAME = 1 << 20
@@ -154,8 +156,8 @@ def decode_client(body: bytes) -> RunStart | Interrupt | StatusQuery:
     """A client's message, checked for the limits the types cannot say."""
     try:
         msg = _client_decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise ProtocolError(f"bad request: {exc}") from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
+        raise ProtocolError(f"bad request: {printable(str(exc))}") from None
     if isinstance(msg, RunStart | StatusQuery) and msg.version != VERSION:
         raise ProtocolError(f"protocol version {msg.version} is not supported (daemon speaks {VERSION}); "
                             "use the assay-runner that matches the daemon")
@@ -167,11 +169,14 @@ def decode_client(body: bytes) -> RunStart | Interrupt | StatusQuery:
 def decode_daemon(body: bytes) -> Started | Progress | Finished | Refused | StatusReply:
     try:
         return _daemon_decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise ProtocolError(f"bad reply from the daemon: {exc}") from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
+        raise ProtocolError(f"bad reply from the daemon: {printable(str(exc))}") from None
 
 
 def _check_run(msg: RunStart) -> None:
+    if not is_safe_run_id(msg.run_id) or len(msg.run_id) > RUN_ID_MAX:
+        raise ProtocolError(f"invalid run id {msg.run_id!r}: use 1-{RUN_ID_MAX} ASCII letters, digits, "
+                            "'_' or '-'")
     if not msg.argv or len(msg.argv) > MAX_ARGS or len(msg.env) > MAX_ENV:
         raise ProtocolError(f"argv must have 1 to {MAX_ARGS} items and the environment at most {MAX_ENV}")
     size = sum(map(len, msg.argv)) + sum(len(k) + len(v) for k, v in msg.env.items())

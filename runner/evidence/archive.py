@@ -5,9 +5,10 @@ with fixed metadata (mode 0644, uid/gid 0, empty owner names, mtime 0), in a
 gzip stream with mtime 0 and no file name, written to a temp file in the
 target directory and renamed into place. The same members give the same bytes.
 
-Reading never extracts to disk: members are read into memory, and anything
-that is not a plain file with a safe relative name, or that is too big, is
-refused with a one-line reason.
+Reading never extracts to disk and is bounded by what the manifest declares
+(runner/evidence/bounded.py): anything that is not a plain file with a safe
+relative name, or that is larger than declared or than the caps, is refused
+with a one-line reason.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ import os
 import secrets
 import tarfile
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import BinaryIO, Protocol
 
 import msgspec
 
 from normalizer.artifacts import MANIFEST_SCHEMA, Manifest, ManifestEntry
+from runner.evidence.bounded import MANIFEST, member_bytes, open_archive, open_members
+from runner.evidence.bounded import ArchiveError as ArchiveError  # re-exported: callers catch it from here
 from spool.dirfd import create_new, remove_within, rename_within
 
-MANIFEST = "manifest.json"
 MEMBER_ORDER = (
     "capability-surface.json",
     "correlation-report.json",
@@ -37,15 +39,8 @@ MEMBER_ORDER = (
     "layers/sdk.ndjson",
     "observation-health.json",
 )
-MAX_MEMBERS = 64
-MAX_MEMBER_BYTES = 1 << 30
-MAX_TOTAL_BYTES = 2 << 30
 
 _json = msgspec.json.Encoder()
-
-
-class ArchiveError(ValueError):
-    """The archive cannot be read safely; the message says why."""
 
 
 def sha256_ref(data: bytes) -> str:
@@ -150,53 +145,17 @@ def write_archive(path: Path, run_id: str, members: dict[str, Member], dir_fd: i
     write_streamed(path, lambda f: _write_tar(f, run_id, members), dir_fd, sync)
 
 
-def _safe_name(name: str) -> str:
-    p = PurePosixPath(name)
-    if p.is_absolute() or ".." in p.parts or not p.parts or "\\" in name:
-        raise ArchiveError(f"unsafe member name {name!r}")
-    return str(p)
-
-
 def read_archive(path: Path) -> dict[str, bytes]:
-    """Members of the archive at `path` by name; directories are skipped.
+    """Members of the archive at `path` by name, all in memory; directories are skipped.
 
-    Refuses links, devices, unsafe names, duplicates, and members or totals
-    past the size limits, so a hostile archive cannot write anywhere or
-    exhaust memory.
+    The bounded reader (runner/evidence/bounded.py) checks every header first:
+    links, devices, unsafe names, duplicates, oversize headers and members
+    past their declared size or the caps are refused, so a hostile archive
+    cannot write anywhere or choose how much is read.
     """
-    members: dict[str, bytes] = {}
-    total = 0
-    try:
-        with tarfile.open(path, mode="r:gz") as tar:
-            for count, info in enumerate(tar, start=1):
-                if count > MAX_MEMBERS:
-                    raise ArchiveError(f"more than {MAX_MEMBERS} members")
-                name = _safe_name(info.name)
-                if info.isdir():
-                    continue
-                if not info.isreg():
-                    raise ArchiveError(f"member {name!r} is not a regular file")
-                if name in members:
-                    raise ArchiveError(f"member {name!r} appears twice")
-                if info.size > MAX_MEMBER_BYTES or total + info.size > MAX_TOTAL_BYTES:
-                    raise ArchiveError(f"member {name!r} is too large ({info.size} bytes)")
-                handle = tar.extractfile(info)
-                data = handle.read(info.size + 1) if handle else b""
-                if len(data) != info.size:
-                    raise ArchiveError(f"member {name!r} is truncated")
-                total += info.size
-                members[name] = data
-    except (tarfile.TarError, OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise ArchiveError(f"cannot read {path}: {exc}") from exc
-    return members
+    return {name: member_bytes(m) for name, m in open_archive(path).items()}
 
 
 def load_members(source: Path) -> dict[str, bytes]:
-    """Members from an archive file or from a directory laid out like one."""
-    if source.is_dir():
-        out: dict[str, bytes] = {}
-        for file in sorted(source.rglob("*")):
-            if file.is_file() and not file.is_symlink():
-                out[file.relative_to(source).as_posix()] = file.read_bytes()
-        return out
-    return read_archive(source)
+    """Members from an archive file or from a directory laid out like one, all in memory."""
+    return {name: member_bytes(m) for name, m in open_members(source).items()}

@@ -157,7 +157,7 @@ def decode_artifacts(members: dict[str, bytes]) -> RunArtifacts:
             raise CapDiffError(f"no {name}")
         try:
             return msgspec.json.decode(members[name], type=kind)
-        except msgspec.MsgspecError as exc:
+        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
             raise CapDiffError(f"{name}: {exc}") from exc
 
     return RunArtifacts(

@@ -230,7 +230,7 @@ def _surface_changes(base: bytes, other: bytes) -> dict[str, SetChange] | None:
     try:
         a = msgspec.json.decode(base, type=CapabilitySurface)
         b = msgspec.json.decode(other, type=CapabilitySurface)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, UnicodeDecodeError):
         return None
     return {name: change for name, change in diff_surfaces(a, b).items() if not change.empty}
 
@@ -267,7 +267,7 @@ def check_health(run: int, members: dict[str, bytes]) -> tuple[HealthStatus | No
     """The run's deciding health fields and every reason it is not passing."""
     try:
         health = msgspec.json.decode(members[HEALTH], type=ObservationHealth)
-    except (KeyError, msgspec.MsgspecError) as exc:
+    except (KeyError, msgspec.MsgspecError, UnicodeDecodeError) as exc:
         reason = "missing" if isinstance(exc, KeyError) else f"unreadable: {exc}"
         return None, [HealthFailure(run, HEALTH, None, "a valid member", f"run {run}: {HEALTH} {reason}")]
     failures = [

@@ -38,7 +38,19 @@ from normalizer.artifacts import (
     SdkEvent,
     is_safe_run_id,
 )
-from runner.evidence.archive import MANIFEST, MEMBER_ORDER, ArchiveError, load_members, sha256_ref
+from runner.evidence.archive import MANIFEST, MEMBER_ORDER
+from runner.evidence.bounded import (
+    MAX_LINE_BYTES,
+    ArchiveError,
+    ReadMember,
+    iter_line_blocks,
+    iter_lines,
+    member_bytes,
+    member_chunks,
+    member_sha256,
+    member_size,
+    open_members,
+)
 from runner.evidence.conformance import documents, kernel, layers
 from runner.evidence.conformance.base import (
     ARCHIVE,
@@ -52,7 +64,7 @@ from runner.evidence.conformance.base import (
     Parsed,
     Problem,
 )
-from runner.evidence.conformance.secrets import secret_problems
+from runner.evidence.conformance.secrets import secret_problems, secret_problems_in_blocks
 
 __all__ = ["Problem", "Report", "validate_member", "validate_members", "validate_path"]
 
@@ -84,13 +96,13 @@ _decoders: dict[type, msgspec.json.Decoder[Any]] = {
 # --- 1. structure ----------------------------------------------------------
 
 
-def _structure_problems(members: dict[str, bytes]) -> Iterator[Problem]:
+def _structure_problems(members: dict[str, ReadMember]) -> Iterator[Problem]:
     for name in V0_MEMBERS:
         if name not in members:
             yield Problem(name, "missing from the archive")
 
 
-def _manifest_problems(members: dict[str, bytes], manifest: Manifest | None) -> Iterator[Problem]:
+def _manifest_problems(members: dict[str, ReadMember], manifest: Manifest | None) -> Iterator[Problem]:
     if manifest is None:
         return
     listed = manifest.files
@@ -107,9 +119,9 @@ def _manifest_problems(members: dict[str, bytes], manifest: Manifest | None) -> 
             if key not in V0_MEMBERS:  # a missing v0 member is already reported
                 yield Problem(MANIFEST, f"lists {key!r}, which is not in the archive")
             continue
-        if entry.bytes != len(data):
-            yield Problem(key, f"is {len(data)} bytes, manifest.json says {entry.bytes}")
-        digest = sha256_ref(data)
+        if entry.bytes != member_size(data):
+            yield Problem(key, f"is {member_size(data)} bytes, manifest.json says {entry.bytes}")
+        digest = member_sha256(data)
         if entry.sha256 != digest:
             yield Problem(key, f"digest is {digest}, manifest.json says {entry.sha256}")
     for name in sorted(members):
@@ -131,7 +143,7 @@ LINE_RULES: dict[type, Callable[[Any], Iterable[str]]] = {
 }
 
 
-def _decode_error(exc: msgspec.MsgspecError) -> str:
+def _decode_error(exc: msgspec.MsgspecError | UnicodeDecodeError) -> str:
     return str(exc) or type(exc).__name__
 
 
@@ -139,7 +151,7 @@ def _check_document(name: str, data: bytes, parsed: Parsed) -> Iterator[Problem]
     kind = DOCUMENT_TYPES[name]
     try:
         doc = _decoders[kind].decode(data)
-    except msgspec.MsgspecError as exc:
+    except (msgspec.MsgspecError, UnicodeDecodeError) as exc:  # msgspec: a str not UTF-8
         parsed.broken.add(name)
         yield Problem(name, _decode_error(exc))
         return
@@ -148,19 +160,21 @@ def _check_document(name: str, data: bytes, parsed: Parsed) -> Iterator[Problem]
         yield Problem(name, message)
 
 
-def _check_lines(name: str, data: bytes, parsed: Parsed) -> Iterator[Problem]:
+def _check_lines(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Problem]:
     kind = LINE_TYPES[name]
     rules = LINE_RULES.get(kind, lambda _: ())
     decoded: list[tuple[int, Any]] = []
     offset = 0  # seq minus position on the previous decoded line
     position = -1
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
+    for number, raw in iter_lines(member_chunks(data)):
         position += 1
+        if raw is None:
+            parsed.broken.add(name)
+            yield Problem(name, f"longer than {MAX_LINE_BYTES} bytes, the most a line may hold", number)
+            continue
         try:
             item = _decoders[kind].decode(raw)
-        except msgspec.MsgspecError as exc:
+        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:  # msgspec: a str not UTF-8
             parsed.broken.add(name)
             yield Problem(name, _decode_error(exc), number)
             continue
@@ -175,9 +189,9 @@ def _check_lines(name: str, data: bytes, parsed: Parsed) -> Iterator[Problem]:
     parsed.lines[name] = decoded
 
 
-def _check_member(name: str, data: bytes, parsed: Parsed) -> Iterator[Problem]:
+def _check_member(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Problem]:
     if name in DOCUMENT_TYPES:
-        yield from _check_document(name, data, parsed)
+        yield from _check_document(name, member_bytes(data), parsed)
     elif name in LINE_TYPES:
         yield from _check_lines(name, data, parsed)
     else:
@@ -241,7 +255,7 @@ def _cross_problems(parsed: Parsed) -> Iterator[Problem]:
 # --- entry points ----------------------------------------------------------
 
 
-def find_problems(members: dict[str, bytes], sweep: bool = True) -> tuple[list[Problem], Parsed]:
+def find_problems(members: dict[str, ReadMember], sweep: bool = True) -> tuple[list[Problem], Parsed]:
     """Every problem of an archive's members, and what decoded cleanly.
 
     `sweep=False` leaves out the secret sweep, for a caller that has just run it
@@ -258,11 +272,13 @@ def find_problems(members: dict[str, bytes], sweep: bool = True) -> tuple[list[P
     problems += _cross_problems(parsed)
     if sweep:
         for name in (*known, *extra):
-            problems += secret_problems(name, members[name])
+            data = members[name]
+            problems += (secret_problems(name, data) if isinstance(data, bytes)
+                         else secret_problems_in_blocks(name, iter_line_blocks(data.chunks())))
     return problems, parsed
 
 
-def validate_members(members: dict[str, bytes], sweep: bool = True) -> list[str]:
+def validate_members(members: dict[str, ReadMember], sweep: bool = True) -> list[str]:
     """Problem lines (`member: problem`) for an archive's members; [] if valid.
 
     `members` is every member by archive path, the manifest included: before
@@ -291,7 +307,7 @@ def validate_path(path: Path) -> Report:
     if not path.exists():
         raise ArchiveError("no such file or directory")
     try:
-        members = load_members(path)
+        members = open_members(path)
     except OSError as exc:
         raise ArchiveError(exc.strerror or str(exc)) from exc
     except ArchiveError as exc:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
 from normalizer.artifacts import KernelEvent
 from runner.errors import EXIT_BAD_INPUT, RunnerError
-from runner.evidence.archive import ArchiveError, load_members
+from runner.evidence.bounded import ArchiveError, open_members
 from runner.review.spool_facts import SpoolMismatch, read_facts, spool_beside
-from runner.review.view import KERNEL, ReviewError, RunView, build_view
+from runner.review.view import KERNEL, ReviewError, RunView, build_view, decode_lines
 
 
 def load_view(archive: Path, spool: Path | None, find_spool: bool = True) -> RunView:
@@ -24,7 +22,7 @@ def load_view(archive: Path, spool: Path | None, find_spool: bool = True) -> Run
     if spool is not None and not spool.is_file():
         raise RunnerError(f"--spool {spool}: no such file", EXIT_BAD_INPUT)
     try:
-        members = load_members(archive)
+        members = open_members(archive)
     except (ArchiveError, OSError) as exc:
         raise RunnerError(f"{archive}: unreadable: {exc}", EXIT_BAD_INPUT) from exc
     if spool is None and find_spool and not archive.is_dir():
@@ -32,9 +30,7 @@ def load_view(archive: Path, spool: Path | None, find_spool: bool = True) -> Run
     facts = None
     try:
         if spool is not None:
-            kernel = [msgspec.json.decode(line, type=KernelEvent)
-                      for line in members.get(KERNEL, b"").splitlines() if line]
-            facts = read_facts(spool, kernel)
+            facts = read_facts(spool, decode_lines(members, KERNEL, KernelEvent))
         return build_view(archive, members, facts)
-    except (ReviewError, SpoolMismatch, msgspec.MsgspecError) as exc:
+    except (ReviewError, SpoolMismatch, ArchiveError) as exc:
         raise RunnerError(f"{archive}: {exc}", EXIT_BAD_INPUT) from exc

@@ -21,9 +21,19 @@ from typing import TypeVar
 
 import msgspec
 
-from normalizer.artifacts import Binding, KernelEvent, ObservationHealth, PolicyEvent, RunEvent, SdkEvent
+from normalizer.artifacts import (
+    RUN_ID_MAX,
+    Binding,
+    KernelEvent,
+    ObservationHealth,
+    PolicyEvent,
+    RunEvent,
+    SdkEvent,
+    is_safe_run_id,
+)
 from normalizer.redact import Redactor
 from normalizer.text import escape_bytes
+from runner.evidence.bounded import MAX_LINE_BYTES, ReadMember, iter_lines, member_chunks
 from runner.evidence.capdiff import decode_artifacts
 from runner.evidence.compare import PASSING, check_health
 from runner.review.notes import meaning
@@ -215,12 +225,18 @@ class RunView(msgspec.Struct):
     """Every transient name of the run with its raw name (needs the spool: empty without it)."""
 
 
-def _lines(members: dict[str, bytes], name: str, kind: type[T]) -> list[T]:
-    data = members.get(name, b"")
-    try:
-        return [msgspec.json.decode(line, type=kind) for line in data.splitlines() if line]
-    except msgspec.MsgspecError as exc:
-        raise ReviewError(f"{name}: {exc} (run 'assay-runner validate' on it)") from exc
+def decode_lines(members: dict[str, ReadMember], name: str, kind: type[T]) -> list[T]:
+    """The NDJSON member `name` decoded line by line, streamed when it is large."""
+    out: list[T] = []
+    for number, line in iter_lines(member_chunks(members.get(name, b""))):
+        if line is None:
+            raise ReviewError(f"{name}: line {number} is longer than {MAX_LINE_BYTES} bytes "
+                              "(run 'assay-runner validate' on it)")
+        try:
+            out.append(msgspec.json.decode(line, type=kind))
+        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
+            raise ReviewError(f"{name}: line {number}: {exc} (run 'assay-runner validate' on it)") from exc
+    return out
 
 
 def _directories(kernel: list[KernelEvent]) -> list[DirectoryGroup]:
@@ -396,16 +412,20 @@ def _transient(directories: list[DirectoryGroup], facts: SpoolFacts | None) -> l
     return [TransientEntry(c, r) for c, r in sorted(raw.items())]
 
 
-def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | None) -> RunView:
+def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts | None) -> RunView:
     """Arrange one run for review; ReviewError when a member does not decode."""
+    documents = {name: m for name, m in members.items() if isinstance(m, bytes)}  # never streamed
     try:
-        art = decode_artifacts(members)
+        art = decode_artifacts(documents)
     except ValueError as exc:
         raise ReviewError(f"{exc} (run 'assay-runner validate' on it)") from exc
-    kernel = _lines(members, KERNEL, KernelEvent)
-    policy = _lines(members, POLICY, PolicyEvent)
-    sdk = _lines(members, SDK, SdkEvent)
-    run_events = _lines(members, PHASES, RunEvent)
+    if not is_safe_run_id(art.health.run_id) or len(art.health.run_id) > RUN_ID_MAX:
+        raise ReviewError(f"run id {art.health.run_id!r} is not one Assay accepts "
+                          "(run 'assay-runner validate' on it)")
+    kernel = decode_lines(members, KERNEL, KernelEvent)
+    policy = decode_lines(members, POLICY, PolicyEvent)
+    sdk = decode_lines(members, SDK, SdkEvent)
+    run_events = decode_lines(members, PHASES, RunEvent)
     directories = _directories(kernel)
     processes = _processes(kernel, facts)
     blocks = _blocks(kernel, policy, facts)
@@ -429,7 +449,7 @@ def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | Non
     return RunView(
         schema=VIEW_SCHEMA, archive=str(archive), spool=facts.path if facts else None,
         timeline="runner clock (spool)" if facts else "no spool: phases in archive order, no times",
-        summary=summary, health=_health(members, art.health), processes=processes,
+        summary=summary, health=_health(documents, art.health), processes=processes,
         directories=directories, endpoints=_endpoints(kernel), blocks=blocks,
         bindings=_bindings(art.correlation.bindings, sdk, kernel, facts), phases=phases,
         transient_names=_transient(directories, facts),

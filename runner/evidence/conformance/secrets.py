@@ -9,7 +9,7 @@ redactor.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from normalizer.redact import PLACEHOLDER, find_unredacted, rules
 from runner.evidence.conformance.base import Problem
@@ -25,3 +25,28 @@ def secret_problems(name: str, data: bytes) -> Iterator[Problem]:
         if m:
             line = text.count("\n", 0, m.start()) + 1 if name.endswith(".ndjson") else None
             yield Problem(name, f"unredacted {rule}-shaped value: refused by Assay's fail-closed sweep", line)
+
+
+def secret_problems_in_blocks(name: str, blocks: Iterable[tuple[int, bytes | None]]) -> Iterator[Problem]:
+    """`secret_problems` for an NDJSON member too large to hold, swept one block of lines at a time.
+
+    `blocks` are (number of the first line, whole lines) as
+    `bounded.iter_line_blocks` gives them; an over-long line (None) is a
+    validation problem already and is skipped. The report is the same (each
+    rule once, at its first line, in the table's order); memory stays at one block.
+    """
+    first: dict[str, int] = {}
+    for number, block in blocks:
+        if block is None or not block.strip():  # the rules are slow on runs of blank lines, and match none
+            continue
+        text = PLACEHOLDER.sub(" ", block.decode("utf-8", "replace"))
+        if find_unredacted(text) is None:
+            continue
+        for rule, pattern in rules():
+            m = pattern.search(text) if rule not in first else None
+            if m:
+                first[rule] = number + text.count("\n", 0, m.start())
+    for rule, _ in rules():
+        if rule in first:
+            yield Problem(name, f"unredacted {rule}-shaped value: refused by Assay's fail-closed sweep",
+                          first[rule])
