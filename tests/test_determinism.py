@@ -12,11 +12,12 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import Archive, assay
+from support import CLI, Archive, assay, runner_env
 
 from runner.capture.snapshot import Snapshot, SnapshotError
 from runner.evidence.archive import MANIFEST, load_members
@@ -202,6 +203,7 @@ def test_unhealthy_runs_fail_and_say_which_run_and_why(tmp_path: Path) -> None:
 # --- bad input: exit 2 with one line, before anything runs ------------------
 
 
+@pytest.mark.kernel  # needs root: the scratch directory is in root's state directory
 @pytest.mark.parametrize(("args", "message"), [
     (("--runs", "1", "--", "true"), "--runs must be at least 2"),
     (("--",), "no command given"),
@@ -219,6 +221,20 @@ def test_unusable_input_exits_2(tmp_path: Path, args: tuple[str, ...], message: 
 def test_missing_workdir_exits_2(tmp_path: Path) -> None:
     proc = assay("determinism", "--workdir", tmp_path / "nope", "--", "true", cwd=tmp_path)
     assert proc.returncode == 2 and "is not a directory" in proc.stderr
+
+
+@pytest.mark.kernel  # needs root: drops to uid 65534
+def test_not_root_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """The scratch directory is root's: as nobody, one line and exit 2, nothing written."""
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *CLI, "determinism",
+         "--out", tmp_path / "out", "--workdir", "/usr/share", "--", "true"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd="/", env=runner_env(), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("assay-runner: error: cannot create a scratch directory")
+    assert "determinism needs root" in lines[0]
+    assert not (tmp_path / "out").exists()
 
 
 # --- pure: comparison, excerpts, health, report -----------------------------
