@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
+from runner.host.mounts import cgroup2_mount
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "runner.cli.main"]
@@ -38,6 +40,26 @@ def assert_assay_accepts(*archives: Path) -> None:
     proc = assay_compat(*archives)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1].startswith("assay-compat: 0 problems in ")
+
+
+def unique_run_id(prefix: str) -> str:
+    """A run id no other test (or xdist worker, or helper on the host) uses: `PREFIX-<8 hex>`.
+
+    Run ids name cgroups, default `--out` archives and staged files; a fixed id
+    shared between tests makes them see each other's state (tests/README.md).
+    """
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+def run_cgroups(run_id: str) -> list[str]:
+    """The live cgroups of runs with id `run_id` (the runner names them `RUN_ID-...`).
+
+    With a `unique_run_id`, only the test's own runs can match.
+    """
+    parent = cgroup2_mount() / "assay-runner"
+    if not parent.exists():
+        return []
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(f"{run_id}-"))
 
 
 def runner_env(**extra: str) -> dict[str, str]:

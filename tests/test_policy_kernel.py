@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import ROOT, Archive, assay, run_observed, runner_env
+from support import ROOT, Archive, assay, run_cgroups, run_observed, runner_env, unique_run_id
 
 from ebpf.wire import (
     HOOK_CONNECT,
@@ -40,7 +40,6 @@ from normalizer.classify import Classified, kind_name
 from normalizer.decode import RawEvent, decode
 from normalizer.fsops import EVENT_HOOKS
 from normalizer.telemetry import is_telemetry
-from runner.host.mounts import cgroup2_mount
 from spool.format import Spool, read_spool
 
 pytestmark = pytest.mark.kernel
@@ -495,17 +494,12 @@ allow = [
     assert not marker.exists()
 
 
-def _run_cgroups(run_id: str) -> list[str]:
-    parent = cgroup2_mount() / "assay-runner"
-    return [p.name for p in parent.iterdir() if p.name.startswith(f"{run_id}-")] if parent.exists() else []
-
-
 def test_landlock_abi_too_old_fails_closed(tmp_path: Path) -> None:
     policy = write_policy(tmp_path / "writes.toml",
                           'version = 1\n[filesystem]\nread = ["/"]\nwrite = ["/dev/null"]\n')
     out = tmp_path / "out"
     marker = tmp_path / "ran"
-    run_id = f"abi-{os.getpid()}"
+    run_id = unique_run_id("abi")
     proc = assay("run", "--out", out, "--run-id", run_id, "--policy", policy, "--workdir", tmp_path,
                  "--", "sh", "-c", f"touch {marker}",
                  env={**os.environ, "ASSAY_RUNNER_LANDLOCK_ABI_MAX": "2"})
@@ -514,7 +508,7 @@ def test_landlock_abi_too_old_fails_closed(tmp_path: Path) -> None:
     assert line.startswith("assay-runner: error: ") and "Landlock ABI 2" in line, line
     assert not marker.exists()  # the command never ran
     assert not out.exists() or list(out.iterdir()) == []
-    assert _run_cgroups(run_id) == []
+    assert run_cgroups(run_id) == []
 
 
 # -- presets and --net isolated ---------------------------------------------------------------

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from pathlib import Path
 
 import pytest
-from support import ROOT, Archive, run_observed
+from support import ROOT, Archive, run_cgroups, run_observed, unique_run_id
 
 from normalizer.decode import decode
-from runner.host.mounts import cgroup2_mount
 from spool.format import read_spool
 
 pytestmark = pytest.mark.kernel
@@ -59,17 +60,22 @@ def test_exit_code_is_the_commands(tmp_path: Path, script: str, code: int) -> No
 
 
 def test_background_leftovers_are_killed_and_cgroup_removed(tmp_path: Path) -> None:
-    parent = cgroup2_mount() / "assay-runner"
+    """The command's own background sleep (its argv unique to this test) dies with the run.
 
-    def bg_cgroups() -> set[str]:  # other runs (benchmarks, ...) may be live: only ours count
-        return {p.name for p in parent.glob("bg-*")} if parent.exists() else set()
-
-    before = bg_cgroups()
-    proc = run_observed(tmp_path, "bg", "sh", "-c", "sleep 600 & echo started", workdir=tmp_path)
+    Only this run's process and cgroup are looked for: other tests, xdist
+    workers and benchmarks may run their own `sleep`s and runs meanwhile.
+    """
+    run_id = unique_run_id("bg")
+    naptime = f"600.{secrets.randbelow(10**6):06d}"  # GNU sleep takes fractions: an argv no one else has
+    proc = run_observed(tmp_path, run_id, "sh", "-c", f"sleep {naptime} & echo started", workdir=tmp_path)
     assert proc.returncode == 0 and proc.stdout == "started\n"
-    assert bg_cgroups() <= before
-    leftover = [p for p in Path("/proc").glob("[0-9]*")
-                if (p / "cmdline").exists() and (p / "cmdline").read_bytes() == b"sleep\x00600\x00"]
+    assert run_cgroups(run_id) == []
+    argv = f"sleep\0{naptime}\0".encode()
+    leftover = []
+    for p in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):  # processes come and go while we look
+            if (p / "cmdline").read_bytes() == argv:
+                leftover.append(p.name)
     assert leftover == []
 
 
