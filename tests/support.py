@@ -82,12 +82,13 @@ def assay(*args: str | Path, cwd: Path | None = None, timeout: float = 300,
 
 
 def run_observed(out: Path, run_id: str, *cmd: str | Path, workdir: Path | None = None,
-                 extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 ) -> subprocess.CompletedProcess[str]:
     """`assay-runner run` with the usual options; fails loudly on runner errors."""
     args: list[str | Path] = ["run", "--out", out, "--run-id", run_id, "--force", *extra]
     if workdir is not None:
         args += ["--workdir", workdir]
-    proc = assay(*args, "--", *cmd, cwd=workdir)
+    proc = assay(*args, "--", *cmd, cwd=workdir, env=env)
     assert proc.returncode != 125, proc.stderr
     return proc
 

@@ -7,10 +7,11 @@ import secrets
 from pathlib import Path
 
 import pytest
-from support import ROOT, Archive, run_cgroups, run_observed, unique_run_id
+from support import ROOT, Archive, run_cgroups, run_observed, runner_env, unique_run_id
 
 from normalizer.decode import decode
-from spool.format import read_spool
+from runner.capture.phases import HOLD_ENV
+from spool.format import Batch, Phase, iter_frames, read_spool
 
 pytestmark = pytest.mark.kernel
 
@@ -82,15 +83,14 @@ def test_background_leftovers_are_killed_and_cgroup_removed(tmp_path: Path) -> N
 def test_tiny_ring_buffer_drops_are_honest(tmp_path: Path) -> None:
     """captured + dropped opens == the opens the same flood makes with a big buffer.
 
-    Four floods at once outpace the reader on a one-page buffer every time;
-    a single Python flood sometimes does not.
+    The tiny run's reader is held (HOLD_ENV: it reads only after the command
+    exits), so the flood overflows the one-page ring whatever the reader's
+    speed; the big run reads as usual.
     """
-    flood = f"{PY} {PROGRAMS / 'open_flood.py'} 20000"
-    script = f"{flood} & {flood} & {flood} & {flood} & wait"
-    big = run_observed(tmp_path, "big", "sh", "-c", script, workdir=tmp_path,
-                       extra=("--ringbuf-pages", "8192"))
-    tiny = run_observed(tmp_path, "tiny", "sh", "-c", script, workdir=tmp_path,
-                        extra=("--ringbuf-pages", "1"))
+    flood = (PY, PROGRAMS / "open_flood.py", "5000")
+    big = run_observed(tmp_path, "big", *flood, workdir=tmp_path, extra=("--ringbuf-pages", "8192"))
+    tiny = run_observed(tmp_path, "tiny", *flood, workdir=tmp_path, extra=("--ringbuf-pages", "1"),
+                        env=runner_env(**{HOLD_ENV: "1"}))
     assert big.returncode == tiny.returncode == 0
 
     def raw_opens(run_id: str) -> tuple[int, dict[str, int], dict[str, int]]:
@@ -101,8 +101,8 @@ def test_tiny_ring_buffer_drops_are_honest(tmp_path: Path) -> None:
     full, full_drops, _ = raw_opens("big")
     captured, drops, emitted = raw_opens("tiny")
     assert sum(full_drops.values()) == 0
-    assert full >= 4 * 20000
-    assert drops["open"] > 0
+    assert full >= 5000
+    assert drops["open"] > 0 and captured > 0  # the held ring overflowed; what it held was drained
     assert captured + drops["open"] == full
     assert emitted["open"] == captured
 
@@ -115,9 +115,30 @@ def test_tiny_ring_buffer_drops_are_honest(tmp_path: Path) -> None:
     assert (full_health["kernel_layer"], full_health["ringbuf_drops"]) == ("complete", 0)
 
 
+def test_a_held_reader_with_room_in_the_ring_loses_nothing(tmp_path: Path) -> None:
+    """The control for the drop test: holding the reader alone drops nothing, the ring does."""
+    proc = run_observed(tmp_path, "held", PY, PROGRAMS / "open_flood.py", "500", workdir=tmp_path,
+                        extra=("--ringbuf-pages", "8192"), env=runner_env(**{HOLD_ENV: "1"}))
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "held.spool", "rb") as f:
+        frames = list(iter_frames(f))
+    exited = next(i for i, f in enumerate(frames) if isinstance(f, Phase) and f.name == "command_exited")
+    flood_at = [i for i, f in enumerate(frames) if isinstance(f, Batch)
+                for e in decode(f.records) if e.hook == 1 and b"flood-" in e.data]
+    assert len(flood_at) == 500
+    assert min(flood_at) > exited  # not one of them was read while the command ran
+    health = Archive(tmp_path / "held.tar.gz").health
+    assert (health["kernel_layer"], health["ringbuf_drops"]) == ("complete", 0)
+
+
 def test_more_threads_than_in_flight_slots_lose_nothing(tmp_path: Path) -> None:
-    """Exited threads give their in-flight slot back (16,384 slots, 20,000 threads)."""
-    proc = run_observed(tmp_path, "threads", PY, PROGRAMS / "many_threads.py", "20000", workdir=tmp_path)
+    """Exited threads give their in-flight slot back (16,384 slots, 20,000 threads).
+
+    The reader is held and the ring holds the whole run (32 MiB), so a reader
+    slowed by a busy machine cannot turn this into a drop test.
+    """
+    proc = run_observed(tmp_path, "threads", PY, PROGRAMS / "many_threads.py", "20000", workdir=tmp_path,
+                        extra=("--ringbuf-pages", "8192"), env=runner_env(**{HOLD_ENV: "1"}))
     assert proc.returncode == 0, proc.stderr
     archive = Archive(tmp_path / "threads.tar.gz")
     created = [e for e in archive.kernel if e["kind"] == "openat" and e["value"].startswith(f"{tmp_path}/t/")]
