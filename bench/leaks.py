@@ -4,7 +4,7 @@ The soak (bench/soak.py) gives every run an id starting with one token and
 every command an argv holding it, so its leftovers can be told from what
 other users of the host (tests, benchmarks, other runs) have live:
 
-- cgroups: run cgroups under `<cgroup2>/assay-runner/` named after the
+- cgroups: run cgroups under `<cgroup2>/assay-runner/` (`run_parent`) named after the
   token (the runner names them `RUN_ID-PID-HEX`);
 - processes: any process whose command line holds the token: a command the
   run left running, a runner or daemon worker that never exited, or the
@@ -29,7 +29,11 @@ from pathlib import Path
 
 from bench.procs import cgroup2_root
 
-CGROUP_PARENT = "assay-runner"
+
+def run_parent() -> Path:
+    """Where the runner makes run cgroups: `<cgroup2>/assay-runner/`, or the directory named by
+    ASSAY_RUNNER_CGROUP_PARENT (a CI job's, or a test process's, own parent)."""
+    return cgroup2_root() / (os.environ.get("ASSAY_RUNNER_CGROUP_PARENT") or "assay-runner")
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ def cgroup_pids(path: Path) -> set[str]:
 def census(token: str, exclude: set[int] | None = None) -> Census:
     """The leftovers of runs whose ids and commands hold `token` (processes in `exclude` are
     the harness's own, such as the daemon it runs on purpose)."""
-    parent = cgroup2_root() / CGROUP_PARENT
+    parent = run_parent()
     cgroups = sorted(p.name for p in parent.iterdir() if token in p.name) if parent.is_dir() else []
     pids = sorted(set(processes_holding(token, (exclude or set()) | {os.getpid()}))
                   | {pid for name in cgroups for pid in cgroup_pids(parent / name)})

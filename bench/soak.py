@@ -42,15 +42,14 @@ from typing import Any
 
 from bench.daemon import DaemonService
 from bench.leaks import (
-    CGROUP_PARENT,
     census,
     fd_count,
     host_program_count,
     program_ids,
     rss_kib,
+    run_parent,
     settled_census,
 )
-from bench.procs import cgroup2_root
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
 
@@ -148,7 +147,7 @@ def _problems(archive: Path) -> list[str]:
 
 def run_owner(run_id: str) -> int | None:
     """The pid that created the run's cgroup (`RUN_ID-PID-HEX`): the runner, or the daemon's worker."""
-    parent = cgroup2_root() / CGROUP_PARENT
+    parent = run_parent()
     for path in parent.glob(f"{run_id}-*") if parent.is_dir() else ():
         pid = path.name[len(run_id) + 1:].split("-")[0]
         if pid.isdigit():

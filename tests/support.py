@@ -56,7 +56,7 @@ def run_cgroups(run_id: str) -> list[str]:
 
     With a `unique_run_id`, only the test's own runs can match.
     """
-    parent = cgroup2_mount() / "assay-runner"
+    parent = cgroup2_mount() / (os.environ.get("ASSAY_RUNNER_CGROUP_PARENT") or "assay-runner")
     if not parent.exists():
         return []
     return sorted(p.name for p in parent.iterdir() if p.name.startswith(f"{run_id}-"))
