@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.procs import cgroup2_root
+from runner.capture.cgroup import parent_name
 
 
 def run_parent() -> Path:
     """Where the runner makes run cgroups: `<cgroup2>/assay-runner/`, or the directory named by
     ASSAY_RUNNER_CGROUP_PARENT (a CI job's, or a test process's, own parent)."""
-    return cgroup2_root() / (os.environ.get("ASSAY_RUNNER_CGROUP_PARENT") or "assay-runner")
+    return cgroup2_root() / parent_name()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.capture.cgroup import parent_name
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
 from runner.host.mounts import cgroup2_mount
@@ -52,11 +53,12 @@ def unique_run_id(prefix: str) -> str:
 
 
 def run_cgroups(run_id: str) -> list[str]:
-    """The live cgroups of runs with id `run_id` (the runner names them `RUN_ID-...`).
+    """The live cgroups of runs with id `run_id` (the runner names them `RUN_ID-...` under its parent,
+    which conftest makes this test process's own).
 
     With a `unique_run_id`, only the test's own runs can match.
     """
-    parent = cgroup2_mount() / (os.environ.get("ASSAY_RUNNER_CGROUP_PARENT") or "assay-runner")
+    parent = cgroup2_mount() / parent_name()
     if not parent.exists():
         return []
     return sorted(p.name for p in parent.iterdir() if p.name.startswith(f"{run_id}-"))
