@@ -205,7 +205,8 @@ def test_ctrl_c_ends_the_run_with_130_and_an_archive(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     runner = subprocess.Popen(
         [*CLI, "run", "--out", str(tmp_path), "--run-id", run_id, "--workdir", str(tmp_path),
-         "--", "sh", "-c", f"touch {ready}; exec sleep 60"],
+         "--", "/usr/bin/python3", "-c",  # the marker is written after the exec: no race with it
+         f"import time; open({str(ready)!r}, 'w').close(); time.sleep(60)"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=runner_env(), start_new_session=True)  # its own group, as a shell's foreground job
     try:
@@ -221,5 +222,6 @@ def test_ctrl_c_ends_the_run_with_130_and_an_archive(tmp_path: Path) -> None:
             runner.wait()
     assert runner.returncode == 130, stderr
     archive = Archive(tmp_path / f"{run_id}.tar.gz")
-    assert "/usr/bin/sleep" in archive.values("exec")
+    assert archive.values("exec") == ["/usr/bin/python3"]
+    assert str(ready) in archive.values("openat")  # what it did before Ctrl-C is in the evidence
     assert run_cgroups(run_id) == []
