@@ -145,6 +145,18 @@ def _problems(archive: Path) -> list[str]:
         return [f"unreadable: {exc}"]
 
 
+def recovered_archives(soak: Soak, outcomes: list[Outcome]) -> dict[str, Any]:
+    """Killed runs that have an archive by the end (rebuilt from their spool by a later start):
+    how many, and any that does not validate (each one a failure: a half-written archive)."""
+    found, invalid = 0, []
+    for o in outcomes:
+        archive = soak.base / "out" / f"{o.run_id}.tar.gz"
+        if o.killed and not o.archive and archive.exists():
+            found += 1
+            invalid += [f"{o.run_id}: {p}" for p in _problems(archive)[:1]]
+    return {"count": found, "invalid": invalid}
+
+
 def run_owner(run_id: str) -> int | None:
     """The pid that created the run's cgroup (`RUN_ID-PID-HEX`): the runner, or the daemon's worker."""
     parent = run_parent()
@@ -185,6 +197,7 @@ def soak_mode(soak: Soak, plan: list[float | None], concurrency: int,
     recovery = soak.run_one(len(plan) + 1, None)  # the next start: recovers what the kills left
     recovery_log = (soak.base / "logs" / f"{recovery.run_id}.log").read_text(errors="replace")
     left = settled_census(soak.token, mine)
+    recovered = recovered_archives(soak, outcomes)
     after = {"host_programs": host_program_count()}
     if daemon and daemon.proc:
         after |= {"daemon_rss_kib": rss_kib(daemon.proc.pid), "daemon_fds": fd_count(daemon.proc.pid),
@@ -197,6 +210,7 @@ def soak_mode(soak: Soak, plan: list[float | None], concurrency: int,
         "failures": [asdict(o) for o in [timing, *outcomes] if o.failure],
         "recovery_run": asdict(recovery),
         "recovery_said": [line for line in recovery_log.splitlines() if "stale" in line.lower()][:20],
+        "recovered_archives": recovered,
         "left_before_next_start": left_by_batch.as_dict(),
         "leaks": left.as_dict(),
         "before": before, "after": after,
@@ -246,6 +260,8 @@ def summary(result: dict[str, Any]) -> str:
     leaks = result["leaks"]
     line = (f"{result['mode']}: {result['runs']} runs ({result['concurrency']} at once) in "
             f"{result['batch_s']} s, killed {result['killed']}, failures {len(result['failures'])}, "
+            f"recovered archives {result['recovered_archives']['count']} "
+            f"({len(result['recovered_archives']['invalid'])} invalid), "
             f"leaks: cgroups {leaks['cgroups']} processes {leaks['processes']} "
             f"fds {leaks['file_descriptors']} programs {leaks['attached_programs']}")
     if "daemon_rss_kib" in result["before"]:
