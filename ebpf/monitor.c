@@ -52,11 +52,18 @@ struct user_msghdr_head_t {
 
 BPF_RINGBUF_OUTPUT(rb, RINGBUF_PAGES);
 BPF_HASH(tasks, u32, struct task_t, TASKS_MAX);
-BPF_HASH(run_cgroups, u64, u32, 64); /* cgroup v2 id -> run key */
-BPF_PERCPU_ARRAY(untracked, u64, 1); /* tasks the full `tasks` map could not take */
+BPF_HASH(run_cgroups, u64, u32, RUN_SLOTS); /* cgroup v2 id -> run key */
+/* Counters per run slot (key % RUN_SLOTS; slot 0: the run could not be known):
+ * ring writes that failed and succeeded per hook, and tasks the full `tasks`
+ * map could not take. One entry per slot, so user space reads a run's
+ * counters with one lookup. */
+struct run_counts {
+    u64 drops[HOOK_MAX];
+    u64 emitted[HOOK_MAX];
+    u64 untracked;
+};
+BPF_PERCPU_ARRAY(counts, struct run_counts, RUN_SLOTS);
 BPF_PERCPU_ARRAY(scratch, struct assay_rec, 1);
-BPF_PERCPU_ARRAY(drops, u64, HOOK_MAX);
-BPF_PERCPU_ARRAY(emitted, u64, HOOK_MAX);
 BPF_PERCPU_ARRAY(since_wake, u64, 1);
 /* Never written: lets tests read clang's layout of the header via BCC. */
 BPF_ARRAY(layout_probe, struct assay_hdr, 1);
@@ -73,16 +80,30 @@ static __always_inline struct task_t *tracked(void)
     return tasks.lookup(&tid);
 }
 
+static __always_inline struct run_counts *counts_of(u32 run)
+{
+    u32 slot = run % RUN_SLOTS;
+    return counts.lookup(&slot);
+}
+
+static __always_inline void count_untracked(u32 run)
+{
+    struct run_counts *c = counts_of(run);
+    if (c)
+        c->untracked++;
+}
+
 /* Adds `tid` to run `run`; a full map is counted, never silent. */
 static __always_inline void track(u32 tid, u32 run)
 {
     struct task_t t = {};
     t.run = run;
     if (tasks.update(&tid, &t) != 0)
-        untracked.increment(0);
+        count_untracked(run);
 }
 
-static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret)
+/* Starts a record in the per-CPU scratch slot; `run` is the run key it belongs to. */
+static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
 {
     u32 zero = 0;
     struct assay_rec *r = scratch.lookup(&zero);
@@ -95,6 +116,7 @@ static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret)
     r->h.hook = hook;
     r->h.data_len = 0;
     r->h.truncated = 0;
+    r->h.run = run;
     r->h.ret = ret;
     r->h.a0 = 0;
     r->h.a1 = 0;
@@ -118,10 +140,14 @@ static __always_inline void rec_submit(struct assay_rec *r)
         *n = 0;
         flags = BPF_RB_FORCE_WAKEUP;
     }
-    if (rb.ringbuf_output(r, size, flags) == 0)
-        emitted.increment(hook);
+    long failed = rb.ringbuf_output(r, size, flags);
+    struct run_counts *c = counts_of(r->h.run);
+    if (!c || hook >= HOOK_MAX)
+        return;
+    if (failed)
+        c->drops[hook]++;
     else
-        drops.increment(hook);
+        c->emitted[hook]++;
 }
 
 /* True when a string that filled a whole ASSAY_DATA_MAX read really ends
@@ -254,7 +280,7 @@ static __always_inline void finish(s64 ret)
     t->hook = 0;
     if (s.hook == HOOK_EXECVE && ret == 0)
         return; /* success: sched_process_exec said so, and the path is gone */
-    struct assay_rec *r = rec_begin(s.hook, ret);
+    struct assay_rec *r = rec_begin(s.hook, ret, s.run);
     if (!r)
         return;
     r->h.a0 = s.a0;
@@ -367,13 +393,14 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
             struct task_t moved = *o;
             moved.hook = 0;
             if (tasks.update(&tid, &moved) != 0)
-                untracked.increment(0);
+                count_untracked(moved.run);
             tasks.delete(&old);
         }
     }
-    if (!tasks.lookup(&tid))
+    struct task_t *t = tasks.lookup(&tid);
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_EXEC, 0);
+    struct assay_rec *r = rec_begin(HOOK_EXEC, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->old_pid;
@@ -390,10 +417,11 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
 TRACEPOINT_PROBE(sched, sched_process_exit)
 {
     u32 tid = tid_of(bpf_get_current_pid_tgid());
-    if (!tasks.lookup(&tid))
+    struct task_t *t = tasks.lookup(&tid);
+    if (!t)
         return 0;
     if (args->group_dead) {
-        struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0);
+        struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0, t->run);
         if (r)
             rec_submit(r);
     }
@@ -408,7 +436,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 
 static __always_inline void exec_enter(struct task_t *t, u64 path, u64 argv, s64 dirfd, s64 flags)
 {
-    struct assay_rec *r = rec_begin(HOOK_EXEC_ARGV, 0);
+    struct assay_rec *r = rec_begin(HOOK_EXEC_ARGV, 0, t->run);
     if (r) {
         rec_argv(r, argv);
         rec_submit(r);
@@ -432,9 +460,9 @@ TRACEPOINT_PROBE(syscalls, sys_enter_execveat)
     return 0;
 }
 
-static __always_inline void exit_record(s64 status, s64 one_thread)
+static __always_inline void exit_record(struct task_t *t, s64 status, s64 one_thread)
 {
-    struct assay_rec *r = rec_begin(HOOK_EXIT, 0);
+    struct assay_rec *r = rec_begin(HOOK_EXIT, 0, t->run);
     if (!r)
         return;
     r->h.a0 = status;
@@ -444,15 +472,17 @@ static __always_inline void exit_record(s64 status, s64 one_thread)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_exit_group)
 {
-    if (tracked())
-        exit_record(args->error_code, 0);
+    struct task_t *t = tracked();
+    if (t)
+        exit_record(t, args->error_code, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_exit)
 {
-    if (tracked())
-        exit_record(args->error_code, 1);
+    struct task_t *t = tracked();
+    if (t)
+        exit_record(t, args->error_code, 1);
     return 0;
 }
 
@@ -462,9 +492,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_exit)
 TRACEPOINT_PROBE(signal, signal_generate)
 {
     u32 target = args->pid;
-    if (!tasks.lookup(&target))
+    struct task_t *t = tasks.lookup(&target);
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_SIGNAL, 0);
+    struct assay_rec *r = rec_begin(HOOK_SIGNAL, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->sig;
@@ -481,8 +512,9 @@ TRACEPOINT_PROBE(task, task_newtask)
     struct task_t *t = tracked();
     if (!t)
         return 0;
-    track(args->pid, t->run);
-    struct assay_rec *r = rec_begin(HOOK_NEWTASK, 0);
+    u32 run = t->run;
+    track(args->pid, run);
+    struct assay_rec *r = rec_begin(HOOK_NEWTASK, 0, run);
     if (!r)
         return 0;
     r->h.a0 = args->pid;
@@ -497,8 +529,9 @@ TRACEPOINT_PROBE(task, task_newtask)
 TRACEPOINT_PROBE(cgroup, cgroup_attach_task)
 {
     u32 pid = args->pid;
-    if (tasks.lookup(&pid)) {
-        struct assay_rec *r = rec_begin(HOOK_CGROUP_ATTACH, 0);
+    struct task_t *moved = tasks.lookup(&pid);
+    if (moved) {
+        struct assay_rec *r = rec_begin(HOOK_CGROUP_ATTACH, 0, moved->run);
         if (!r)
             return 0;
         r->h.a0 = pid;
@@ -708,9 +741,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_fchmod)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
 {
-    if (!tracked())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_CLOSE, 0);
+    struct assay_rec *r = rec_begin(HOOK_CLOSE, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->fd;
@@ -720,9 +754,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close_range)
 {
-    if (!tracked())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_CLOSE_RANGE, 0);
+    struct assay_rec *r = rec_begin(HOOK_CLOSE_RANGE, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->fd;
@@ -775,9 +810,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_fcntl)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_io_uring_setup)
 {
-    if (!tracked())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_IO_URING, 0);
+    struct assay_rec *r = rec_begin(HOOK_IO_URING, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->entries;

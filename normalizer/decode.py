@@ -48,7 +48,7 @@ def iter_decode(records: Iterable[bytes]) -> Iterator[RawEvent]:
     for arrival, rec in enumerate(records):
         if len(rec) < size:
             raise DecodeError(f"record {arrival} has {len(rec)} bytes, header needs {size}")
-        ts, tgid, tid, hook, data_len, truncated, ret, a0, a1, a2, a3 = unpack(rec)
+        ts, tgid, tid, hook, data_len, truncated, _run, ret, a0, a1, a2, a3 = unpack(rec)
         data = rec[size : size + data_len]
         if len(data) != data_len:
             raise DecodeError(f"record {arrival} payload is {len(data)} bytes, header says {data_len}")

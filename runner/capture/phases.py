@@ -40,11 +40,14 @@ class EventSource(Protocol):
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         """Where records go from now on, in ring order."""
 
-    def wait(self, timeout_ms: int) -> None:
-        """Block until records may be ready or the timeout passes."""
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
+        """Block until records may be ready, `wake` is readable (the command ended) or the timeout passes."""
 
     def drain(self) -> None:
         """Hand every available record to the sink."""
+
+    def finish(self) -> None:
+        """The final drain, once the command is gone: every record written for the run so far."""
 
     def drops(self) -> dict[str, int]: ...
 
@@ -56,6 +59,8 @@ class Command(Protocol):
 
     helper_pid: int
     shim_pid: int
+    exit_fd: int | None
+    """Readable once the command is over (a pidfd), so the drain loop notices at once; None: polled."""
 
     def start(self) -> None: ...
 
@@ -96,7 +101,7 @@ def capture(source: EventSource, spooler: Spooler, command: Command, group: Grou
     exit_code, ended_by = _drain_until_exit(source, spooler, command, group, sdk, control,
                                             interrupts or Interruptions())
     spooler.phase("command_exited")
-    source.drain()
+    source.finish()
     sdk.stop()
     spooler.sdk(sdk.take_messages())
     spooler.phase("run_finished")
@@ -123,7 +128,7 @@ def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, g
             if held:
                 time.sleep(POLL_MS / 1000)
             else:
-                source.wait(POLL_MS)
+                source.wait(POLL_MS, command.exit_fd)
                 source.drain()
             spooler.flush()
             spooler.sdk(sdk.take_messages())

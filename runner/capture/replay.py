@@ -36,7 +36,7 @@ class ReplaySource:
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         self._sink = sink
 
-    def wait(self, timeout_ms: int) -> None:
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
         """Records are always ready; nothing to wait for."""
 
     def drain(self) -> None:
@@ -46,6 +46,10 @@ class ReplaySource:
             raise RuntimeError("drain before set_sink: records would be lost")
         for record in self._batches.pop(0):
             self._sink(record)
+
+    def finish(self) -> None:
+        """The final drain: as the recording's, one more batch."""
+        self.drain()
 
     def drops(self) -> dict[str, int]:
         return self._drops

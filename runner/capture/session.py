@@ -1,7 +1,10 @@
-"""One observed run: cgroup, monitor, spawn, drain, spool, normalize, archive.
+"""One observed run: cgroup, the run's source, spawn, drain, spool, normalize, archive.
 
-Order matters: the monitor is attached and the spool header written before
-the command may start, and after the command exits the ring buffer is
+This is the per-run pipeline (spool -> normalizer -> publish); the records
+come from a `Sensor` (runner/capture/sources.py): a monitor of the run's own
+in direct mode, the daemon's shared one through its observer in a daemon
+worker. Order matters: the run is in the monitor's maps and the spool
+header written before the command may start, and after the command exits the ring buffer is
 drained once more, so no event in flight is lost. Side effects (cgroup,
 monitor) are undone in `finally` whatever happens.
 """
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from ebpf.monitor import DEFAULT_RINGBUF_PAGES, Monitor, MonitorConfig, MonitorError
+from ebpf.wire import DEFAULT_RINGBUF_PAGES
 from normalizer.build import NormalizedRun, dac_questions, normalize
 from normalizer.text import escape_os
 from policy.model import ResolvedPolicy
@@ -27,17 +30,15 @@ from runner.capture.limits import DEFAULT_LIMITS, CgroupLimits, LimitGroups
 from runner.capture.owner import claim
 from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
+from runner.capture.sources import LocalSensor, RunSource, Sensor
 from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, spawn
 from runner.enforce import prepare as enforce
 from runner.enforce.dac import check_as
 from runner.errors import RunnerError
 from runner.evidence.publish import publish
-from runner.logs import get_logger
 from spool.dirfd import open_dir
 from spool.format import SPOOL_FORMAT, DacVerdicts, Spool, SpoolHeader, SpoolTrailer, read_spool
 from spool.writer import Spooler, SpoolReplaced, SpoolWriteFailed
-
-log = get_logger("session")
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class RunRequest:
     """Forward the first SIGTERM/SIGHUP to the command instead of killing the run (interrupt.py)."""
     limits: CgroupLimits | None = DEFAULT_LIMITS
     """The run cgroup's limits; direct mode's defaults unless the caller (options, daemon config) says."""
+    sensor: Sensor | None = None
+    """Where the run's records come from; None: a monitor of its own (direct mode)."""
+    staged: bool = False
+    """`out_dir` is a staging directory whose files are copied durably afterwards (the daemon): no fsync."""
 
     @property
     def archive_path(self) -> Path:
@@ -107,7 +112,7 @@ def execute(req: RunRequest) -> RunResult:
             try:
                 spool = _with_dac_verdicts(read_spool(own_view / spool_name), out_fd, spool_name, req.user)
                 normalized = normalize(spool, req.run_id)
-                publish(normalized, req.archive_path, out_fd)
+                publish(normalized, req.archive_path, out_fd, sync=not req.staged)
             except OSError as exc:
                 raise RunnerError(
                     f"cannot write the archive {req.archive_path}: {exc.strerror or exc}; the command exited "
@@ -121,16 +126,16 @@ def execute(req: RunRequest) -> RunResult:
 
 def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
              interrupts: Interruptions) -> tuple[str, SpoolTrailer]:
-    """Cgroup, monitor, spawn, drain into the spool; the spool's published name in `out_fd`, its trailer."""
+    """Cgroup, the run's source, spawn, drain into the spool; the published spool's name and its trailer."""
     cgroup = RunCgroup.create(req.run_id, claim(req.out_dir, out_fd, req.spool_path.name))
     limits: LimitGroups | None = None
-    monitor: Monitor | None = None
+    source: RunSource | None = None
     spooler: Spooler | None = None
     sdk = SdkServer(req.policy.tool_decision if req.policy else None)
     try:
         limits = LimitGroups.create(cgroup, req.limits)
         interrupts.check_setup()
-        monitor, early = _attach(req, cgroup, enforcement)
+        source = (req.sensor or LocalSensor(req.ringbuf_pages)).open(cgroup, enforcement.net)
         interrupts.check_setup()
         spec = CommandSpec(req.exe, req.argv, str(req.workdir), {**req.env, **sdk.env()},
                            keep_fds=(sdk.child_fd,), ruleset=enforcement.ruleset,
@@ -147,19 +152,18 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
             policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
-        for rec in early:  # the helper's first records arrived before the spooler existed
-            spooler.add(rec)
         interrupts.check_setup()
         interrupts.phase = "command"
-        exit_code, ended_by = capture(monitor, spooler, spawned, cgroup, sdk,
+        exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
                                       req.control or TerminalControl(), req.on_start, interrupts)
+        counters = source.counters()
         trailer = SpoolTrailer(
-            exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(),
-            untracked_tasks=monitor.untracked(), ended_by=ended_by, limits=dict(limits.applied),
+            exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
+            untracked_tasks=counters.untracked, ended_by=ended_by, limits=dict(limits.applied),
             limits_hit=limits.events(), limits_unavailable=list(limits.unavailable),
         )
         try:
-            name = spooler.finish(trailer)
+            name = spooler.finish(trailer, sync=not req.staged)
         except SpoolReplaced as exc:
             raise RunnerError(f"evidence tampered with: {exc}; no archive was written") from exc
         except SpoolWriteFailed as exc:
@@ -176,11 +180,13 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         sdk.stop()
         if spooler is not None:
             spooler.discard()
-        if monitor is not None:
-            monitor.close()
-        cgroup.remove()
-        if limits is not None:
-            limits.remove()
+        try:
+            cgroup.remove()
+        finally:
+            if source is not None:
+                source.close()  # after the cgroup emptied: no task of the run is left to track
+            if limits is not None:
+                limits.remove()
 
 
 def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
@@ -193,23 +199,6 @@ def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
     except OSError as exc:
         raise RunnerError(f"cannot write the spool in {req.out_dir}: {exc.strerror or exc}; the command "
                           "was not started and nothing was written") from exc
-
-
-def _attach(req: RunRequest, cgroup: RunCgroup,
-            enforcement: enforce.Enforcement) -> tuple[Monitor, list[bytes]]:
-    """Compile and attach the monitor; records land in the returned list until a sink is set."""
-    t0 = time.monotonic()
-    early: list[bytes] = []
-    config = MonitorConfig(cgroup.id, req.ringbuf_pages,
-                           net_policy=enforcement.net, cgroup_path=str(cgroup.path))
-    try:
-        monitor = Monitor(config, early.append)
-    except MonitorError as exc:
-        raise RunnerError(f"{exc}; run 'assay-runner doctor' to see what is missing") from exc
-    log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
-             ringbuf_pages=req.ringbuf_pages, cgroup=str(cgroup.path),
-             net_policy=enforcement.net is not None, landlock=enforcement.ruleset is not None)
-    return monitor, early
 
 
 def _with_dac_verdicts(spool: Spool, out_fd: int, name: str, user: Credentials | None) -> Spool:
