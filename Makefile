@@ -29,8 +29,11 @@ demo: setup
 	$(VENV)/bin/assay-runner run --out $(DEMO_OUT) --run-id demo --force $(DEMO_CMD)
 	$(VENV)/bin/assay-runner validate $(DEMO_OUT)/demo.tar.gz
 
+# Serial by default; `make test PYTEST_ARGS="-n 2 --dist loadgroup"` runs the suite on two
+# pytest-xdist workers (tests/README.md says why serial stays the default).
+PYTEST_ARGS ?=
 test: setup
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
 # Acceptance gates (docs/acceptance.md): every gate three times, then the proof
 # pack in $(ACCEPTANCE_OUT) is verified. Root. `assay-runner acceptance` tells

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from runner.capture.cgroup import parent_name
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
+from runner.host.mounts import cgroup2_mount
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "runner.cli.main"]
@@ -40,6 +43,27 @@ def assert_assay_accepts(*archives: Path) -> None:
     assert proc.stdout.splitlines()[-1].startswith("assay-compat: 0 problems in ")
 
 
+def unique_run_id(prefix: str) -> str:
+    """A run id no other test (or xdist worker, or helper on the host) uses: `PREFIX-<8 hex>`.
+
+    Run ids name cgroups, default `--out` archives and staged files; a fixed id
+    shared between tests makes them see each other's state (tests/README.md).
+    """
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+def run_cgroups(run_id: str) -> list[str]:
+    """The live cgroups of runs with id `run_id` (the runner names them `RUN_ID-...` under its parent,
+    which conftest makes this test process's own).
+
+    With a `unique_run_id`, only the test's own runs can match.
+    """
+    parent = cgroup2_mount() / parent_name()
+    if not parent.exists():
+        return []
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(f"{run_id}-"))
+
+
 def runner_env(**extra: str) -> dict[str, str]:
     """The test's environment minus SUDO_* (plus `extra`): the command's identity is the test's choice."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")}
@@ -60,12 +84,13 @@ def assay(*args: str | Path, cwd: Path | None = None, timeout: float = 300,
 
 
 def run_observed(out: Path, run_id: str, *cmd: str | Path, workdir: Path | None = None,
-                 extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 ) -> subprocess.CompletedProcess[str]:
     """`assay-runner run` with the usual options; fails loudly on runner errors."""
     args: list[str | Path] = ["run", "--out", out, "--run-id", run_id, "--force", *extra]
     if workdir is not None:
         args += ["--workdir", workdir]
-    proc = assay(*args, "--", *cmd, cwd=workdir)
+    proc = assay(*args, "--", *cmd, cwd=workdir, env=env)
     assert proc.returncode != 125, proc.stderr
     return proc
 

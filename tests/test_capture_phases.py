@@ -16,7 +16,7 @@ import pytest
 
 from runner.capture.control import End, Interrupt
 from runner.capture.interrupt import Interrupted, Interruptions, run_exit_code
-from runner.capture.phases import capture
+from runner.capture.phases import HOLD_ENV, capture
 from runner.capture.replay import ReplaySource
 from spool.format import SPOOL_FORMAT, SpoolHeader, SpoolRecords, SpoolTrailer, read_spool
 from spool.writer import Spooler
@@ -202,3 +202,19 @@ def test_publication_finishes_after_one_signal_and_is_abandoned_at_a_second(
 def test_end_requests_keep_the_commands_exit_code() -> None:
     assert run_exit_code(137, "client_disconnected") == 137
     assert run_exit_code(3, None) == 3
+
+
+def test_a_held_ring_is_not_read_until_the_command_exits(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOLD_ENV, the drop tests' seam: a consumer that is not draining, then the final drain."""
+    monkeypatch.setenv(HOLD_ENV, "1")
+    source = ReplaySource(DATA / "threads.spool", per_drain=10)
+    before = source.remaining
+    order: list[str] = []
+    during: list[int] = []
+    turns = iter(range(100))
+    command = Command(order, lambda: during.append(source.remaining) or next(turns) == 5)
+    capture(source, OrderedSpooler(tmp_path / "s.spool", order), command, Group(), Sdk(), Control([]))
+    assert during == [before] * 6  # six turns of the loop, not one record read
+    assert source.remaining < before  # the final drain still ran
+    assert order == ["run_started", "go", "command_exited", "run_finished"]

@@ -90,6 +90,7 @@ def in_child_as(uid: int, fn: Callable[[], str]) -> str:
     return report
 
 
+@pytest.mark.kernel  # needs root: drops to uid 65534
 def test_require_run_prerequisites_as_non_root_says_one_line() -> None:
     def attempt() -> str:
         try:
@@ -105,6 +106,7 @@ def test_require_run_prerequisites_as_non_root_says_one_line() -> None:
     )
 
 
+@pytest.mark.kernel  # needs root: it is root less capabilities
 def test_root_without_capabilities_is_named() -> None:
     code = "from runner.host.checks import check_root; print(check_root().message)"
     proc = subprocess.run(
@@ -133,6 +135,7 @@ def test_cap_sys_admin_without_cap_bpf_passes_and_loads_bpf() -> None:
     assert bpf.startswith("ring-buffer tracepoint program compiled, loaded and delivered"), bpf
 
 
+@pytest.mark.kernel  # needs root: unshare needs root
 @pytest.mark.parametrize(("unshare", "flag"), [("--pid", "--pid host"),
                                                 ("--cgroup", "--cgroupns host")])
 def test_own_pid_or_cgroup_namespace_is_named(unshare: str, flag: str) -> None:
@@ -149,6 +152,7 @@ def test_host_namespaces_pass_here() -> None:
     assert checks.check_hostns().message == "host pid and cgroup namespaces"
 
 
+@pytest.mark.kernel  # needs root: drops to uid 65534
 def test_doctor_as_non_root_fails_on_root_first() -> None:
     def attempt() -> str:
         return "\n".join(f"{c.status} {c.name}" for c in checks.run_checks())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -256,7 +257,8 @@ def test_out_replaced_by_a_symlink_mid_run_changes_nothing_outside(tmp_path: Pat
 
 def test_unprivileged_command_cannot_replace_out(tmp_path: Path) -> None:
     out = tmp_path / "runs"
-    proc = run(out, "keep", "sh", "-c", f"mv {out} /tmp/stolen; ln -s /tmp {out}; exit 0", env=SUDO_NOBODY)
+    stolen = f"/tmp/stolen-{secrets.token_hex(4)}"  # writable by nobody, and no other test's name
+    proc = run(out, "keep", "sh", "-c", f"mv {out} {stolen}; ln -s /tmp {out}; exit 0", env=SUDO_NOBODY)
     assert proc.returncode == 0, proc.stderr
-    assert out.is_dir() and not out.is_symlink()
+    assert out.is_dir() and not out.is_symlink() and not Path(stolen).exists()
     valid(out / "keep.tar.gz")

@@ -21,27 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import ROOT, Archive, assay, run_observed, runner_env
+from recount import raw_counts
+from support import ROOT, Archive, assay, run_cgroups, run_observed, runner_env, unique_run_id
 
-from ebpf.wire import (
-    HOOK_CONNECT,
-    HOOK_EXEC,
-    HOOK_EXECVE,
-    HOOK_LINK,
-    HOOK_NET_BLOCK,
-    HOOK_OPEN,
-    HOOK_RENAME,
-    HOOK_SENDMSG,
-    HOOK_SENDTO,
-    HOOK_SYMLINK,
-)
-from normalizer.build import candidates
-from normalizer.classify import Classified, kind_name
-from normalizer.decode import RawEvent, decode
-from normalizer.fsops import EVENT_HOOKS
-from normalizer.telemetry import is_telemetry
-from runner.capture.cgroup import parent_name
-from runner.host.mounts import cgroup2_mount
 from spool.format import Spool, read_spool
 
 pytestmark = pytest.mark.kernel
@@ -55,17 +37,6 @@ CALL_IDS = ["tc_001", "tc_002", "tc_003", "tc_004", "tc_005"]
 FIXTURE_DECISIONS = ["allow:read_file", "allow:write_file", "deny:connect", "deny:shell", "deny:write_file"]
 """`{decision}:{tool}` of the fixture's policy lines: tc_003 (write_file) and tc_004 (connect) are
 denied by the kernel blocks inside them, tc_002's write_file is allowed."""
-AT_FDCWD = 0xFFFFFF9C  # -100 as the monitor's unsigned argument
-EVIDENCE_HOOKS = {  # kernel-layer kind -> the raw hook its record comes from
-    "openat": HOOK_OPEN, "file_blocked": HOOK_OPEN, "connect": HOOK_CONNECT, "exec": HOOK_EXEC,
-    "event_6": HOOK_SENDTO, "event_7": HOOK_SENDMSG, "connect_blocked": HOOK_NET_BLOCK,
-    "event_101": HOOK_EXECVE, **{kind_name(t): hook for t, hook in EVENT_HOOKS.items()},
-}
-
-
-TWO_LINE_HOOKS = {HOOK_RENAME: 2, HOOK_LINK: 2, HOOK_SYMLINK: 2}
-
-
 def agent_env() -> dict[str, str]:
     """The test's environment for fixture runs: the fixture's default outside path, no API key."""
     env = runner_env()
@@ -87,85 +58,6 @@ def stdout_json(proc: subprocess.CompletedProcess[str]) -> dict:
 def error_lines(stderr: str) -> list[str]:
     """Stderr without the structured (JSON) log lines: what a person reads."""
     return [line for line in stderr.splitlines() if line and not line.startswith("{")]
-
-
-# -- independent recount of the correlation windows ------------------------------------------
-
-
-def windows(spool: Spool) -> dict[str, tuple[int, int]]:
-    """tool_call_id -> (started, finished) runner-clock stamps, straight from the SDK frames."""
-    started = {m.tool_call_id: m.ts for m in spool.sdk if m.event == "tool_call_started"}
-    finished = {m.tool_call_id: m.ts for m in spool.sdk if m.event == "tool_call_finished"}
-    assert started.keys() == finished.keys()
-    return {str(i): (started[i], finished[i]) for i in started}
-
-
-def evidence_counts(spool: Spool, archive: Archive) -> dict[str, int]:
-    """Normalized kernel events per window, counted here from the classified candidates.
-
-    The candidates minus telemetry must be exactly the archive's kernel lines;
-    every counted event must be a raw ring record of the matching hook whose
-    capture time lies in the same window.
-    """
-    classified, _, _ = candidates(spool)
-    evidence = [c for c in classified if not is_telemetry(c)]
-    assert [(c.kind, c.value) for c in evidence] == [(e["kind"], e["value"]) for e in archive.kernel]
-    raw_hooks: dict[int, set[int]] = {}
-    for r in decode(spool.records):
-        raw_hooks.setdefault(r.ts, set()).add(r.hook)
-    counts = {}
-    for call, (start, end) in windows(spool).items():
-        inside = [c for c in evidence if start <= c.ts <= end]
-        for c in inside:
-            assert EVIDENCE_HOOKS[c.kind] in raw_hooks.get(c.ts, set()), (call, c)
-        counts[call] = len(inside)
-    return counts
-
-
-def _raw_path(r: RawEvent, workdir: str) -> str:
-    path = r.data.split(b"\0", 1)[0].decode()
-    assert path.startswith("/") or r.a0 == AT_FDCWD, "the fixtures open relative to the cwd only"
-    return os.path.normpath(os.path.join(workdir, path))
-
-
-def raw_counts(spool: Spool) -> dict[str, int]:
-    """The same count from the raw ring records alone (decode, then nothing of the normalizer).
-
-    Evidence is: records of the command's processes (not the runner's helper
-    or shim) from the open, connect, exec, failed-exec, datagram,
-    policy-block and file-system-change hooks (rename, link and symlink are
-    two lines each);
-    not the EPERM connect/send that a policy-block record of the same thread
-    stands for; not AF_UNSPEC connects; not telemetry opens.
-    """
-    control = {*spool.header.control_pids, spool.header.shim_pid}
-    wins = windows(spool)
-    counts = dict.fromkeys(wins, 0)
-    awaiting: set[int] = set()
-    for r in sorted(decode(spool.records), key=lambda r: (r.ts, r.arrival)):
-        if r.tgid in control:
-            continue
-        if r.hook == HOOK_NET_BLOCK:
-            awaiting.add(r.tid)
-        elif r.hook in (HOOK_CONNECT, HOOK_SENDTO, HOOK_SENDMSG):
-            if r.tid in awaiting:
-                awaiting.discard(r.tid)
-                if r.ret == -errno.EPERM:
-                    continue
-            if r.data[:2] == b"\0\0":
-                continue
-        elif r.hook == HOOK_OPEN:
-            path = _raw_path(r, spool.header.workdir)
-            probe = Classified(event_type=1, kind="openat", value=path, meta=None, process=0,
-                               thread_rank=0, order=0, ts=r.ts)
-            if is_telemetry(probe):
-                continue
-        elif r.hook not in (HOOK_EXEC, HOOK_EXECVE, *EVENT_HOOKS.values()):
-            continue
-        for call, (start, end) in wins.items():
-            if start <= r.ts <= end:
-                counts[call] += TWO_LINE_HOOKS.get(r.hook, 1)
-    return counts
 
 
 # -- the SDK fixtures ------------------------------------------------------------------------
@@ -225,7 +117,7 @@ def check_acceptance(run: FixtureRun, workspace: Path) -> None:
     assert [(p["tool_call_id"], p["decision"]) for p in policy] == [
         (b["tool_call_id"], b["policy_decision"]) for b in report["bindings"]]
     reported = {b["tool_call_id"]: b["kernel_event_count"] for b in report["bindings"]}
-    assert reported == evidence_counts(run.spool, archive) == raw_counts(run.spool)
+    assert reported == raw_counts(run.spool)
     assert reported["tc_005"] == 0  # denied by the tool policy: the shell never ran
     assert all(reported[i] >= 1 for i in CALL_IDS[:4])
 
@@ -496,17 +388,12 @@ allow = [
     assert not marker.exists()
 
 
-def _run_cgroups(run_id: str) -> list[str]:
-    parent = cgroup2_mount() / parent_name()
-    return [p.name for p in parent.iterdir() if p.name.startswith(f"{run_id}-")] if parent.exists() else []
-
-
 def test_landlock_abi_too_old_fails_closed(tmp_path: Path) -> None:
     policy = write_policy(tmp_path / "writes.toml",
                           'version = 1\n[filesystem]\nread = ["/"]\nwrite = ["/dev/null"]\n')
     out = tmp_path / "out"
     marker = tmp_path / "ran"
-    run_id = f"abi-{os.getpid()}"
+    run_id = unique_run_id("abi")
     proc = assay("run", "--out", out, "--run-id", run_id, "--policy", policy, "--workdir", tmp_path,
                  "--", "sh", "-c", f"touch {marker}",
                  env={**os.environ, "ASSAY_RUNNER_LANDLOCK_ABI_MAX": "2"})
@@ -515,7 +402,7 @@ def test_landlock_abi_too_old_fails_closed(tmp_path: Path) -> None:
     assert line.startswith("assay-runner: error: ") and "Landlock ABI 2" in line, line
     assert not marker.exists()  # the command never ran
     assert not out.exists() or list(out.iterdir()) == []
-    assert _run_cgroups(run_id) == []
+    assert run_cgroups(run_id) == []
 
 
 # -- presets and --net isolated ---------------------------------------------------------------

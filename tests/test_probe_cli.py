@@ -13,6 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from probe_harness import PROBES_DIR, ROOT
 
 BIN = ROOT / ".venv" / "bin"
@@ -37,6 +39,7 @@ def test_target_by_probe_with_repeat_streams_one_record_per_run(tmp_path: Path) 
     assert "4 records, 0 failed" in done.stderr
 
 
+@pytest.mark.kernel  # needs root: workspace-write probes run under assay-runner
 def test_target_by_capability_list_only(tmp_path: Path) -> None:
     done = _run(BIN / "probe", "--target", "--cap", "cap_fs_write_outside_workspace", "--modes",
                 "baseline,workspace-write", "--list-only", cwd=tmp_path)  # fmt: skip

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from pathlib import Path
 
 import pytest
-from support import ROOT, Archive, run_observed
+from support import ROOT, Archive, run_cgroups, run_observed, runner_env, unique_run_id
 
 from normalizer.decode import decode
-from runner.capture.cgroup import parent_name
-from runner.host.mounts import cgroup2_mount
-from spool.format import read_spool
+from runner.capture.phases import HOLD_ENV
+from spool.format import Batch, Phase, iter_frames, read_spool
 
 pytestmark = pytest.mark.kernel
 
@@ -60,32 +61,36 @@ def test_exit_code_is_the_commands(tmp_path: Path, script: str, code: int) -> No
 
 
 def test_background_leftovers_are_killed_and_cgroup_removed(tmp_path: Path) -> None:
-    parent = cgroup2_mount() / parent_name()
+    """The command's own background sleep (its argv unique to this test) dies with the run.
 
-    def bg_cgroups() -> set[str]:  # other runs (benchmarks, ...) may be live: only ours count
-        return {p.name for p in parent.glob("bg-*")} if parent.exists() else set()
-
-    before = bg_cgroups()
-    proc = run_observed(tmp_path, "bg", "sh", "-c", "sleep 600 & echo started", workdir=tmp_path)
+    Only this run's process and cgroup are looked for: other tests, xdist
+    workers and benchmarks may run their own `sleep`s and runs meanwhile.
+    """
+    run_id = unique_run_id("bg")
+    naptime = f"600.{secrets.randbelow(10**6):06d}"  # GNU sleep takes fractions: an argv no one else has
+    proc = run_observed(tmp_path, run_id, "sh", "-c", f"sleep {naptime} & echo started", workdir=tmp_path)
     assert proc.returncode == 0 and proc.stdout == "started\n"
-    assert bg_cgroups() <= before
-    leftover = [p for p in Path("/proc").glob("[0-9]*")
-                if (p / "cmdline").exists() and (p / "cmdline").read_bytes() == b"sleep\x00600\x00"]
+    assert run_cgroups(run_id) == []
+    argv = f"sleep\0{naptime}\0".encode()
+    leftover = []
+    for p in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):  # processes come and go while we look
+            if (p / "cmdline").read_bytes() == argv:
+                leftover.append(p.name)
     assert leftover == []
 
 
 def test_tiny_ring_buffer_drops_are_honest(tmp_path: Path) -> None:
     """captured + dropped opens == the opens the same flood makes with a big buffer.
 
-    Four floods at once outpace the reader on a one-page buffer every time;
-    a single Python flood sometimes does not.
+    The tiny run's reader is held (HOLD_ENV: it reads only after the command
+    exits), so the flood overflows the one-page ring whatever the reader's
+    speed; the big run reads as usual.
     """
-    flood = f"{PY} {PROGRAMS / 'open_flood.py'} 20000"
-    script = f"{flood} & {flood} & {flood} & {flood} & wait"
-    big = run_observed(tmp_path, "big", "sh", "-c", script, workdir=tmp_path,
-                       extra=("--ringbuf-pages", "8192"))
-    tiny = run_observed(tmp_path, "tiny", "sh", "-c", script, workdir=tmp_path,
-                        extra=("--ringbuf-pages", "1"))
+    flood = (PY, PROGRAMS / "open_flood.py", "5000")
+    big = run_observed(tmp_path, "big", *flood, workdir=tmp_path, extra=("--ringbuf-pages", "8192"))
+    tiny = run_observed(tmp_path, "tiny", *flood, workdir=tmp_path, extra=("--ringbuf-pages", "1"),
+                        env=runner_env(**{HOLD_ENV: "1"}))
     assert big.returncode == tiny.returncode == 0
 
     def raw_opens(run_id: str) -> tuple[int, dict[str, int], dict[str, int]]:
@@ -96,8 +101,8 @@ def test_tiny_ring_buffer_drops_are_honest(tmp_path: Path) -> None:
     full, full_drops, _ = raw_opens("big")
     captured, drops, emitted = raw_opens("tiny")
     assert sum(full_drops.values()) == 0
-    assert full >= 4 * 20000
-    assert drops["open"] > 0
+    assert full >= 5000
+    assert drops["open"] > 0 and captured > 0  # the held ring overflowed; what it held was drained
     assert captured + drops["open"] == full
     assert emitted["open"] == captured
 
@@ -110,9 +115,30 @@ def test_tiny_ring_buffer_drops_are_honest(tmp_path: Path) -> None:
     assert (full_health["kernel_layer"], full_health["ringbuf_drops"]) == ("complete", 0)
 
 
+def test_a_held_reader_with_room_in_the_ring_loses_nothing(tmp_path: Path) -> None:
+    """The control for the drop test: holding the reader alone drops nothing, the ring does."""
+    proc = run_observed(tmp_path, "held", PY, PROGRAMS / "open_flood.py", "500", workdir=tmp_path,
+                        extra=("--ringbuf-pages", "8192"), env=runner_env(**{HOLD_ENV: "1"}))
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "held.spool", "rb") as f:
+        frames = list(iter_frames(f))
+    exited = next(i for i, f in enumerate(frames) if isinstance(f, Phase) and f.name == "command_exited")
+    flood_at = [i for i, f in enumerate(frames) if isinstance(f, Batch)
+                for e in decode(f.records) if e.hook == 1 and b"flood-" in e.data]
+    assert len(flood_at) == 500
+    assert min(flood_at) > exited  # not one of them was read while the command ran
+    health = Archive(tmp_path / "held.tar.gz").health
+    assert (health["kernel_layer"], health["ringbuf_drops"]) == ("complete", 0)
+
+
 def test_more_threads_than_in_flight_slots_lose_nothing(tmp_path: Path) -> None:
-    """Exited threads give their in-flight slot back (16,384 slots, 20,000 threads)."""
-    proc = run_observed(tmp_path, "threads", PY, PROGRAMS / "many_threads.py", "20000", workdir=tmp_path)
+    """Exited threads give their in-flight slot back (16,384 slots, 20,000 threads).
+
+    The reader is held and the ring holds the whole run (32 MiB), so a reader
+    slowed by a busy machine cannot turn this into a drop test.
+    """
+    proc = run_observed(tmp_path, "threads", PY, PROGRAMS / "many_threads.py", "20000", workdir=tmp_path,
+                        extra=("--ringbuf-pages", "8192"), env=runner_env(**{HOLD_ENV: "1"}))
     assert proc.returncode == 0, proc.stderr
     archive = Archive(tmp_path / "threads.tar.gz")
     created = [e for e in archive.kernel if e["kind"] == "openat" and e["value"].startswith(f"{tmp_path}/t/")]

@@ -8,20 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import CLI, assay
-
-from runner.capture.cgroup import parent_name
-from runner.host.mounts import cgroup2_mount
+from support import CLI, assay, run_cgroups, unique_run_id
 
 pytestmark = pytest.mark.kernel
-
-
-def _run_cgroups() -> set[str]:
-    """Cgroups of runs with the run id these tests use ('x'); other runs may be live."""
-    parent = cgroup2_mount() / parent_name()
-    if not parent.exists():
-        return set()
-    return {p.name for p in parent.iterdir() if p.is_dir() and p.name.startswith("x-")}
 
 
 def _error_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -32,31 +21,36 @@ def _error_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.fixture
-def out(tmp_path: Path):
-    """An --out directory that must stay empty, and no cgroup may be left over."""
-    before = _run_cgroups()
+def x() -> str:
+    """The test's own run id: other tests and workers run beside it (tests/README.md)."""
+    return unique_run_id("x")
+
+
+@pytest.fixture
+def out(tmp_path: Path, x: str):
+    """An --out directory that must stay empty, and no cgroup of the test's run id left over."""
     d = tmp_path / "out"
     yield d
     assert not d.exists() or sorted(p.name for p in d.iterdir()) == [], list(d.iterdir())
-    assert _run_cgroups() <= before
+    assert run_cgroups(x) == []
 
 
-def test_no_command(out: Path) -> None:
-    proc = assay("run", "--out", out, "--run-id", "x")
+def test_no_command(out: Path, x: str) -> None:
+    proc = assay("run", "--out", out, "--run-id", x)
     assert proc.returncode == 125
     assert "no command given" in _error_line(proc)
 
 
-def test_missing_binary(out: Path) -> None:
-    proc = assay("run", "--out", out, "--run-id", "x", "--", "no-such-binary-xyz")
+def test_missing_binary(out: Path, x: str) -> None:
+    proc = assay("run", "--out", out, "--run-id", x, "--", "no-such-binary-xyz")
     assert proc.returncode == 127
     assert "command not found: no-such-binary-xyz" in _error_line(proc)
 
 
-def test_not_executable(out: Path, tmp_path: Path) -> None:
+def test_not_executable(out: Path, tmp_path: Path, x: str) -> None:
     script = tmp_path / "plain.txt"
     script.write_text("echo hi\n")
-    proc = assay("run", "--out", out, "--run-id", "x", "--", script)
+    proc = assay("run", "--out", out, "--run-id", x, "--", script)
     assert proc.returncode == 126
     assert "not executable" in _error_line(proc)
 
@@ -93,37 +87,37 @@ def test_valid_run_id_characters() -> None:
     assert re.fullmatch(r"run-\d{8}T\d{6}Z-[0-9a-f]{4}", check_run_id(None))
 
 
-def test_unwritable_out(tmp_path: Path) -> None:
+def test_unwritable_out(tmp_path: Path, x: str) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    proc = assay("run", "--out", blocker / "sub", "--run-id", "x", "--", "true")
+    proc = assay("run", "--out", blocker / "sub", "--run-id", x, "--", "true")
     assert proc.returncode == 125
     assert "cannot write to --out" in _error_line(proc)
     assert blocker.read_text() == ""
 
 
-def test_existing_archive_needs_force(tmp_path: Path) -> None:
+def test_existing_archive_needs_force(tmp_path: Path, x: str) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    existing = out / "x.tar.gz"
+    existing = out / f"{x}.tar.gz"
     existing.write_bytes(b"keep me")
-    proc = assay("run", "--out", out, "--run-id", "x", "--", "true")
+    proc = assay("run", "--out", out, "--run-id", x, "--", "true")
     assert proc.returncode == 125
     assert "already exists" in _error_line(proc) and "--force" in proc.stderr
     assert existing.read_bytes() == b"keep me"
-    assert sorted(p.name for p in out.iterdir()) == ["x.tar.gz"]
+    assert sorted(p.name for p in out.iterdir()) == [f"{x}.tar.gz"]
 
 
-def test_bad_ringbuf_pages(out: Path) -> None:
-    proc = assay("run", "--out", out, "--run-id", "x", "--ringbuf-pages", "3", "--", "true")
+def test_bad_ringbuf_pages(out: Path, x: str) -> None:
+    proc = assay("run", "--out", out, "--run-id", x, "--ringbuf-pages", "3", "--", "true")
     assert proc.returncode == 125
     assert "power of two" in _error_line(proc)
 
 
-def test_not_root(out: Path) -> None:
+def test_not_root(out: Path, x: str) -> None:
     proc = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *CLI,
-         "run", "--out", out, "--run-id", "x", "--", "true"],
+         "run", "--out", out, "--run-id", x, "--", "true"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd="/",
     )
     assert proc.returncode == 125
@@ -131,12 +125,12 @@ def test_not_root(out: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) missing")
-def test_bpf_unavailable(out: Path) -> None:
+def test_bpf_unavailable(out: Path, x: str) -> None:
     """Root without CAP_BPF/CAP_SYS_ADMIN/CAP_PERFMON cannot load the monitor."""
     drop = "-bpf,-sys_admin,-perfmon"
     proc = subprocess.run(
         ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", *CLI,
-         "run", "--out", out, "--run-id", "x", "--", "true"],
+         "run", "--out", out, "--run-id", x, "--", "true"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 125

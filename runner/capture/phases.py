@@ -13,7 +13,9 @@ BPF or root (tests/test_capture_phases.py).
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -25,6 +27,10 @@ from spool.format import SdkMessage
 from spool.writer import Spooler
 
 POLL_MS = 20
+HOLD_ENV = "ASSAY_RUNNER_HOLD_RING"
+"""Test seam: set to 1, the drain loop does not read the ring while the command runs (a consumer
+that is not draining), so any flood larger than the ring overflows it whatever the reader's
+speed; the final drain after the command exits still runs. Drops stay counted and reported."""
 log = get_logger("session")
 
 
@@ -114,10 +120,16 @@ def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, g
     """
     ended_by: str | None = None
     forwarded = killed = False
+    held = os.environ.get(HOLD_ENV) == "1"
+    if held:
+        log.warning("run.ring_held", reason=f"{HOLD_ENV}=1: the ring is read only after the command exits")
     try:
         while True:
-            source.wait(POLL_MS, command.exit_fd)
-            source.drain()
+            if held:
+                time.sleep(POLL_MS / 1000)
+            else:
+                source.wait(POLL_MS, command.exit_fd)
+                source.drain()
             spooler.flush()
             spooler.sdk(sdk.take_messages())
             code = command.poll()

@@ -92,7 +92,11 @@ def scratch_dir(workdir: Path) -> Path:
     for root in SCRATCH_ROOTS:
         root = root.resolve()
         if root.is_dir() and not root.is_relative_to(workdir):
-            return Path(tempfile.mkdtemp(prefix="assay-determinism-", dir=root))
+            try:
+                return Path(tempfile.mkdtemp(prefix="assay-determinism-", dir=root))
+            except OSError as exc:  # not root: STATE_DIR is root's (determinism runs need root anyway)
+                raise RunnerError(f"cannot create a scratch directory in {root}: {exc.strerror}; "
+                                  "determinism needs root, as run does", EXIT_BAD_INPUT) from exc
     raise RunnerError(f"no temp directory outside --workdir {workdir}: choose a smaller workdir",
                       EXIT_BAD_INPUT)
 

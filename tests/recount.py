@@ -1,0 +1,110 @@
+"""An independent recount of the correlation report's per-tool-call kernel event counts.
+
+Counted from the raw ring records of a spool (the wire decoder, then nothing
+of the normalizer): the windows straight from the SDK frames, evidence hooks
+listed from the wire, the contract's telemetry table written here as globs.
+Shared by the kernel tests (tests/test_policy_kernel.py) and the recorded-spool
+tests (tests/test_recorded_spools.py), so the same witness runs with and without root.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+
+from ebpf.wire import (
+    HOOK_CHMOD,
+    HOOK_CONNECT,
+    HOOK_EXEC,
+    HOOK_EXECVE,
+    HOOK_IO_URING,
+    HOOK_LINK,
+    HOOK_MKDIR,
+    HOOK_MKNOD,
+    HOOK_NET_BLOCK,
+    HOOK_OPEN,
+    HOOK_OPEN_BY_HANDLE,
+    HOOK_RENAME,
+    HOOK_SENDMSG,
+    HOOK_SENDTO,
+    HOOK_SYMLINK,
+    HOOK_TRUNCATE,
+    HOOK_UNLINK,
+)
+from normalizer.decode import RawEvent, decode
+from spool.format import Spool
+
+AT_FDCWD = 0xFFFFFF9C  # -100 as the monitor's unsigned argument
+TWO_LINE_HOOKS = {HOOK_RENAME: 2, HOOK_LINK: 2, HOOK_SYMLINK: 2}
+FS_CHANGE_HOOKS = (HOOK_UNLINK, HOOK_RENAME, HOOK_MKDIR, HOOK_MKNOD, HOOK_SYMLINK, HOOK_LINK,
+                   HOOK_TRUNCATE, HOOK_CHMOD, HOOK_IO_URING, HOOK_OPEN_BY_HANDLE)
+"""docs/artifacts.md's event_120..141 sources, listed here from the wire, not from the normalizer."""
+TELEMETRY_GLOBS = (
+    # shared/spec/runner-artifacts-v0.md, "Telemetry Versus Evidence", row by row as globs
+    "/etc/ld.so.cache", "/lib/*", "/lib32/*", "/lib64/*", "/usr/lib/*",
+    "/usr/share/locale/*", "/etc/localtime", "*/lib/python3*/*", "*/lib/python3*.zip",
+    "*/pyvenv.cfg", "*/pybuilddir.txt", "*._pth",  # Python bootstrap probes (docs/artifacts.md)
+    "*/.rustup/toolchains/*.so*", "*/target/*/build/*.so*", "*/target/*/debug/*.so*",
+    "*/target/*/release/*.so*", "node_modules/*", "*/node_modules/*",
+    "/proc", "/proc/*", "/sys", "/sys/*", "/dev", "/dev/*",
+    # upstream's own list adds these (kernel/decode.rs:170-192)
+    "/etc/ld.so.preload", "/usr/share/locale-langpack/*", "/etc/ssl/openssl.cnf",
+)
+"""The contract's telemetry table, written here from the spec as globs, independently of
+normalizer/telemetry.py's regex: the recount below must not share the code it checks."""
+
+
+def is_telemetry_path(path: str) -> bool:
+    return any(fnmatch.fnmatchcase(path, glob) for glob in TELEMETRY_GLOBS)
+
+
+def windows(spool: Spool) -> dict[str, tuple[int, int]]:
+    """tool_call_id -> (started, finished) runner-clock stamps, straight from the SDK frames."""
+    started = {m.tool_call_id: m.ts for m in spool.sdk if m.event == "tool_call_started"}
+    finished = {m.tool_call_id: m.ts for m in spool.sdk if m.event == "tool_call_finished"}
+    assert started.keys() == finished.keys()
+    return {str(i): (started[i], finished[i]) for i in started}
+
+
+def _raw_path(r: RawEvent, workdir: str) -> str:
+    path = r.data.split(b"\0", 1)[0].decode()
+    assert path.startswith("/") or r.a0 == AT_FDCWD, "the fixtures open relative to the cwd only"
+    return os.path.normpath(os.path.join(workdir, path))
+
+
+def raw_counts(spool: Spool) -> dict[str, int]:
+    """The same count from the raw ring records alone (decode, then nothing of the normalizer).
+
+    Evidence is: records of the command's processes (not the runner's helper
+    or shim) from the open, connect, exec, failed-exec, datagram,
+    policy-block and file-system-change hooks (rename, link and symlink are
+    two lines each);
+    not the EPERM connect/send that a policy-block record of the same thread
+    stands for; not AF_UNSPEC connects; not telemetry opens.
+    """
+    control = {*spool.header.control_pids, spool.header.shim_pid}
+    wins = windows(spool)
+    counts = dict.fromkeys(wins, 0)
+    awaiting: set[int] = set()
+    for r in sorted(decode(spool.records), key=lambda r: (r.ts, r.arrival)):
+        if r.tgid in control:
+            continue
+        if r.hook == HOOK_NET_BLOCK:
+            awaiting.add(r.tid)
+        elif r.hook in (HOOK_CONNECT, HOOK_SENDTO, HOOK_SENDMSG):
+            if r.tid in awaiting:
+                awaiting.discard(r.tid)
+                if r.ret == -errno.EPERM:
+                    continue
+            if r.data[:2] == b"\0\0":
+                continue
+        elif r.hook == HOOK_OPEN:
+            if is_telemetry_path(_raw_path(r, spool.header.workdir)):
+                continue
+        elif r.hook not in (HOOK_EXEC, HOOK_EXECVE, *FS_CHANGE_HOOKS):
+            continue
+        for call, (start, end) in wins.items():
+            if start <= r.ts <= end:
+                counts[call] += TWO_LINE_HOOKS.get(r.hook, 1)
+    return counts
