@@ -115,7 +115,8 @@ def test_a_failing_probe_does_not_stop_the_stream(tmp_path: Path) -> None:
     directory and dies: reported, the others still stream, exit 1."""
     bare = tmp_path / "bin"
     bare.mkdir()
-    (bare / "bash").symlink_to(shutil.which("bash"))
+    for tool in ("bash", "cut"):  # getent is the one missing
+        (bare / tool).symlink_to(shutil.which(tool))
     env = {k: v for k, v in os.environ.items() if k != "HOME"} | {"PATH": str(bare)}
     cmd = [BIN / "probe", "--target", "--probe", "fs_user_ssh_list", "--probe", "fs_tmp_write"]
     done = subprocess.run([*cmd, "--workspace", tmp_path], cwd=tmp_path, env=env, capture_output=True,
