@@ -176,19 +176,26 @@ def kill_plan(runs: int, kills: int, seed: int) -> list[float | None]:
     return [rng.random() if i in chosen else None for i in range(runs)]
 
 
+def _daemon_state(pids: set[int]) -> dict[str, int]:
+    """Memory, fds and BPF programs of the daemon's own processes ({} in direct mode)."""
+    if not pids:
+        return {}
+    return {"daemon_rss_kib": sum(rss_kib(p) for p in pids), "daemon_fds": sum(fd_count(p) for p in pids),
+            "daemon_programs": len({i for p in pids for i in program_ids(p)})}
+
+
 def soak_mode(soak: Soak, plan: list[float | None], concurrency: int,
               daemon: DaemonService | None) -> dict[str, Any]:
     """Run the batch, then the next start, then count what is left."""
     for sub in ("out", "work", "logs"):
         (soak.base / sub).mkdir(parents=True, exist_ok=True)
-    mine = {daemon.proc.pid} if daemon and daemon.proc else set()
     timing = soak.run_one(len(plan), None)  # also warms the daemon up before its "before"
+    # The daemon's own processes (main and sensor) hold programs and fds on purpose: they are
+    # compared before and after, not counted as the batch's leftovers.
+    mine = {daemon.proc.pid, daemon.sensor_pid()} if daemon and daemon.proc else set()
     window = timing.wall_s
     moments = [None if f is None else round(f * window, 3) for f in plan]
-    before = {"host_programs": host_program_count()}
-    if daemon and daemon.proc:
-        before |= {"daemon_rss_kib": rss_kib(daemon.proc.pid), "daemon_fds": fd_count(daemon.proc.pid),
-                   "daemon_programs": len(program_ids(daemon.proc.pid))}
+    before = {"host_programs": host_program_count()} | _daemon_state(mine)
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         outcomes = list(pool.map(soak.run_one, range(len(plan)), moments))
@@ -198,10 +205,7 @@ def soak_mode(soak: Soak, plan: list[float | None], concurrency: int,
     recovery_log = (soak.base / "logs" / f"{recovery.run_id}.log").read_text(errors="replace")
     left = settled_census(soak.token, mine)
     recovered = recovered_archives(soak, outcomes)
-    after = {"host_programs": host_program_count()}
-    if daemon and daemon.proc:
-        after |= {"daemon_rss_kib": rss_kib(daemon.proc.pid), "daemon_fds": fd_count(daemon.proc.pid),
-                  "daemon_programs": len(program_ids(daemon.proc.pid))}
+    after = {"host_programs": host_program_count()} | _daemon_state(mine)
     return {
         "mode": soak.mode, "runs": len(plan), "concurrency": concurrency, "batch_s": round(batch_s, 1),
         "kill_window_s": window, "timing_run": asdict(timing),

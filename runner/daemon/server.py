@@ -154,6 +154,8 @@ class Daemon:
                 log.info("run.ended", run_id=run.run_id, uid=run.peer.uid, worker=pid,
                          status=os.waitstatus_to_exitcode(status),
                          seconds=round(time.monotonic() - run.started, 3))
+                if os.WIFSIGNALED(status):
+                    sweep()  # a killed worker cannot remove its run cgroup: do it now, not at restart
 
     # --- connections ---------------------------------------------------------------------------
 
