@@ -56,6 +56,8 @@ AT_EMPTY_PATH = 0x1000
 O_CLOEXEC = 0o2000000
 CLOSE_RANGE_CLOEXEC = 4
 FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP, HOOK_OPEN_BY_HANDLE})
+JOIN_MEMO = 1 << 16
+"""Distinct (base, payload) joins remembered at once."""
 ONE_PATH_HOOKS = frozenset({HOOK_UNLINK, HOOK_MKDIR, HOOK_MKNOD, HOOK_TRUNCATE, HOOK_CHMOD})
 
 
@@ -137,7 +139,7 @@ class FsState:
             self.fds[ret] = (None, bool(a1 & O_CLOEXEC))  # a handle names no path
 
 
-@dataclass
+@dataclass(slots=True)
 class Resolved:
     """An attributed event with its resolved path(s) (None when not a path event).
 
@@ -162,6 +164,7 @@ class PathResolver:
         """/proc fd reopens whose fd has no known path (value null)."""
         self.truncated = 0
         """Path payloads the kernel cut at its capture limit (marked in their values)."""
+        self._joined: dict[tuple[str | None, bytes, bool], tuple[bool, str | None]] = {}
 
     def _state(self, proc: Process) -> FsState:
         state = self._states.get(proc)
@@ -179,6 +182,15 @@ class PathResolver:
         """Update state for `item` and return its absolute path, if it has one."""
         e = item.event
         state = self._state(item.thread.process)
+        # the hottest hooks first (hooks are disjoint, so the order is only speed)
+        if e.hook == HOOK_OPEN:
+            path = self._reopen(item.thread, self._join(state, to_int32(e.a0), e.data, first_cut(e)))
+            if e.ret >= 0:
+                state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
+            return Resolved(item, path)
+        if e.hook in FD_HOOKS:
+            state.on_fd_event(e.hook, e.ret, e.a0, e.a1, e.a2)
+            return Resolved(item, None)
         if e.hook == HOOK_NEWTASK:
             if item.spawned is not None:
                 self._states[item.spawned] = state.copy()
@@ -198,14 +210,6 @@ class PathResolver:
             if e.ret == 0:
                 state.cwd = path
             return Resolved(item, path)
-        if e.hook == HOOK_OPEN:
-            path = self._reopen(item.thread, self._join(state, to_int32(e.a0), e.data, first_cut(e)))
-            if e.ret >= 0:
-                state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
-            return Resolved(item, path)
-        if e.hook in FD_HOOKS:
-            state.on_fd_event(e.hook, e.ret, e.a0, e.a1, e.a2)
-            return Resolved(item, None)
         if e.hook in ONE_PATH_HOOKS:
             by_fd = e.hook == HOOK_CHMOD and bool(e.a3 == 1 or e.a2 & AT_EMPTY_PATH)
             return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
@@ -247,12 +251,28 @@ class PathResolver:
         return known + rest
 
     def _join(self, state: FsState, base_fd: int, data: bytes, cut: bool = False) -> str | None:
-        """`data`'s path against `base_fd`; `cut`: the kernel cut it (the value is marked)."""
-        text = c_string(data, cut)
-        if text is None:
-            return None
-        self.truncated += cut
-        path = state.join(base_fd, text)
-        if path is None:
-            self.unresolved += 1
+        """`data`'s path against `base_fd`; `cut`: the kernel cut it (the value is marked).
+
+        The answer depends only on the base directory, the payload and `cut`,
+        and agents open the same names again and again, so it is memoized on
+        those (the memo is emptied past `JOIN_MEMO` entries: memory stays flat).
+        """
+        if data[:1] == b"/":
+            base = None
+        elif base_fd == AT_FDCWD:
+            base = state.cwd
+        else:
+            base = state.fd_path(base_fd)
+        key = (base, data, cut)
+        hit = self._joined.get(key)
+        if hit is None:
+            text = c_string(data, cut)
+            hit = (text is not None, None if text is None else FsState(base).join(AT_FDCWD, text))
+            if len(self._joined) >= JOIN_MEMO:
+                self._joined.clear()
+            self._joined[key] = hit
+        has_text, path = hit
+        if has_text:
+            self.truncated += cut
+            self.unresolved += path is None
         return path

@@ -1,0 +1,30 @@
+"""Memos and batching in the normalizer are speed only: shrinking them to nothing changes no byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from normalizer import build, kernel_lines, paths
+from normalizer.build import normalize
+from runner.evidence.archive import archive_bytes
+from spool.format import read_spool
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _archive(spool: Path) -> bytes:
+    run = normalize(read_spool(spool))
+    return archive_bytes(run.run_id, run.members())
+
+
+@pytest.mark.parametrize("name", ["example.spool", "threads.spool"])
+def test_memo_sizes_do_not_change_the_archive(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    expected = _archive(DATA / name)
+    monkeypatch.setattr(paths, "JOIN_MEMO", 1)
+    monkeypatch.setattr(kernel_lines, "MEMO_ENTRIES", 1)
+    monkeypatch.setattr(build, "MEMO_ENTRIES", 1)
+    monkeypatch.setattr(kernel_lines, "LINES_PER_WRITE", 1)
+    monkeypatch.setattr(build, "SPILL_EVERY", 2)
+    assert _archive(DATA / name) == expected
