@@ -24,6 +24,8 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ebpf.wire import (
     HOOK_CHDIR,
     HOOK_CHMOD,
@@ -47,7 +49,7 @@ from ebpf.wire import (
     TRUNC_SECOND,
 )
 from normalizer.decode import RawEvent
-from normalizer.reopen import proc_fd_target
+from normalizer.reopen import PROC_FD_PREFIXES, proc_fd_target
 from normalizer.text import escape_bytes
 from normalizer.tree import Attributed, Process, Thread
 
@@ -93,6 +95,24 @@ def to_int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+def _joined(base: str | None, path: str) -> str | None:
+    """`path` made absolute against `base` (None: unknown), normalized lexically.
+
+    Already-normal absolute paths and plain names under a normal base skip
+    posixpath (most opens are one of the two); the result is the same.
+    """
+    if path.startswith("/"):
+        if "//" in path or "/." in path or path.endswith("/"):
+            return posixpath.normpath(path).replace("//", "/", 1)
+        return path
+    if base is None:
+        return None
+    if "/" not in path and path not in (".", "..") and base.startswith("/") \
+            and not ("//" in base or "/." in base or base.endswith("/")):
+        return base + "/" + path
+    return posixpath.normpath(posixpath.join(base, path))
+
+
 @dataclass
 class FsState:
     """A process's working directory and traced fd table."""
@@ -107,16 +127,11 @@ class FsState:
     def join(self, base_fd: int, path: str) -> str | None:
         """Absolute form of `path` relative to `base_fd` (or the cwd)."""
         if path.startswith("/"):
-            return posixpath.normpath(path).replace("//", "/", 1)
+            return _joined(None, path)
         if base_fd == AT_FDCWD:
-            base = self.cwd
-        else:
-            entry = self.fds.get(base_fd)
-            base = entry[0] if entry else None
-        if base is None:
-            return None
-        return posixpath.normpath(posixpath.join(base, path))
-
+            return _joined(self.cwd, path)
+        entry = self.fds.get(base_fd)
+        return _joined(entry[0] if entry else None, path)
 
     def fd_path(self, fd: int) -> str | None:
         entry = self.fds.get(fd)
@@ -139,9 +154,10 @@ class FsState:
             self.fds[ret] = (None, bool(a1 & O_CLOEXEC))  # a handle names no path
 
 
-@dataclass(slots=True)
-class Resolved:
+class Resolved(msgspec.Struct, gc=False):
     """An attributed event with its resolved path(s) (None when not a path event).
+
+    A Struct, not a dataclass: one is made per record, and Struct creation is cheaper.
 
     `path2` is the second path of a two-path syscall (rename/link: the new
     name) or a symlink's target text as written (never resolved).
@@ -184,7 +200,9 @@ class PathResolver:
         state = self._state(item.thread.process)
         # the hottest hooks first (hooks are disjoint, so the order is only speed)
         if e.hook == HOOK_OPEN:
-            path = self._reopen(item.thread, self._join(state, to_int32(e.a0), e.data, first_cut(e)))
+            path = self._join(state, to_int32(e.a0), e.data, first_cut(e))
+            if path is not None and path.startswith(PROC_FD_PREFIXES):
+                path = self._reopen(item.thread, path)
             if e.ret >= 0:
                 state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
             return Resolved(item, path)
@@ -267,7 +285,7 @@ class PathResolver:
         hit = self._joined.get(key)
         if hit is None:
             text = c_string(data, cut)
-            hit = (text is not None, None if text is None else FsState(base).join(AT_FDCWD, text))
+            hit = (text is not None, None if text is None else _joined(base, text))
             if len(self._joined) >= JOIN_MEMO:
                 self._joined.clear()
             self._joined[key] = hit
