@@ -107,21 +107,37 @@ def _any_literal(text: str) -> bool:
     return any(literal in folded for literal in fold)
 
 
+@cache
+def _block_literals() -> tuple[tuple[bytes, tuple[bytes, ...]], ...] | None:
+    """Every rule's literal, lower-cased, as bytes: (literal, ()), or (shared two-byte prefix,
+    its literals) for `gh` (GitHub's five) and `k_` (Stripe's two), where one scan of the
+    prefix rules out the whole group."""
+    literals = _literals()
+    if literals is None:
+        return None
+    groups: dict[bytes, list[bytes]] = {}
+    for literal in dict.fromkeys(lit.lower().encode() for lit in literals[0] + literals[1]):
+        groups.setdefault(literal[:2], []).append(literal)
+    return tuple((prefix, tuple(members)) if len(members) > 1 else (members[0], ())
+                 for prefix, members in groups.items())
+
+
 def _any_literal_in_block(block: bytes) -> bool:
-    """`_any_literal` over a block of UTF-8 lines at once.
+    """`_any_literal` over a block of UTF-8 lines at once (False: no rule can match any line).
 
     For ASCII, case folding is `bytes.lower()`, so the test runs on bytes at
-    memory speed; other text is decoded and tested as `str`.
+    memory speed, all literals compared lower-cased (a superset of the exact
+    comparisons, which is all a prefilter needs); other text is decoded and
+    tested as `str`.
     """
     if not block.isascii():
         return _any_literal(block.decode("utf-8", "replace"))
-    literals = _literals()
-    if literals is None:
+    groups = _block_literals()
+    if groups is None:
         return True
-    exact, fold = literals
     lowered = block.lower()
-    return any(literal.encode() in block for literal in exact) or \
-        any(literal.encode() in lowered for literal in fold)
+    return any(prefix in lowered and (not members or any(literal in lowered for literal in members))
+               for prefix, members in groups)
 
 
 def _candidates(text: str) -> list[tuple[str, re.Pattern[str]]]:
