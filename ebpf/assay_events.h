@@ -41,6 +41,8 @@
 #define HOOK_MKNOD 59    /* mknod, mknodat: joined */
 #define HOOK_MAX 60      /* size of the per-hook counter array */
 
+#define RUN_SLOTS 64     /* runs live at once; a run key's slot is key % RUN_SLOTS, slot 0 = unknown */
+
 #define ASSAY_DATA_MAX 4096 /* PATH_MAX: the most one string takes */
 #define ASSAY_PAYLOAD_MAX 8192 /* two strings (two-path syscalls, argv) */
 #define ARGV_MAX 32      /* argv entries captured per exec */
@@ -81,7 +83,8 @@ struct assay_hdr {
     unsigned int tid;        /* host thread id */
     unsigned short hook;     /* HOOK_* */
     unsigned short data_len; /* payload bytes after the header */
-    unsigned int truncated;  /* TRUNC_* bits */
+    unsigned short truncated; /* TRUNC_* bits */
+    unsigned short run;      /* run key of the task the record is about (0: unknown) */
     long long ret;           /* syscall return value (0 for tracepoints without one) */
     long long a0;
     long long a1;

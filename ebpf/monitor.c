@@ -52,11 +52,13 @@ struct user_msghdr_head_t {
 
 BPF_RINGBUF_OUTPUT(rb, RINGBUF_PAGES);
 BPF_HASH(tasks, u32, struct task_t, TASKS_MAX);
-BPF_HASH(run_cgroups, u64, u32, 64); /* cgroup v2 id -> run key */
-BPF_PERCPU_ARRAY(untracked, u64, 1); /* tasks the full `tasks` map could not take */
+BPF_HASH(run_cgroups, u64, u32, RUN_SLOTS); /* cgroup v2 id -> run key */
+/* Counters per run slot (key % RUN_SLOTS; slot 0: the run could not be known):
+ * tasks the full `tasks` map could not take, and ring writes per hook. */
+BPF_PERCPU_ARRAY(untracked, u64, RUN_SLOTS);
 BPF_PERCPU_ARRAY(scratch, struct assay_rec, 1);
-BPF_PERCPU_ARRAY(drops, u64, HOOK_MAX);
-BPF_PERCPU_ARRAY(emitted, u64, HOOK_MAX);
+BPF_PERCPU_ARRAY(drops, u64, RUN_SLOTS * HOOK_MAX);
+BPF_PERCPU_ARRAY(emitted, u64, RUN_SLOTS * HOOK_MAX);
 BPF_PERCPU_ARRAY(since_wake, u64, 1);
 /* Never written: lets tests read clang's layout of the header via BCC. */
 BPF_ARRAY(layout_probe, struct assay_hdr, 1);
@@ -79,10 +81,11 @@ static __always_inline void track(u32 tid, u32 run)
     struct task_t t = {};
     t.run = run;
     if (tasks.update(&tid, &t) != 0)
-        untracked.increment(0);
+        untracked.increment(run % RUN_SLOTS);
 }
 
-static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret)
+/* Starts a record in the per-CPU scratch slot; `run` is the run key it belongs to. */
+static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
 {
     u32 zero = 0;
     struct assay_rec *r = scratch.lookup(&zero);
@@ -95,6 +98,7 @@ static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret)
     r->h.hook = hook;
     r->h.data_len = 0;
     r->h.truncated = 0;
+    r->h.run = run;
     r->h.ret = ret;
     r->h.a0 = 0;
     r->h.a1 = 0;
@@ -105,7 +109,7 @@ static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret)
 
 static __always_inline void rec_submit(struct assay_rec *r)
 {
-    u32 hook = r->h.hook;
+    u32 slot = (r->h.run % RUN_SLOTS) * HOOK_MAX + (r->h.hook % HOOK_MAX);
     u64 size = sizeof(struct assay_hdr) + (r->h.data_len & (ASSAY_PAYLOAD_MAX - 1));
     if (r->h.data_len >= ASSAY_PAYLOAD_MAX)
         size = sizeof(struct assay_rec);
@@ -119,9 +123,9 @@ static __always_inline void rec_submit(struct assay_rec *r)
         flags = BPF_RB_FORCE_WAKEUP;
     }
     if (rb.ringbuf_output(r, size, flags) == 0)
-        emitted.increment(hook);
+        emitted.increment(slot);
     else
-        drops.increment(hook);
+        drops.increment(slot);
 }
 
 /* True when a string that filled a whole ASSAY_DATA_MAX read really ends
@@ -254,7 +258,7 @@ static __always_inline void finish(s64 ret)
     t->hook = 0;
     if (s.hook == HOOK_EXECVE && ret == 0)
         return; /* success: sched_process_exec said so, and the path is gone */
-    struct assay_rec *r = rec_begin(s.hook, ret);
+    struct assay_rec *r = rec_begin(s.hook, ret, s.run);
     if (!r)
         return;
     r->h.a0 = s.a0;
@@ -367,13 +371,14 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
             struct task_t moved = *o;
             moved.hook = 0;
             if (tasks.update(&tid, &moved) != 0)
-                untracked.increment(0);
+                untracked.increment(moved.run % RUN_SLOTS);
             tasks.delete(&old);
         }
     }
-    if (!tasks.lookup(&tid))
+    struct task_t *t = tasks.lookup(&tid);
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_EXEC, 0);
+    struct assay_rec *r = rec_begin(HOOK_EXEC, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->old_pid;
@@ -390,10 +395,11 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
 TRACEPOINT_PROBE(sched, sched_process_exit)
 {
     u32 tid = tid_of(bpf_get_current_pid_tgid());
-    if (!tasks.lookup(&tid))
+    struct task_t *t = tasks.lookup(&tid);
+    if (!t)
         return 0;
     if (args->group_dead) {
-        struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0);
+        struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0, t->run);
         if (r)
             rec_submit(r);
     }
@@ -408,7 +414,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 
 static __always_inline void exec_enter(struct task_t *t, u64 path, u64 argv, s64 dirfd, s64 flags)
 {
-    struct assay_rec *r = rec_begin(HOOK_EXEC_ARGV, 0);
+    struct assay_rec *r = rec_begin(HOOK_EXEC_ARGV, 0, t->run);
     if (r) {
         rec_argv(r, argv);
         rec_submit(r);
@@ -432,9 +438,9 @@ TRACEPOINT_PROBE(syscalls, sys_enter_execveat)
     return 0;
 }
 
-static __always_inline void exit_record(s64 status, s64 one_thread)
+static __always_inline void exit_record(struct task_t *t, s64 status, s64 one_thread)
 {
-    struct assay_rec *r = rec_begin(HOOK_EXIT, 0);
+    struct assay_rec *r = rec_begin(HOOK_EXIT, 0, t->run);
     if (!r)
         return;
     r->h.a0 = status;
@@ -444,15 +450,17 @@ static __always_inline void exit_record(s64 status, s64 one_thread)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_exit_group)
 {
-    if (tracked())
-        exit_record(args->error_code, 0);
+    struct task_t *t = tracked();
+    if (t)
+        exit_record(t, args->error_code, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_exit)
 {
-    if (tracked())
-        exit_record(args->error_code, 1);
+    struct task_t *t = tracked();
+    if (t)
+        exit_record(t, args->error_code, 1);
     return 0;
 }
 
@@ -462,9 +470,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_exit)
 TRACEPOINT_PROBE(signal, signal_generate)
 {
     u32 target = args->pid;
-    if (!tasks.lookup(&target))
+    struct task_t *t = tasks.lookup(&target);
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_SIGNAL, 0);
+    struct assay_rec *r = rec_begin(HOOK_SIGNAL, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->sig;
@@ -481,8 +490,9 @@ TRACEPOINT_PROBE(task, task_newtask)
     struct task_t *t = tracked();
     if (!t)
         return 0;
-    track(args->pid, t->run);
-    struct assay_rec *r = rec_begin(HOOK_NEWTASK, 0);
+    u32 run = t->run;
+    track(args->pid, run);
+    struct assay_rec *r = rec_begin(HOOK_NEWTASK, 0, run);
     if (!r)
         return 0;
     r->h.a0 = args->pid;
@@ -497,8 +507,9 @@ TRACEPOINT_PROBE(task, task_newtask)
 TRACEPOINT_PROBE(cgroup, cgroup_attach_task)
 {
     u32 pid = args->pid;
-    if (tasks.lookup(&pid)) {
-        struct assay_rec *r = rec_begin(HOOK_CGROUP_ATTACH, 0);
+    struct task_t *moved = tasks.lookup(&pid);
+    if (moved) {
+        struct assay_rec *r = rec_begin(HOOK_CGROUP_ATTACH, 0, moved->run);
         if (!r)
             return 0;
         r->h.a0 = pid;
@@ -708,9 +719,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_fchmod)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close)
 {
-    if (!tracked())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_CLOSE, 0);
+    struct assay_rec *r = rec_begin(HOOK_CLOSE, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->fd;
@@ -720,9 +732,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_close_range)
 {
-    if (!tracked())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_CLOSE_RANGE, 0);
+    struct assay_rec *r = rec_begin(HOOK_CLOSE_RANGE, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->fd;
@@ -775,9 +788,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_fcntl)
 
 TRACEPOINT_PROBE(syscalls, sys_enter_io_uring_setup)
 {
-    if (!tracked())
+    struct task_t *t = tracked();
+    if (!t)
         return 0;
-    struct assay_rec *r = rec_begin(HOOK_IO_URING, 0);
+    struct assay_rec *r = rec_begin(HOOK_IO_URING, 0, t->run);
     if (!r)
         return 0;
     r->h.a0 = args->entries;

@@ -1,4 +1,12 @@
-"""Compile, attach and drain the kernel monitor (the only BCC user).
+"""The sensor: compile and attach the kernel monitor, once (the only BCC user).
+
+One loaded monitor serves any number of runs: a run is a key in its maps
+(`add_run`: the run's cgroup in `run_cgroups`, its network rules in
+`net_runs`/`net_rules`; `remove_run` undoes it and forgets the run's
+tasks). Every record carries its run key (`struct assay_hdr.run`) and every
+counter is kept per run slot (key % RUN_SLOTS), so one ring reader can
+demultiplex (ebpf/observer.py). Direct mode loads it for its one run
+(RUN_KEY); the daemon loads it once for its whole life.
 
 The program submits records without waking the reader, except every
 `WAKE_EVERY` records per CPU (about a quarter of the buffer); the caller also
@@ -8,6 +16,7 @@ about 1.9x (a wakeup per record) to about 1.3x (docs/architecture.md).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -15,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ebpf.wire import HOOK_MAX, HOOK_NAMES
+from ebpf.wire import HOOK_MAX, HOOK_NAMES, RUN_SLOTS
 
 SOURCE_DIR = Path(__file__).resolve().parent
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
@@ -31,7 +40,9 @@ DEFAULT_RINGBUF_PAGES = 1024  # 4 MiB: zero drops on our open-heavy benchmark
 TASKS_MAX = 32768
 """Live tasks the lineage map can track at once; more are counted as untracked."""
 RUN_KEY = 1
-"""This process's one run (a daemon would give each run its own key)."""
+"""Direct mode's one run (the daemon gives each run its own key)."""
+RUN_CGROUP_LEVEL = 2
+"""Level of a run cgroup (`<cgroup2>/assay-runner/<run>`, runner/capture/cgroup.py)."""
 TYPICAL_RECORD_BYTES = 128  # header, a short path and the ring's own record header
 
 
@@ -71,13 +82,11 @@ class NetPolicySpec:
 
 @dataclass(frozen=True)
 class MonitorConfig:
-    """What the compiled program is specialised for, and the run's cgroup (v2 id)."""
+    """What the compiled program is specialised for (the same for every run it serves)."""
 
-    cgroup_id: int
     ringbuf_pages: int = DEFAULT_RINGBUF_PAGES
-    net_policy: NetPolicySpec | None = None
-    cgroup_path: str = ""
     tasks_max: int = TASKS_MAX
+    run_level: int = RUN_CGROUP_LEVEL
 
     @property
     def wake_every(self) -> int:
@@ -87,6 +96,23 @@ class MonitorConfig:
 
 class MonitorError(RuntimeError):
     """The program could not be compiled or attached."""
+
+
+@dataclass(frozen=True)
+class RunCounters:
+    """A run slot's counters: ring writes that failed and succeeded per hook, tasks not tracked."""
+
+    drops: dict[str, int]
+    emitted: dict[str, int]
+    untracked: int
+
+    def since(self, start: RunCounters) -> RunCounters:
+        """What was counted after `start` (a slot is reused by later runs: counters only grow)."""
+        return RunCounters(
+            drops={k: v - start.drops.get(k, 0) for k, v in self.drops.items()},
+            emitted={k: v - start.emitted.get(k, 0) for k, v in self.emitted.items()},
+            untracked=self.untracked - start.untracked,
+        )
 
 
 _RET_FIELD = re.compile(r"field:long ret;\s*offset:(\d+);\s*size:8;")
@@ -129,39 +155,68 @@ class Monitor:
             f"-DRINGBUF_PAGES={pages}",
             f"-DWAKE_EVERY={config.wake_every}",
             f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
+            f"-DRUN_CGROUP_LEVEL={config.run_level}",
+            f"-DNET_RULES_MAX={NET_RULES_MAX}",
             "-Wno-ignored-attributes",
             "-Wno-macro-redefined",
             "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
         ]
-        net = config.net_policy
-        if net is not None:
-            if len(net.rules) > NET_RULES_MAX:
-                raise MonitorError(f"at most {NET_RULES_MAX} network rules, got {len(net.rules)}")
-            cflags += [f"-DNET_RULES_MAX={NET_RULES_MAX}",
-                       f"-DN_NET_RULES={len(net.rules)}", f"-DNET_DEFAULT_ALLOW={int(net.default_allow)}"]
         try:
-            source = (SOURCE_DIR / "monitor.c").read_text()
-            if net is not None:
-                source += (SOURCE_DIR / "netpolicy.c").read_text()
+            source = (SOURCE_DIR / "monitor.c").read_text() + (SOURCE_DIR / "netpolicy.c").read_text()
             self._bpf = BPF(text=source.encode(), cflags=cflags)
         except Exception as exc:
             raise MonitorError(f"cannot load the eBPF monitor: {exc}") from exc
         self._sink = sink
-        runs = self._bpf[b"run_cgroups"]
-        runs[runs.Key(config.cgroup_id)] = runs.Leaf(RUN_KEY)
+        self._net_links: list[int] = []
         try:
             for name in JOINED_SYSCALLS:
                 self._bpf.attach_tracepoint(tp=f"syscalls:sys_exit_{name}".encode(), fn_name=b"on_sys_exit")
         except Exception as exc:
             raise MonitorError(f"cannot attach the syscall exit program: {exc}") from exc
         self._bpf[b"rb"].open_ring_buffer(self._on_record)
-        if net is not None:
-            self._attach_net_policy(net, config.cgroup_path)
 
-    def _attach_net_policy(self, net: NetPolicySpec, cgroup_path: str) -> None:
-        """Fill the rule table and attach connect/sendmsg programs to the run's cgroup."""
-        from bcc import BPF, BPFAttachType
+    # --- runs ----------------------------------------------------------------------------------
 
+    def add_run(self, key: int, cgroup_id: int, net: NetPolicySpec | None) -> None:
+        """Make `key` a run: its network rules first, then its cgroup (tasks joining it are tracked).
+
+        Call before the run's first task joins the cgroup. `key % RUN_SLOTS`
+        must be free (no live run on it) and not 0 (the unknown run).
+        """
+        slot = key % RUN_SLOTS
+        if not slot or key >= 1 << 16:
+            raise MonitorError(f"run key {key} is not usable (0 < key < 65536, key % {RUN_SLOTS} != 0)")
+        self._set_net(slot, net)
+        runs = self._bpf[b"run_cgroups"]
+        runs[runs.Key(cgroup_id)] = runs.Leaf(key)
+
+    def remove_run(self, key: int, cgroup_id: int) -> int:
+        """Forget run `key`: its cgroup, its rules and the tasks still tracked for it (returned).
+
+        Its cgroup is gone or empty by now; tasks that left it earlier (an
+        escape, followed by lineage) stop being tracked here, so a later run
+        on the same slot never inherits them.
+        """
+        runs = self._bpf[b"run_cgroups"]
+        with contextlib.suppress(KeyError):
+            del runs[runs.Key(cgroup_id)]
+        self._set_net(key % RUN_SLOTS, None)
+        tasks = self._bpf[b"tasks"]
+        stale = [k for k, v in tasks.items() if v.run == key]
+        for k in stale:
+            with contextlib.suppress(KeyError):
+                del tasks[k]
+        return len(stale)
+
+    def _set_net(self, slot: int, net: NetPolicySpec | None) -> None:
+        """Write a slot's network rules and then its header (`enforce` last: never half a policy)."""
+        policies = self._bpf[b"net_runs"]
+        header = policies.Leaf()
+        policies[policies.Key(slot)] = header  # enforce = 0 while the rules change
+        if net is None:
+            return
+        if len(net.rules) > NET_RULES_MAX:
+            raise MonitorError(f"at most {NET_RULES_MAX} network rules, got {len(net.rules)}")
         table = self._bpf[b"net_rules"]
         for i, rule in enumerate(net.rules):
             leaf = table.Leaf()
@@ -170,7 +225,21 @@ class Monitor:
             addr, mask = rule.words()
             for j in range(4):
                 leaf.addr[j], leaf.mask[j] = addr[j], mask[j]
-            table[table.Key(i)] = leaf
+            table[table.Key(slot * NET_RULES_MAX + i)] = leaf
+        header.enforce, header.n_rules, header.default_allow = 1, len(net.rules), int(net.default_allow)
+        policies[policies.Key(slot)] = header
+
+    def attach_net(self, cgroup_path: str | Path, *, link: bool = False) -> None:
+        """Attach the connect/sendmsg programs to a cgroup (they police the runs below it).
+
+        `link` (the daemon, at the runs' parent): a BPF link, which the
+        kernel detaches when this process's fd closes, however it exits, and
+        which leaves other programs in the subtree alone (multi-attach).
+        Without (direct mode, at the run's own cgroup, removed with it): a
+        plain attach.
+        """
+        from bcc import BPF, BPFAttachType
+
         fd = os.open(cgroup_path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             for name, kind in (
@@ -180,7 +249,10 @@ class Monitor:
                 (b"net_sendmsg6", BPFAttachType.CGROUP_UDP6_SENDMSG),
             ):
                 fn = self._bpf.load_func(name, BPF.CGROUP_SOCK_ADDR, attach_type=kind)
-                BPF.attach_func(fn, fd, kind)
+                if link:
+                    self._net_links.append(_link_create(fn.fd, fd, int(kind)))
+                else:
+                    BPF.attach_func(fn, fd, kind)
         except Exception as exc:
             raise MonitorError(f"cannot attach the network policy programs: {exc}") from exc
         finally:
@@ -202,24 +274,20 @@ class Monitor:
         """Hand every record currently in the ring buffer to the sink."""
         self._bpf.ring_buffer_consume()
 
-    def _per_hook(self, table: str) -> dict[str, int]:
+    def _per_hook(self, table: str, slot: int) -> dict[str, int]:
         values = self._bpf[table.encode()]
-        out: dict[str, int] = {}
-        for hook, name in HOOK_NAMES.items():
-            out[name] = sum(values[ctypes.c_int(hook)])
-        return out
+        base = slot * HOOK_MAX
+        return {name: sum(values[ctypes.c_int(base + hook)]) for hook, name in HOOK_NAMES.items()}
 
-    def drops(self) -> dict[str, int]:
-        """Failed ring-buffer writes per hook since load."""
-        return self._per_hook("drops")
+    def counters(self, key: int) -> RunCounters:
+        """The counters of run `key`'s slot since load (`RunCounters.since` for one run's share)."""
+        slot = key % RUN_SLOTS
+        return RunCounters(drops=self._per_hook("drops", slot), emitted=self._per_hook("emitted", slot),
+                           untracked=sum(self._bpf[b"untracked"][ctypes.c_int(slot)]))
 
-    def emitted(self) -> dict[str, int]:
-        """Successful ring-buffer writes per hook since load."""
-        return self._per_hook("emitted")
-
-    def untracked(self) -> int:
-        """Tasks of the run the full lineage map could not take (their events are missing)."""
-        return sum(self._bpf[b"untracked"][ctypes.c_int(0)])
+    def unattributed(self) -> RunCounters:
+        """Slot 0: what was counted where the kernel could not know the run."""
+        return self.counters(0)
 
     def header_layout(self) -> list[tuple[str, int, int]]:
         """(field, offset, size) of `struct assay_hdr` as clang laid it out."""
@@ -229,6 +297,8 @@ class Monitor:
 
     def close(self) -> None:
         """Detach and unload everything, without making the caller wait.
+
+        Network links close with their fds (`_net_links`, in this process).
 
         Releasing a tracepoint attachment waits for an RCU grace period:
         about 70 ms each, 1.4 s for our 20 hooks. A detached grandchild holds
@@ -252,8 +322,45 @@ class Monitor:
                 os._exit(0)
         os.close(done_r)
         os.waitpid(child, 0)
+        for fd in self._net_links:
+            os.close(fd)
         self._bpf.cleanup()
         os.close(done_w)
+
+
+class RunLedger:
+    """One run's share of the sensor's counters, for its spool trailer and its health.
+
+    Its own slot since the run started, and, named `unattributed_<hook>`,
+    the drops the kernel could not attribute to any run while it was live
+    (slot 0): they may be this run's, so every live run reports them rather
+    than none.
+    """
+
+    def __init__(self, monitor: Monitor, key: int) -> None:
+        self._monitor = monitor
+        self.key = key
+        self._start = monitor.counters(key)
+        self._unknown = monitor.unattributed()
+
+    def counters(self) -> RunCounters:
+        own = self._monitor.counters(self.key).since(self._start)
+        unknown = self._monitor.unattributed().since(self._unknown)
+        extra = {f"unattributed_{k}": v for k, v in unknown.drops.items() if v}
+        return RunCounters(drops={**own.drops, **extra}, emitted=own.emitted,
+                           untracked=own.untracked + unknown.untracked)
+
+
+def _link_create(prog_fd: int, target_fd: int, attach_type: int) -> int:
+    """bpf(BPF_LINK_CREATE) through libbpf (BCC 0.26's Python has no cgroup links)."""
+    libbpf = ctypes.CDLL("libbpf.so.1", use_errno=True)
+    libbpf.bpf_link_create.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    fd = libbpf.bpf_link_create(prog_fd, target_fd, attach_type, None)
+    if fd < 0:
+        err = ctypes.get_errno() or -fd
+        raise OSError(err, f"bpf_link_create: {os.strerror(err)}")
+    os.set_inheritable(fd, False)
+    return fd
 
 
 assert max(HOOK_NAMES) < HOOK_MAX

@@ -1,13 +1,18 @@
-/* Network policy: cgroup sock_addr programs attached to the run's cgroup.
+/* Network policy: cgroup sock_addr programs, rules per run in maps.
  *
- * Appended to monitor.c by ebpf/monitor.py when the run has a network
- * policy (BCC exports programs from the main source only), so a denial is written
- * to the same ring buffer as the syscall records (HOOK_NET_BLOCK) and shows
- * up as kernel evidence. Returning 0 makes connect()/sendmsg() fail with
- * EPERM in the agent; TCP and UDP, IPv4 and IPv6 all pass through here.
+ * Appended to monitor.c by ebpf/monitor.py (BCC exports programs from the
+ * main source only), so a denial is written to the same ring buffer as the
+ * syscall records (HOOK_NET_BLOCK) and shows up as kernel evidence.
+ * Returning 0 makes connect()/sendmsg() fail with EPERM in the agent; TCP and
+ * UDP, IPv4 and IPv6 all pass through here.
  *
- * Parameters: N_NET_RULES (rules in `net_rules`, filled by ebpf/monitor.py),
- * NET_DEFAULT_ALLOW (0 or 1) for addresses no rule matches.
+ * The programs are attached once: at the run's cgroup in direct mode, at the
+ * runs' parent cgroup in the daemon (docs/daemon.md). Either way the run is
+ * the caller's ancestor cgroup at RUN_CGROUP_LEVEL, looked up in
+ * `run_cgroups`; a cgroup that is no run of ours is not ours to police. A
+ * run's rules are `net_rules[slot * NET_RULES_MAX ...]`, `net_runs[slot]`
+ * says how many and the default (ebpf/monitor.py fills both before the run
+ * starts).
  */
 
 struct net_rule {
@@ -19,7 +24,15 @@ struct net_rule {
     u32 mask[4];  /* network order */
 };
 
-BPF_ARRAY(net_rules, struct net_rule, NET_RULES_MAX);
+/* A run's network policy: `enforce` 0 lets everything through. */
+struct net_run {
+    u32 enforce;
+    u32 n_rules;
+    u32 default_allow;
+};
+
+BPF_ARRAY(net_rules, struct net_rule, RUN_SLOTS * NET_RULES_MAX);
+BPF_ARRAY(net_runs, struct net_run, RUN_SLOTS);
 
 static __always_inline int rule_matches(struct net_rule *r, u32 family, u32 proto, u32 port,
                                         u32 ip[4])
@@ -39,6 +52,16 @@ static __always_inline int rule_matches(struct net_rule *r, u32 family, u32 prot
 
 static __always_inline int net_decide(struct bpf_sock_addr *ctx, u32 family, u32 via)
 {
+    u64 cg = bpf_get_current_ancestor_cgroup_id(RUN_CGROUP_LEVEL);
+    u32 *runp = run_cgroups.lookup(&cg);
+    if (!runp)
+        return 1;
+    u32 run = *runp;
+    u32 slot = run % RUN_SLOTS;
+    struct net_run *policy = net_runs.lookup(&slot);
+    if (!policy || !policy->enforce)
+        return 1;
+    u32 n_rules = policy->n_rules;
     u32 ip[4] = {};
     if (family == ASSAY_AF_INET) {
         ip[0] = ctx->user_ip4;
@@ -50,9 +73,11 @@ static __always_inline int net_decide(struct bpf_sock_addr *ctx, u32 family, u32
     }
     u32 port = __builtin_bswap16((u16)ctx->user_port);
     u32 proto = ctx->protocol;
-    int allow = NET_DEFAULT_ALLOW;
-    for (u32 i = 0; i < N_NET_RULES && i < NET_RULES_MAX; i++) {
-        u32 key = i;
+    int allow = policy->default_allow;
+    for (u32 i = 0; i < NET_RULES_MAX; i++) {
+        if (i >= n_rules)
+            break;
+        u32 key = slot * NET_RULES_MAX + i;
         struct net_rule *r = net_rules.lookup(&key);
         if (r && rule_matches(r, family, proto, port, ip)) {
             allow = 1;
@@ -61,7 +86,7 @@ static __always_inline int net_decide(struct bpf_sock_addr *ctx, u32 family, u32
     }
     if (allow)
         return 1;
-    struct assay_rec *rec = rec_begin(HOOK_NET_BLOCK, -1 /* EPERM */);
+    struct assay_rec *rec = rec_begin(HOOK_NET_BLOCK, -1 /* EPERM */, run);
     if (rec) {
         rec->h.a0 = via;
         rec->h.a1 = proto;

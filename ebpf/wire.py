@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import struct
 
-# ts, tgid, tid, hook, data_len, truncated, ret, a0, a1, a2, a3
-HEADER = struct.Struct("<QIIHHIqqqqq")
+# ts, tgid, tid, hook, data_len, truncated, run, ret, a0, a1, a2, a3
+HEADER = struct.Struct("<QIIHHHHqqqqq")
 HEADER_FIELDS = (
-    "ts", "tgid", "tid", "hook", "data_len", "truncated", "ret", "a0", "a1", "a2", "a3",
+    "ts", "tgid", "tid", "hook", "data_len", "truncated", "run", "ret", "a0", "a1", "a2", "a3",
 )
+RUN = struct.Struct("<H")
+RUN_OFFSET = 22
+"""Where a record's run key is: readers demultiplex with `RUN.unpack_from(rec, RUN_OFFSET)`."""
+RUN_SLOTS = 64
+"""Runs live at once; a run key's counters are at slot key % RUN_SLOTS, slot 0 is the unknown run."""
 
 HOOK_OPEN = 1
 HOOK_CONNECT = 2

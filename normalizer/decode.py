@@ -55,7 +55,7 @@ def decode_one(rec: bytes, arrival: int) -> RawEvent:
     """Decode the `arrival`-th record of the ring."""
     if len(rec) < _SIZE:
         raise DecodeError(f"record {arrival} has {len(rec)} bytes, header needs {_SIZE}")
-    ts, tgid, tid, hook, data_len, truncated, ret, a0, a1, a2, a3 = _unpack(rec)
+    ts, tgid, tid, hook, data_len, truncated, _run, ret, a0, a1, a2, a3 = _unpack(rec)
     data = rec[_SIZE : _SIZE + data_len]
     if len(data) != data_len:
         raise DecodeError(f"record {arrival} payload is {len(data)} bytes, header says {data_len}")

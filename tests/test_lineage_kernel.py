@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from ebpf.monitor import TASKS_MAX, Monitor, MonitorConfig
+from ebpf.monitor import RUN_KEY, TASKS_MAX, Monitor, MonitorConfig
 from runner.capture.cgroup import RunCgroup
 
 pytestmark = pytest.mark.kernel
@@ -30,10 +30,11 @@ for pid in pids:
 
 def _untracked(tasks_max: int) -> int:
     cgroup = RunCgroup.create("lineage-full")
-    monitor = Monitor(MonitorConfig(cgroup.id, ringbuf_pages=1, tasks_max=tasks_max), lambda _r: None)
+    monitor = Monitor(MonitorConfig(ringbuf_pages=1, tasks_max=tasks_max), lambda _r: None)
     try:
+        monitor.add_run(RUN_KEY, cgroup.id, None)
         subprocess.run(["/usr/bin/python3", "-c", FORKER, str(cgroup.path)], check=True, timeout=60)
-        return monitor.untracked()
+        return monitor.counters(RUN_KEY).untracked
     finally:
         monitor.close()
         cgroup.remove()

@@ -71,7 +71,7 @@ def causal_interleaving(records: list[bytes], seed: int) -> list[bytes]:
         e = HEADER.unpack_from(rec)
         per_task.setdefault(e[2], []).append(rec)
         if e[3] == HOOK_NEWTASK:
-            created.setdefault(e[7], i)
+            created.setdefault(e[8], i)
     ready = {tid for tid in per_task if tid not in created}
     cursor = dict.fromkeys(per_task, 0)
     rng, out = random.Random(seed), []
@@ -83,8 +83,8 @@ def causal_interleaving(records: list[bytes], seed: int) -> list[bytes]:
         if cursor[tid] == len(per_task[tid]):
             ready.discard(tid)
         e = HEADER.unpack_from(rec)
-        if e[3] == HOOK_NEWTASK and e[7] in per_task and created.get(e[7]) is not None:
-            ready.add(e[7])
+        if e[3] == HOOK_NEWTASK and e[8] in per_task and created.get(e[8]) is not None:
+            ready.add(e[8])
     assert len(out) == len(records)
     return out
 
@@ -108,10 +108,10 @@ def test_spilling_evidence_to_disk_changes_nothing(name: str, monkeypatch: pytes
 
 
 def _shift_pids(record: bytes, offset: int) -> bytes:
-    ts, tgid, tid, hook, dlen, trunc, ret, a0, a1, a2, a3 = HEADER.unpack_from(record)
+    ts, tgid, tid, hook, dlen, trunc, run, ret, a0, a1, a2, a3 = HEADER.unpack_from(record)
     if hook in (HOOK_NEWTASK, HOOK_EXEC):
         a0 += offset
-    head = HEADER.pack(ts, tgid + offset, tid + offset, hook, dlen, trunc, ret, a0, a1, a2, a3)
+    head = HEADER.pack(ts, tgid + offset, tid + offset, hook, dlen, trunc, run, ret, a0, a1, a2, a3)
     return head + record[HEADER.size:]
 
 
@@ -218,7 +218,7 @@ def test_af_unspec_connect_is_not_evidence() -> None:
     spool = load("example")
     normalize(spool)  # the example normalizes as is
     connect = next(r for r in decode(spool.records) if r.hook == 2)
-    unspec = HEADER.pack(connect.ts + 1, connect.tgid, connect.tid, 2, 16, 0, 0, 3, 16, 0, 0) + bytes(16)
+    unspec = HEADER.pack(connect.ts + 1, connect.tgid, connect.tid, 2, 16, 0, 0, 0, 3, 16, 0, 0) + bytes(16)
     again = msgspec.structs.replace(spool, records=[*spool.records, unspec])
     assert members(again) == members(spool)
 

@@ -90,7 +90,7 @@ def test_text_the_rule_cannot_produce_is_refused(bad: str) -> None:
 
 def _open_record(tgid: int, name: bytes, truncated: bool = False, ret: int = 3) -> bytes:
     flags = 0o101  # O_WRONLY|O_CREAT
-    head = HEADER.pack(10**15, tgid, tgid, HOOK_OPEN, len(name), int(truncated), ret,
+    head = HEADER.pack(10**15, tgid, tgid, HOOK_OPEN, len(name), int(truncated), 0, ret,
                        AT_FDCWD & 0xFFFFFFFF, flags, 0o644, 0)
     return head + name
 

@@ -25,7 +25,7 @@ def python_layout() -> list[tuple[str, int, int]]:
 
 def test_header_layout_matches_clang() -> None:
     cgroup = RunCgroup.create("layout-test")
-    monitor = Monitor(MonitorConfig(cgroup.id, ringbuf_pages=1), lambda _r: None)
+    monitor = Monitor(MonitorConfig(ringbuf_pages=1), lambda _r: None)
     try:
         assert monitor.header_layout() == python_layout()
         assert HEADER.size == 64

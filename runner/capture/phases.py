@@ -40,6 +40,9 @@ class EventSource(Protocol):
     def drain(self) -> None:
         """Hand every available record to the sink."""
 
+    def finish(self) -> None:
+        """The final drain, once the command is gone: every record written for the run so far."""
+
     def drops(self) -> dict[str, int]: ...
 
     def emitted(self) -> dict[str, int]: ...
@@ -110,7 +113,7 @@ def capture(source: EventSource, spooler: Spooler, command: Command, group: Grou
     command.start()
     exit_code, ended_by = _drain_until_exit(source, spooler, command, group, sdk, control)
     spooler.phase("command_exited")
-    source.drain()
+    source.finish()
     sdk.stop()
     spooler.sdk(sdk.take_messages())
     spooler.phase("run_finished")

@@ -47,6 +47,10 @@ class ReplaySource:
         for record in self._batches.pop(0):
             self._sink(record)
 
+    def finish(self) -> None:
+        """The final drain: as the recording's, one more batch."""
+        self.drain()
+
     def drops(self) -> dict[str, int]:
         return self._drops
 

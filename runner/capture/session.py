@@ -1,7 +1,10 @@
-"""One observed run: cgroup, monitor, spawn, drain, spool, normalize, archive.
+"""One observed run: cgroup, the run's source, spawn, drain, spool, normalize, archive.
 
-Order matters: the monitor is attached and the spool header written before
-the command may start, and after the command exits the ring buffer is
+This is the per-run pipeline (spool -> normalizer -> publish); the records
+come from a `Sensor` (runner/capture/sources.py): a monitor of the run's own
+in direct mode, the daemon's shared one through its observer in a daemon
+worker. Order matters: the run is in the monitor's maps and the spool
+header written before the command may start, and after the command exits the ring buffer is
 drained once more, so no event in flight is lost. Side effects (cgroup,
 monitor) are undone in `finally` whatever happens.
 """
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from ebpf.monitor import DEFAULT_RINGBUF_PAGES, Monitor, MonitorConfig, MonitorError
+from ebpf.monitor import DEFAULT_RINGBUF_PAGES
 from normalizer.build import NormalizedRun, dac_questions, normalize
 from normalizer.text import escape_os
 from policy.model import ResolvedPolicy
@@ -25,17 +28,15 @@ from runner.capture.control import RunControl, TerminalControl
 from runner.capture.limits import CgroupLimits, LimitGroups
 from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
+from runner.capture.sources import LocalSensor, RunSource, Sensor
 from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, spawn
 from runner.enforce import prepare as enforce
 from runner.enforce.dac import check_as
 from runner.errors import RunnerError
 from runner.evidence.publish import publish
-from runner.logs import get_logger
 from spool.dirfd import open_dir
 from spool.format import SPOOL_FORMAT, DacVerdicts, Spool, SpoolHeader, SpoolTrailer, read_spool
 from spool.writer import Spooler, SpoolReplaced
-
-log = get_logger("session")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class RunRequest:
     control: RunControl | None = None
     """Status line and requests; None is direct mode's terminal."""
     limits: CgroupLimits | None = None
+    sensor: Sensor | None = None
+    """Where the run's records come from; None: a monitor of its own (direct mode)."""
 
     @property
     def archive_path(self) -> Path:
@@ -105,14 +108,14 @@ def execute(req: RunRequest) -> RunResult:
 
 
 def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> str:
-    """Cgroup, monitor, spawn, drain into the spool; the published spool's name in `out_fd`."""
+    """Cgroup, the run's source, spawn, drain into the spool; the published spool's name in `out_fd`."""
     cgroup = RunCgroup.create(req.run_id)
     limits = LimitGroups.create(cgroup, req.limits)
-    monitor: Monitor | None = None
+    source: RunSource | None = None
     spooler: Spooler | None = None
     sdk = SdkServer(req.policy.tool_decision if req.policy else None)
     try:
-        monitor, early = _attach(req, cgroup, enforcement)
+        source = (req.sensor or LocalSensor(req.ringbuf_pages)).open(cgroup, enforcement.net)
         spec = CommandSpec(req.exe, req.argv, str(req.workdir), {**req.env, **sdk.env()},
                            keep_fds=(sdk.child_fd,), ruleset=enforcement.ruleset,
                            user=req.user, isolate_net=req.isolate_net, stdio=req.stdio,
@@ -128,14 +131,13 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> 
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
             policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
-        for rec in early:  # the helper's first records arrived before the spooler existed
-            spooler.add(rec)
-        exit_code, ended_by = capture(monitor, spooler, spawned, cgroup, sdk,
+        exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
                                       req.control or TerminalControl(), req.on_start)
+        counters = source.ledger.counters()
         try:
             name = spooler.finish(SpoolTrailer(
-                exit_code=exit_code, drops=monitor.drops(), emitted=monitor.emitted(),
-                untracked_tasks=monitor.untracked(), ended_by=ended_by,
+                exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
+                untracked_tasks=counters.untracked, ended_by=ended_by,
             ))
         except SpoolReplaced as exc:
             raise RunnerError(f"evidence tampered with: {exc}; no archive was written") from exc
@@ -145,10 +147,12 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> 
         sdk.stop()
         if spooler is not None:
             spooler.discard()
-        if monitor is not None:
-            monitor.close()
-        cgroup.remove()
-        limits.remove()
+        try:
+            cgroup.remove()
+        finally:
+            if source is not None:
+                source.close()  # after the cgroup emptied: no task of the run is left to track
+            limits.remove()
 
 
 def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
@@ -158,23 +162,6 @@ def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
     except FileExistsError as exc:
         raise RunnerError(f"{req.spool_path}.partial appeared before the run could create it: "
                           "refusing to write through it") from exc
-
-
-def _attach(req: RunRequest, cgroup: RunCgroup,
-            enforcement: enforce.Enforcement) -> tuple[Monitor, list[bytes]]:
-    """Compile and attach the monitor; records land in the returned list until a sink is set."""
-    t0 = time.monotonic()
-    early: list[bytes] = []
-    config = MonitorConfig(cgroup.id, req.ringbuf_pages,
-                           net_policy=enforcement.net, cgroup_path=str(cgroup.path))
-    try:
-        monitor = Monitor(config, early.append)
-    except MonitorError as exc:
-        raise RunnerError(f"{exc}; run 'assay-runner doctor' to see what is missing") from exc
-    log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
-             ringbuf_pages=req.ringbuf_pages, cgroup=str(cgroup.path),
-             net_policy=enforcement.net is not None, landlock=enforcement.ruleset is not None)
-    return monitor, early
 
 
 def _with_dac_verdicts(spool: Spool, out_fd: int, name: str, user: Credentials | None) -> Spool:

@@ -1,0 +1,127 @@
+"""Where a run's records come from: the sensor, through the observer, for one run key.
+
+A `Sensor` opens a run (`open(cgroup, net)`: the run's key in the
+monitor's maps, before its first task joins the cgroup) and returns the
+run's `RunSource`, the `EventSource` the capture phases drain
+(runner/capture/phases.py) plus the run's counters (`ledger`) and `close()`.
+
+- `LocalSensor` (direct mode): compiles and attaches the monitor for this
+  one run and reads the ring itself through an `Observer` with one sink.
+- The daemon's worker gets a `SharedSensor` (runner/daemon/runs.py): the
+  daemon's monitor, loaded once, with the run's records arriving over its
+  channel (runner/capture/channel.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from ebpf.monitor import RUN_KEY, Monitor, MonitorConfig, MonitorError, NetPolicySpec, RunLedger
+from ebpf.observer import Observer
+from runner.capture.cgroup import RunCgroup
+from runner.errors import RunnerError
+from runner.logs import get_logger
+
+log = get_logger("session")
+
+
+class RunSource(Protocol):
+    """One run's records and counters (an `EventSource` with a ledger and an end)."""
+
+    ledger: RunLedger
+
+    def set_sink(self, sink: Callable[[bytes], None]) -> None: ...
+
+    def wait(self, timeout_ms: int) -> None: ...
+
+    def drain(self) -> None: ...
+
+    def finish(self) -> None: ...
+
+    def drops(self) -> dict[str, int]: ...
+
+    def emitted(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
+class Sensor(Protocol):
+    def open(self, cgroup: RunCgroup, net: NetPolicySpec | None) -> RunSource: ...
+
+
+class Buffered:
+    """Holds records that arrive before the sink is set (the spool is made after the spawn)."""
+
+    def __init__(self) -> None:
+        self._early: list[bytes] = []
+        self.sink: Callable[[bytes], None] = self._early.append
+
+    def set_sink(self, sink: Callable[[bytes], None]) -> None:
+        for record in self._early:
+            sink(record)
+        self._early.clear()
+        self.sink = sink
+
+
+class LocalSource(Buffered):
+    """Direct mode's run: its own monitor, read here by an observer with this one run."""
+
+    def __init__(self, monitor: Monitor, cgroup: RunCgroup, net: NetPolicySpec | None) -> None:
+        super().__init__()
+        self._monitor = monitor
+        self._cgroup = cgroup
+        self._observer = Observer(monitor)
+        self._observer.open_run(RUN_KEY, lambda record: self.sink(record))
+        self.ledger = RunLedger(monitor, RUN_KEY)
+        monitor.add_run(RUN_KEY, cgroup.id, net)
+        if net is not None:
+            monitor.attach_net(cgroup.path)
+
+    def wait(self, timeout_ms: int) -> None:
+        self._observer.wait(timeout_ms)
+
+    def drain(self) -> None:
+        self._observer.drain()
+
+    def finish(self) -> None:
+        self._observer.drain()
+
+    def drops(self) -> dict[str, int]:
+        return self.ledger.counters().drops
+
+    def emitted(self) -> dict[str, int]:
+        return self.ledger.counters().emitted
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # the monitor is unloaded below anyway
+            self._monitor.remove_run(RUN_KEY, self._cgroup.id)
+        self._monitor.close()
+
+
+class LocalSensor:
+    """Compiles and attaches the monitor for one run (about 0.3-1 s; the daemon does it once)."""
+
+    def __init__(self, ringbuf_pages: int) -> None:
+        self.ringbuf_pages = ringbuf_pages
+
+    def open(self, cgroup: RunCgroup, net: NetPolicySpec | None) -> RunSource:
+        t0 = time.monotonic()
+        try:
+            monitor = Monitor(MonitorConfig(self.ringbuf_pages, run_level=cgroup.level),
+                              lambda _record: None)
+        except MonitorError as exc:
+            raise RunnerError(f"{exc}; run 'assay-runner doctor' to see what is missing") from exc
+        try:
+            source = LocalSource(monitor, cgroup, net)
+        except MonitorError as exc:
+            monitor.close()
+            raise RunnerError(str(exc)) from exc
+        except BaseException:
+            monitor.close()
+            raise
+        log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
+                 ringbuf_pages=self.ringbuf_pages, cgroup=str(cgroup.path), net_policy=net is not None)
+        return source
