@@ -15,7 +15,7 @@ import os
 import time
 
 from spool.dirfd import append_to, create_new, remove_within, rename_within, same_file
-from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, encode_frame
+from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, batch_frame, encode_frame
 
 
 class SpoolReplaced(RuntimeError):
@@ -37,6 +37,13 @@ class Spooler:
     def add(self, record: bytes) -> None:
         """Sink for the monitor: one raw record."""
         self._pending.append(record)
+
+    def add_batch(self, items: bytes, count: int) -> None:
+        """Sink for the C ring consumer: `count` records already encoded as the msgpack
+        items of a Batch's `records` array (ebpf/ringsink.c), written as one Batch frame."""
+        self.flush()
+        self._file.write(batch_frame(items, count))
+        self.records += count
 
     def flush(self) -> int:
         """Write pending records as one batch; returns how many were written."""
