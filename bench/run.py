@@ -33,6 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 PROBES = ("start", "rate", "memory", "daemon")
 PEERS = ("strace", "bpftrace", "floor")
 BUSY_LOAD = 0.5
+PY_CONSUMER = "runner-py"
+CONSUMER_ENV = "ASSAY_RUNNER_RING_CONSUMER"
+"""runner/capture/sources.py's switch (the bench imports nothing of the capture side)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--daemon", action="store_true",
                    help="also run every workload through 'assay-runner daemon' (the 'daemon' column); "
                         "the 'daemon' probe always does")
+    p.add_argument("--py-consumer", action="store_true",
+                   help="also run the runner with the per-record Python ring reader instead of the "
+                        "C consumer (the 'runner-py' column): an A/B in the same rounds")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "latest.json",
                    help="where to write the JSON results")
     args = p.parse_args(argv)
@@ -81,6 +87,9 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
         Bpftrace("bpftrace", "monitor.bt", cgroup, args.work, check=True),
         Bpftrace("floor", "floor.bt", cgroup, args.work, check=False),
     ]
+    if args.py_consumer:
+        candidates.insert(2, Runner(args.runner, args.work / "runs-py", name=PY_CONSUMER,
+                                    env={CONSUMER_ENV: "python"}))
     if args.daemon:
         candidates.insert(2, daemon.DaemonRunner(args.runner, args.work / "daemon-runs", daemon_socket(args)))
     usable, skipped = [], {}
@@ -94,7 +103,7 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
 
 def overhead_table(results: list[WorkloadResult]) -> str:
     """workload, bare time, ratios, target, runner against peers, status."""
-    modes = [RUNNER, *(["daemon"] if any("daemon" in r.medians for r in results) else [])]
+    modes = [RUNNER, *(m for m in ("daemon", PY_CONSUMER) if any(m in r.medians for r in results))]
     headers = ["workload", "bare s", *modes, *PEERS, "target", "runner/strace",
                "runner/bpftrace", "status"]
     rows = [[r.workload, seconds(r.medians.get("bare")), *(ratio(r.ratios.get(m)) for m in modes),

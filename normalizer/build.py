@@ -32,7 +32,7 @@ from normalizer.artifacts import (
     SdkEvent,
 )
 from normalizer.blocks import FileBlockJudge, NetBlockMerge
-from normalizer.classify import CLASSIFIED_HOOKS, Classified, classify
+from normalizer.classify import CLASSIFIED_HOOKS, Classified, OpenMeta, classify
 from normalizer.correlate import END, Block, correlate, decisions, policy_events
 from normalizer.decode import decode_one
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
@@ -146,19 +146,17 @@ class _Scan:
                     yield item.thread, c
             order += 1
 
-    def _evidence(self, r: Resolved, order: int) -> Iterator[Classified]:
+    def _evidence(self, r: Resolved, order: int) -> list[Classified]:
         hook = r.item.event.hook
         if hook in FS_HOOKS:
             if hook in UNTRACED_IO_HOOKS:
                 self.untraced_io[HOOK_NAMES[hook]] += 1
-            yield from fs_events(r, order)
-            return
+            return list(fs_events(r, order))
         if hook in ESCAPE_HOOKS:
             c = self.escapes.classify(r, order)
         else:
             c = classify(r, order, self.judge.blocked_access(r))
-        if c is not None:
-            yield c
+        return [] if c is None else [c]
 
     def facts(self, trailer: SpoolTrailer, platform: str) -> CaptureFacts:
         return CaptureFacts(
@@ -287,18 +285,43 @@ class _Collector:
         self._windows = _Windows(calls)
         self._any_window = bool(calls)
         self._lines = KernelLines(run_id)
-        self._clean: dict[str, str] = {}
+        self._tails: dict[tuple[int, str, str | None, OpenMeta | None], bytes] = {}
 
     def add(self, pid: int, c: Classified) -> None:
-        value = c.value if c.value is None else self._final(c.value)
-        self.layer.write_line(self._lines.line(self.layer.count, pid, c, value))
-        self.kinds.add(c.kind)
+        """Write `c`'s line for process `pid`; an event shape seen before costs one lookup."""
+        tail = self._tails.get((c.event_type, c.kind, c.value, c.meta))
+        if tail is None:
+            tail = self._first(c)
+        self.layer.write_line(self._lines.line(self.layer.count, pid, tail))
         if self._any_window and c.ts in self._windows:
             self.stamps.append(c.ts)
             if c.kind in BLOCK_KINDS:
                 self.blocks.append(Block(c.ts, c.kind))
+
+    def _first(self, c: Classified) -> bytes:
+        """The line tail of an event shape not in the memo, with its value collected.
+
+        The value is substituted (transient names), then redacted. A shape
+        whose value redaction left alone is memoized (most: paths and
+        endpoints repeat); one holding a secret never is, so each occurrence
+        is redacted again and the per-rule tally stays a count of occurrences.
+        The memo is emptied past `MEMO_ENTRIES`: memory stays flat.
+        """
+        value = c.value
+        if value is not None:
+            before = self._redactor.total
+            value = self._redactor.redact(self._names.apply(value))
+            clean = self._redactor.total == before
+        else:
+            clean = True
+        tail = self._lines.tail(c, value)
+        if clean:
+            if len(self._tails) >= MEMO_ENTRIES:
+                self._tails.clear()
+            self._tails[(c.event_type, c.kind, c.value, c.meta)] = tail
+        self.kinds.add(c.kind)
         if value is None:
-            return
+            return tail
         if c.kind in FILE_KINDS:
             self.values["files"].add(value)
             if c.kind == "openat" and c.meta and c.meta.status is None \
@@ -310,23 +333,7 @@ class _Collector:
             self.values["execs"].add(value)
         if c.kind in BLOCK_KINDS:
             self.values["blocked"].add(value)
-
-    def _final(self, raw: str) -> str:
-        """`raw` with transient names substituted, then redacted.
-
-        Values that redaction leaves alone are memoized (most are: paths and
-        endpoints repeat); one with a secret is redacted every time, so the
-        per-rule tally stays a count of occurrences.
-        """
-        final = self._clean.get(raw)
-        if final is None:
-            before = self._redactor.total
-            final = self._redactor.redact(self._names.apply(raw))
-            if self._redactor.total == before:
-                if len(self._clean) >= MEMO_ENTRIES:
-                    self._clean.clear()
-                self._clean[raw] = final
-        return final
+        return tail
 
     def surface(self, policy_lines: list[PolicyEvent]) -> CapabilitySurface:
         """The surface: kernel values, and the tools and `{decision}:{tool}` of the policy lines."""

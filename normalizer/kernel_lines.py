@@ -2,8 +2,9 @@
 
 A line is `{"schema":..,"run_id":..,"seq":N,"pid":P,` followed by a tail that
 depends only on the event's type, kind, value and open metadata. Agents repeat
-those (the same files opened again and again), so `KernelLines` encodes each
-distinct tail once with msgspec and splices seq and pid in; the bytes are
+those (the same files opened again and again), so the writer (normalizer/build.py)
+encodes each distinct tail once with msgspec (`KernelLines.tail`) and splices seq
+and pid in (`KernelLines.line`); the bytes are
 exactly what encoding the whole `KernelEvent` gives (tests/test_kernel_lines.py).
 Lines reach the temp file and the digest in blocks of `LINES_PER_WRITE`.
 """
@@ -18,11 +19,11 @@ from typing import BinaryIO
 import msgspec
 
 from normalizer.artifacts import KERNEL_EVENT_SCHEMA, KernelEvent
-from normalizer.classify import Classified, OpenMeta
+from normalizer.classify import Classified
 
 LINES_PER_WRITE = 4096
 """Kernel lines joined into one write and one digest update."""
-MEMO_ENTRIES = 1 << 16
+MEMO_ENTRIES = 1 << 14
 """Distinct entries a memo holds before it is emptied: memory stays flat however long the run."""
 
 _encoder = msgspec.json.Encoder()
@@ -122,7 +123,7 @@ class KernelLayer:
 
 
 class KernelLines:
-    """Encodes the kernel lines of one run, each distinct tail once."""
+    """Encodes the kernel lines of one run: a tail once per event shape, then seq and pid per line."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -130,19 +131,15 @@ class KernelLines:
                                             event_type=0, kind="openat", value=None))
         self._head = probe[:probe.index(b'"seq":0,"pid":0,')] + b'"seq":'
         self._zero = self._head + b'0,"pid":0,'
-        self._tails: dict[tuple[int, str, str | None, OpenMeta | None], bytes] = {}
 
-    def line(self, seq: int, pid: int, c: Classified, value: str | None) -> bytes:
-        """The line for evidence event `c` with (final, redacted) `value`, newline included."""
-        key = (c.event_type, c.kind, value, c.meta)
-        tail = self._tails.get(key)
-        if tail is None:
-            event = msgspec.structs.replace(c, value=value) if value is not c.value else c
-            encoded = _encoder.encode(kernel_event(self.run_id, 0, event, 0))
-            if not encoded.startswith(self._zero):
-                raise RuntimeError("kernel line fields are not in the order the line writer expects")
-            tail = encoded[len(self._zero):] + b"\n"
-            if len(self._tails) >= MEMO_ENTRIES:
-                self._tails.clear()
-            self._tails[key] = tail
+    def tail(self, c: Classified, value: str | None) -> bytes:
+        """Everything after `"pid":N,` of `c`'s line with (final, redacted) `value`, newline included."""
+        event = msgspec.structs.replace(c, value=value) if value is not c.value else c
+        encoded = _encoder.encode(kernel_event(self.run_id, 0, event, 0))
+        if not encoded.startswith(self._zero):
+            raise RuntimeError("kernel line fields are not in the order the line writer expects")
+        return encoded[len(self._zero):] + b"\n"
+
+    def line(self, seq: int, pid: int, tail: bytes) -> bytes:
+        """The whole line: the run's head, `seq`, `pid`, and a tail from `tail()`."""
         return b'%b%d,"pid":%d,%b' % (self._head, seq, pid, tail)

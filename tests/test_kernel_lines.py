@@ -30,25 +30,26 @@ def _events() -> list[Classified]:
 @pytest.mark.parametrize("run_id", ["r", "run_minimal-2"])
 def test_lines_are_the_encoded_events(run_id: str) -> None:
     lines = KernelLines(run_id)
-    events = _events() * 3  # the second and third rounds hit the memo
+    events = _events() * 3
     for seq, c in enumerate(events):
         pid = seq % 7 + 1
-        assert lines.line(seq, pid, c, c.value) == _encoder.encode(kernel_event(run_id, seq, c, pid)) + b"\n"
+        expected = _encoder.encode(kernel_event(run_id, seq, c, pid)) + b"\n"
+        assert lines.line(seq, pid, lines.tail(c, c.value)) == expected
 
 
 def test_the_value_given_is_the_one_written() -> None:
     """The writer takes the final (substituted, redacted) value, not the event's raw one."""
     c = _events()[0]
-    line = KernelLines("r").line(0, 1, c, "/w/~1")
+    lines = KernelLines("r")
+    line = lines.line(0, 1, lines.tail(c, "/w/~1"))
     assert msgspec.json.decode(line)["value"] == "/w/~1"
 
 
-def test_memo_limit_and_block_writes_change_no_byte(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernel_lines, "MEMO_ENTRIES", 3)
+def test_block_writes_change_no_byte(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernel_lines, "LINES_PER_WRITE", 5)
     lines, layer, expected = KernelLines("r"), KernelLayer(), b""
     for seq, c in enumerate(_events() * 2):
-        layer.write_line(lines.line(seq, 2, c, c.value))
+        layer.write_line(lines.line(seq, 2, lines.tail(c, c.value)))
         expected += _encoder.encode(kernel_event("r", seq, c, 2)) + b"\n"
     assert layer.read_bytes() == expected
     assert layer.size == len(expected) and layer.count == len(_events()) * 2

@@ -23,7 +23,6 @@ def _archive(spool: Path) -> bytes:
 def test_memo_sizes_do_not_change_the_archive(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     expected = _archive(DATA / name)
     monkeypatch.setattr(paths, "JOIN_MEMO", 1)
-    monkeypatch.setattr(kernel_lines, "MEMO_ENTRIES", 1)
     monkeypatch.setattr(build, "MEMO_ENTRIES", 1)
     monkeypatch.setattr(kernel_lines, "LINES_PER_WRITE", 1)
     monkeypatch.setattr(build, "SPILL_EVERY", 2)
