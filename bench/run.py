@@ -34,6 +34,7 @@ PROBES = ("start", "rate", "memory", "daemon")
 PEERS = ("strace", "bpftrace", "floor")
 BUSY_LOAD = 0.5
 PY_CONSUMER = "runner-py"
+BASELINE = "baseline"
 CONSUMER_ENV = "ASSAY_RUNNER_RING_CONSUMER"
 """runner/capture/sources.py's switch (the bench imports nothing of the capture side)."""
 
@@ -62,6 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--py-consumer", action="store_true",
                    help="also run the runner with the per-record Python ring reader instead of the "
                         "C consumer (the 'runner-py' column): an A/B in the same rounds")
+    p.add_argument("--baseline-runner", metavar="PATH",
+                   help="also run this other assay-runner (e.g. a checkout of main) in the same rounds "
+                        "(the 'baseline' column): before/after in one session")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "latest.json",
                    help="where to write the JSON results")
     args = p.parse_args(argv)
@@ -87,6 +91,8 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
         Bpftrace("bpftrace", "monitor.bt", cgroup, args.work, check=True),
         Bpftrace("floor", "floor.bt", cgroup, args.work, check=False),
     ]
+    if args.baseline_runner:
+        candidates.insert(2, Runner(args.baseline_runner, args.work / "runs-baseline", name=BASELINE))
     if args.py_consumer:
         candidates.insert(2, Runner(args.runner, args.work / "runs-py", name=PY_CONSUMER,
                                     env={CONSUMER_ENV: "python"}))
@@ -103,7 +109,7 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
 
 def overhead_table(results: list[WorkloadResult]) -> str:
     """workload, bare time, ratios, target, runner against peers, status."""
-    modes = [RUNNER, *(m for m in ("daemon", PY_CONSUMER) if any(m in r.medians for r in results))]
+    modes = [RUNNER, *(m for m in ("daemon", PY_CONSUMER, BASELINE) if any(m in r.medians for r in results))]
     headers = ["workload", "bare s", *modes, *PEERS, "target", "runner/strace",
                "runner/bpftrace", "status"]
     rows = [[r.workload, seconds(r.medians.get("bare")), *(ratio(r.ratios.get(m)) for m in modes),

@@ -130,3 +130,26 @@ def test_the_observer_hands_every_record_on_across_pauses() -> None:
                for r in f.records]
     assert spooled == sent and observer.orphans == 1
     observer.close()
+
+
+@pytest.mark.parametrize("bound", [1 << 20, 3000])
+def test_channel_writer_takes_framed_batches_as_it_takes_records(monkeypatch: pytest.MonkeyPatch,
+                                                                 bound: int) -> None:
+    """The daemon's run channel fed by the C consumer queues the same bytes and loses the same records."""
+    from runner.capture import channel
+
+    monkeypatch.setattr(channel, "BACKLOG_MAX", bound)
+    records = [record(4, b"q" * (i * 7 % 200), tid=i) for i in range(40)]
+    one, other = channel.pair()
+    by_record, by_batch = channel.ChannelWriter(one), channel.ChannelWriter(other)
+    for r in records:
+        by_record.add(r)
+    sink = ringsink.RingSink()
+    sink.open_run(4, ringsink.FRAMES)
+    for r in records:
+        feed(sink, r)
+    by_batch.add_frames(*sink.take(4))
+    assert by_batch._backlog == by_record._backlog and by_batch.lost == by_record.lost
+    assert (by_record.lost > 0) == (bound < 8000)
+    one.close()
+    other.close()
