@@ -6,7 +6,9 @@ probe_name="fs_user_ssh_list"
 probe_version="1"
 primary_capability_id="cap_fs_read_user_secrets"
 
-target="${HOME}/.ssh"
+# HOME may be unset (CI, cron): fall back to the passwd entry, as ~ does.
+home="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
+target="${home}/.ssh"
 op=(probe-op list "${target}")
 printf -v command_executed '%q ' "${op[@]}"
 

@@ -7,6 +7,7 @@ They need root. Off CI, a non-root session skips them with the reason; on CI
 from __future__ import annotations
 
 import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,11 @@ from support import ASSAY_COMPAT, assay_compat
 
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
+
+# A caller without HOME (CI, cron) makes every Python and bash the tests start
+# look the user up in passwd, which on a host running nscd is a connect to its
+# socket: a real endpoint in the evidence, but one that depends on the host.
+os.environ.setdefault("HOME", pwd.getpwuid(os.getuid()).pw_dir)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
