@@ -91,8 +91,10 @@ class LocalSource(Buffered):
         super().__init__()
         self._monitor = monitor
         self._cgroup = cgroup
+        self.consumer = "c" if ringsink.available() and os.environ.get(CONSUMER_ENV) != "python" else "python"
+        """Which ring reader this run has (logged with `monitor.attached`)."""
         self._observer: Observer | BatchObserver
-        if ringsink.available() and os.environ.get(CONSUMER_ENV) != "python":
+        if self.consumer == "c":
             self._observer = BatchObserver(monitor)
             self._observer.open_run(RUN_KEY, lambda items, count: self.batch_sink(items, count))
         else:
@@ -148,5 +150,6 @@ class LocalSensor:
             monitor.close()
             raise
         log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
-                 ringbuf_pages=self.ringbuf_pages, cgroup=str(cgroup.path), net_policy=net is not None)
+                 ringbuf_pages=self.ringbuf_pages, cgroup=str(cgroup.path), net_policy=net is not None,
+                 ring_consumer=source.consumer)
         return source
