@@ -31,8 +31,9 @@ MSGPACK = 0
 """Buffer format: msgpack `bin` items, the body of a spool Batch's `records` array."""
 FRAMES = 1
 """Buffer format: u32 little-endian length + record, the daemon's run channel framing."""
-PAUSE_BYTES = 8 << 20
-"""Buffered bytes (all runs) at which a drain stops to hand them on: twice the default ring."""
+PAUSE_BYTES = 1 << 20
+"""Buffered bytes (all runs) at which a drain stops to hand them on (about 8,000 open records):
+a quarter of the default ring, so a late drain of a full ring costs no more memory than this."""
 
 BatchSink = Callable[[bytes, int], None]
 """Takes one run's buffer (encoded records, in ring order) and how many records it holds."""

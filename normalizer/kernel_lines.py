@@ -23,7 +23,7 @@ from normalizer.classify import Classified
 
 LINES_PER_WRITE = 4096
 """Kernel lines joined into one write and one digest update."""
-MEMO_ENTRIES = 1 << 14
+MEMO_ENTRIES = 1 << 12
 """Distinct entries a memo holds before it is emptied: memory stays flat however long the run."""
 
 _encoder = msgspec.json.Encoder()

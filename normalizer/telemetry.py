@@ -34,7 +34,7 @@ _TELEMETRY = re.compile(
 )
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=4096)
 def is_telemetry_path(path: str) -> bool:
     """True for a path whose successful opens the contract classes as telemetry."""
     return bool(_TELEMETRY.match(path))

@@ -97,7 +97,7 @@ TEMPLATES: tuple[Template, ...] = (
 PLACEHOLDER = "~"
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=4096)
 def random_span(path: str, exclusive: bool = True) -> tuple[int, int] | None:
     """The random part of `path`'s last component under the first matching template."""
     head, base = posixpath.split(path)

@@ -152,20 +152,18 @@ _BATCH_HEAD = b"\x82\xa4type\xa5batch\xa7records"
 """msgpack of a Batch up to its records array: a 2-entry map, the tag first (as msgspec writes it)."""
 
 
-def batch_frame(items: bytes, count: int) -> bytes:
-    """A Batch frame around `count` records already encoded as msgpack `bin` items.
-
-    The same bytes `encode_frame(Batch(records=...))` gives for those records
-    (tests/test_ringsink.py), built without a Python object per record.
-    """
+def batch_head(count: int, items_size: int) -> bytes:
+    """The bytes of a Batch frame before its `count` records, which are already encoded as
+    msgpack `bin` items (`items_size` bytes in all) and follow it unchanged: head + items
+    is what `encode_frame(Batch(records=...))` gives for those records (tests/test_ringsink.py),
+    built without a Python object per record."""
     if count < 16:
         array = bytes([0x90 | count])
     elif count < 1 << 16:
         array = b"\xdc" + count.to_bytes(2, "big")
     else:
         array = b"\xdd" + count.to_bytes(4, "big")
-    size = len(_BATCH_HEAD) + len(array) + len(items)
-    return _LEN.pack(size) + _BATCH_HEAD + array + items
+    return _LEN.pack(len(_BATCH_HEAD) + len(array) + items_size) + _BATCH_HEAD + array
 
 
 def iter_frames(stream: BinaryIO) -> Iterator[Frame]:

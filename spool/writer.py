@@ -15,7 +15,7 @@ import os
 import time
 
 from spool.dirfd import append_to, create_new, remove_within, rename_within, same_file
-from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, batch_frame, encode_frame
+from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, batch_head, encode_frame
 
 
 class SpoolReplaced(RuntimeError):
@@ -42,7 +42,8 @@ class Spooler:
         """Sink for the C ring consumer: `count` records already encoded as the msgpack
         items of a Batch's `records` array (ebpf/ringsink.c), written as one Batch frame."""
         self.flush()
-        self._file.write(batch_frame(items, count))
+        self._file.write(batch_head(count, len(items)))
+        self._file.write(items)
         self.records += count
 
     def flush(self) -> int:

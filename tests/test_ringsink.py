@@ -10,7 +10,7 @@ import pytest
 
 from ebpf import ringsink
 from ebpf.wire import HEADER, RUN_SLOTS
-from spool.format import Batch, batch_frame, encode_frame, iter_frames
+from spool.format import Batch, batch_head, encode_frame, iter_frames
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +52,7 @@ def test_records_go_to_their_runs_in_order_and_unknown_keys_are_orphans() -> Non
         feed(sink, stray)
     items, count = sink.take(1)
     assert count == len(sent[1])
-    frame = batch_frame(items, count)
+    frame = batch_head(count, len(items)) + items
     assert frame == encode_frame(Batch(records=sent[1]))  # the bytes msgspec writes
     assert [f.records for f in iter_frames(io.BytesIO(frame))] == [sent[1]]
     data, count = sink.take(2)
@@ -67,7 +67,7 @@ def test_records_go_to_their_runs_in_order_and_unknown_keys_are_orphans() -> Non
 def test_batch_frames_match_msgspec_at_every_array_size(count: int) -> None:
     records = [b"r%d" % (i % 10) for i in range(count)]
     items = b"".join(b"\xc4" + bytes([len(r)]) + r for r in records)
-    assert batch_frame(items, count) == encode_frame(Batch(records=records))
+    assert batch_head(count, len(items)) + items == encode_frame(Batch(records=records))
 
 
 def test_a_drain_pauses_at_the_byte_bound_and_keeps_the_record() -> None:
@@ -126,8 +126,8 @@ def test_the_observer_hands_every_record_on_across_pauses() -> None:
     ring.queue = [*sent, record(2)]
     observer.drain()
     assert len(got) > 1  # the bound split the drain
-    spooled = [r for items, count in got for f in iter_frames(io.BytesIO(batch_frame(items, count)))
-               for r in f.records]
+    spooled = [r for items, count in got
+               for f in iter_frames(io.BytesIO(batch_head(count, len(items)) + items)) for r in f.records]
     assert spooled == sent and observer.orphans == 1
     observer.close()
 

@@ -15,7 +15,7 @@ from ebpf import ringsink
 from ebpf.monitor import RUN_KEY, Monitor, MonitorConfig
 from ebpf.wire import HEADER, HOOK_OPEN
 from runner.capture.cgroup import RunCgroup
-from spool.format import batch_frame, iter_frames
+from spool.format import batch_head, iter_frames
 
 pytestmark = pytest.mark.kernel
 
@@ -79,8 +79,8 @@ def _capture(opener: Path, scratch: Path, n: int, every: int, pages: int, read_w
         monitor.close()
         observer.close()
         cgroup.remove()
-    records = [r for items, count in batches for f in iter_frames(io.BytesIO(batch_frame(items, count)))
-               for r in f.records]
+    records = [r for items, count in batches
+               for f in iter_frames(io.BytesIO(batch_head(count, len(items)) + items)) for r in f.records]
     return records, counters
 
 
