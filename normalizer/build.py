@@ -36,6 +36,7 @@ from normalizer.classify import CLASSIFIED_HOOKS, Classified, OpenMeta, classify
 from normalizer.correlate import END, Block, correlate, decisions, policy_events
 from normalizer.decode import decode_one
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
+from normalizer.faults import fault_notes
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts, observation_health, privilege_note
 from normalizer.kernel_lines import MEMO_ENTRIES, KernelLayer, KernelLines
@@ -173,6 +174,7 @@ class _Scan:
             untracked_tasks=trailer.untracked_tasks,
             untraced_io=dict(self.untraced_io),
             truncated_paths=self.resolver.truncated,
+            recovered=trailer.recovered is not None,
         )
 
 
@@ -379,8 +381,7 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     phases = [RunEvent(schema=RUN_EVENT_SCHEMA, run_id=run_id, seq=i, type=p.name)  # type: ignore[arg-type]
               for i, p in enumerate(markers)]
     notes = [n for n in (sdk.note, privilege_note(spool.header.uid, spool.header.policy)) if n]
-    if spool.trailer.ended_by:
-        notes.append(f"s2_run_ended: reason={spool.trailer.ended_by}")
+    notes += fault_notes(spool.trailer)
     if policy_lines:
         notes.append(f"s4_policy_capture: decision_events={len(policy_lines)}")  # policy.rs:183-186
     notes.append(redactor.note())

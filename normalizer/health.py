@@ -9,8 +9,9 @@ Rules (contract "observation-health.json", decisions in docs/artifacts.md):
   a process-creation record was dropped), when a task left the run's cgroup
   (migration or clone3 CLONE_INTO_CGROUP: still observed by lineage, but out
   of the cgroup's network policy and kill), or when the lineage map was full
-  and a task went untracked; `failed` when the command's root process was
-  never seen.
+  and a task went untracked, or when the spool was recovered after the
+  runner died (the end of the tree was never seen); `failed` when the
+  command's root process was never seen.
 - network coverage comes from the normalized network evidence; drops on a
   network hook make it `unknown`, since peers may be missing, and so does an
   io_uring instance (its connects and sends are not traced).
@@ -52,6 +53,8 @@ class CaptureFacts:
     """Calls that open I/O the monitor cannot follow (io_uring_setup, open_by_handle_at)."""
     truncated_paths: int = 0
     """Path payloads cut at the kernel's capture limit (their values end in the marker)."""
+    recovered: bool = False
+    """The spool was closed by a recovery after the runner died: its end is missing."""
 
     @property
     def lost_in_transit(self) -> int:
@@ -86,7 +89,7 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
     if not facts.root_seen:
         return "failed"
     if facts.unattributed_events or facts.drops.get("newtask", 0) or facts.untracked_tasks \
-            or facts.cgroup_escapes or facts.clone_into_cgroup:
+            or facts.cgroup_escapes or facts.clone_into_cgroup or facts.recovered:
         return "partial"
     return "clean"
 

@@ -17,7 +17,7 @@ VENV=.venv
 # chromium: the HTML report test renders a report headless (tests/test_report_browser.py).
 # systemd: systemd-analyze and systemd-socket-activate for the daemon's unit tests (tests/test_packaging.py).
 PACKAGES=(python3-bpfcc python3-venv bpftrace strace make gcc iproute2 git ca-certificates
-          docker.io debootstrap systemd bubblewrap chromium)
+          docker.io debootstrap systemd bubblewrap chromium bpftool)
 # npm: the npm determinism workload (tests/test_transient_kernel.py). Machines
 # that ship Node.js from another source already have it; Debian's otherwise.
 command -v npm >/dev/null || PACKAGES+=(npm)

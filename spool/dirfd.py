@@ -24,9 +24,14 @@ def open_dir(path: str | os.PathLike[str]) -> int:
 
 def create_new(dir_fd: int, name: str) -> BinaryIO:
     """A new file `name` in `dir_fd`, open for writing; FileExistsError if the name is taken."""
+    return os.fdopen(create_new_fd(dir_fd, name), "wb")
+
+
+def create_new_fd(dir_fd: int, name: str) -> int:
+    """`create_new` as a raw fd, for writers that must know exactly which bytes reached the file."""
     fd = os.open(name, NEW_FILE, FILE_MODE, dir_fd=dir_fd)
     os.fchmod(fd, FILE_MODE)  # whatever the umask: archives are meant to be read
-    return os.fdopen(fd, "wb")
+    return fd
 
 
 def append_to(dir_fd: int, name: str) -> BinaryIO:

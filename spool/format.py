@@ -100,7 +100,18 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     untracked_tasks: int = 0
     """Run tasks the BPF lineage map was too full to track: their events are missing."""
     ended_by: str | None = None
-    """Why the run was ended from outside the command (`client_disconnected`, `daemon_shutdown`)."""
+    """Why the run was ended from outside the command while it ran (`sigint`, `sigterm`, `sighup`,
+    `client_disconnected`, `daemon_shutdown`; runner/capture/interrupt.py)."""
+    limits: dict[str, int] = msgspec.field(default_factory=dict)
+    """The resource limits the run's cgroup had (`pids_max`, `memory_max`)."""
+    limits_hit: dict[str, int] = msgspec.field(default_factory=dict)
+    """How often a limit refused the run (`pids_refused`: forks refused; `oom_kills`: tasks the OOM
+    killer took), from pids.events/memory.events (runner/capture/limits.py)."""
+    limits_unavailable: list[str] = msgspec.field(default_factory=list)
+    """Default limits the host could not enforce: no such controller in its cgroup hierarchies."""
+    recovered: str | None = None
+    """Set when this trailer was not written by the run but by a later recovery (`runner_died`):
+    the capture's end, the command's exit and the kernel's counters are unknown (spool/recover.py)."""
 
 
 Frame = SpoolHeader | Batch | Phase | SdkMessage | DacVerdicts | SpoolTrailer

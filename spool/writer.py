@@ -1,25 +1,45 @@
 """Writes the raw spool as records arrive, so memory stays flat on long runs.
 
 Records collect in a small in-memory batch between drains; each drain writes
-one `Batch` frame. The spool is written to `<name>.partial` and renamed when
-its trailer is in, so a spool without the suffix is always complete. Both
-names live in the `--out` directory the runner opened once (spool/dirfd.py):
-the partial file is created with O_EXCL|O_NOFOLLOW, and before it is renamed
-the runner checks that the name still holds the file it wrote, so a spool
-swapped in during the run is refused rather than normalized.
+one `Batch` frame straight to the file (one write(2), no user-space buffer),
+so a runner killed with SIGKILL loses only the records it had not drained
+yet: those still in the ring buffer and the batch of the drain in progress
+(docs/architecture.md, "The raw spool"). The spool is written to
+`<name>.partial` and renamed when its trailer is in, so a spool without the
+suffix is always complete. Both names live in the `--out` directory the
+runner opened once (spool/dirfd.py): the partial file is created with
+O_EXCL|O_NOFOLLOW, and before it is renamed the runner checks that the name
+still holds the file it wrote, so a spool swapped in during the run is
+refused rather than normalized.
+
+A write that fails (ENOSPC, EDQUOT, EIO) never leaves a torn frame: the file
+is cut back to the end of the last whole frame, and from then on records are
+counted, not written. The run goes on (the command is not killed for a full
+disk); `finish` then refuses to publish and the partial spool stays, whole
+frame by whole frame, for `spool.recover`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
-from spool.dirfd import append_to, create_new, remove_within, rename_within, same_file
+from spool.dirfd import append_to, create_new_fd, remove_within, rename_within, same_file
 from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, batch_head, encode_frame
 
 
 class SpoolReplaced(RuntimeError):
     """The spool's name no longer holds the file the runner wrote."""
+
+
+class SpoolWriteFailed(RuntimeError):
+    """A write to the spool failed; the partial spool holds the whole frames before it."""
+
+    def __init__(self, error: OSError, unwritten: int) -> None:
+        super().__init__(f"{error.strerror or error}")
+        self.error = error
+        self.unwritten = unwritten
 
 
 class Spooler:
@@ -29,10 +49,40 @@ class Spooler:
         self.dir_fd = dir_fd
         self.name = name
         self._partial = name + ".partial"
-        self._file = create_new(dir_fd, self._partial)
+        self._fd = create_new_fd(dir_fd, self._partial)
+        self._size = 0
         self._pending: list[bytes] = []
         self.records = 0
-        self._file.write(encode_frame(header))
+        self.failure: OSError | None = None
+        """The first write error; nothing is written after it."""
+        self.unwritten = 0
+        """Records drained after `failure`, which the spool does not hold."""
+        self._write(encode_frame(header))
+        if self.failure is not None:  # not even the header fits: nothing worth keeping
+            self.discard()
+            raise self.failure
+
+    @property
+    def partial_name(self) -> str:
+        return self._partial
+
+    def _write(self, data: bytes, records: int = 0) -> None:
+        """Write one whole frame, or none of it (the file is cut back on failure)."""
+        if self.failure is not None:
+            self.unwritten += records
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as exc:
+            self.failure = exc
+            self.unwritten += records
+            with contextlib.suppress(OSError):  # freeing blocks works on a full disk
+                os.ftruncate(self._fd, self._size)
+            return
+        self._size += len(data)
+        self.records += records
 
     def add(self, record: bytes) -> None:
         """Sink for the monitor: one raw record."""
@@ -42,48 +92,51 @@ class Spooler:
         """Sink for the C ring consumer: `count` records already encoded as the msgpack
         items of a Batch's `records` array (ebpf/ringsink.c), written as one Batch frame."""
         self.flush()
-        self._file.write(batch_head(count, len(items)))
-        self._file.write(items)
-        self.records += count
+        self._write(batch_head(count, len(items)) + items, count)  # one whole frame (at most 1 MiB)
 
     def flush(self) -> int:
-        """Write pending records as one batch; returns how many were written."""
+        """Write pending records as one batch; returns how many were drained."""
         count = len(self._pending)
         if count:
-            self._file.write(encode_frame(Batch(records=self._pending)))
+            self._write(encode_frame(Batch(records=self._pending)), count)
             self._pending = []
-            self.records += count
         return count
 
     def sdk(self, messages: list[SdkMessage]) -> None:
         """Write SDK channel messages (already stamped on receipt)."""
         for message in messages:
-            self._file.write(encode_frame(message))
+            self._write(encode_frame(message))
 
     def phase(self, name: str) -> None:
         """Stamp a runner phase marker on the runner clock."""
         self.flush()
-        self._file.write(encode_frame(Phase(name=name, ts=time.monotonic_ns())))
+        self._write(encode_frame(Phase(name=name, ts=time.monotonic_ns())))
 
     def finish(self, trailer: SpoolTrailer) -> str:
         """Write the trailer, sync, and publish the spool under its final name (returned).
 
         Raises SpoolReplaced when the partial name holds another file than the
-        one written here: someone swapped it during the run.
+        one written here (someone swapped it during the run), and
+        SpoolWriteFailed when a write failed: the partial spool is then kept
+        as it is (whole frames only) and the caller says so.
         """
         self.flush()
-        self._file.write(encode_frame(trailer))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._write(encode_frame(trailer))
+        if self.failure is None:
+            with contextlib.suppress(OSError):
+                os.fsync(self._fd)
+        if self.failure is not None:
+            os.close(self._fd)
+            raise SpoolWriteFailed(self.failure, self.unwritten)
         try:
-            if not same_file(self._file.fileno(), self.dir_fd, self._partial):
+            if not same_file(self._fd, self.dir_fd, self._partial):
                 raise SpoolReplaced(f"{self._partial} was replaced during the run")
             rename_within(self.dir_fd, self._partial, self.name)
-            if not same_file(self._file.fileno(), self.dir_fd, self.name):
+            if not same_file(self._fd, self.dir_fd, self.name):
                 remove_within(self.dir_fd, self.name)  # not ours: never leave it as the run's spool
                 raise SpoolReplaced(f"{self.name} was replaced while it was published")
         finally:
-            self._file.close()
+            os.close(self._fd)
         return self.name
 
     @staticmethod
@@ -96,5 +149,6 @@ class Spooler:
 
     def discard(self) -> None:
         """Drop an unfinished spool."""
-        self._file.close()
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
         remove_within(self.dir_fd, self._partial)

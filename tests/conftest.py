@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import ASSAY_COMPAT, assay_compat
 
+from runner.capture.cgroup import PARENT_ENV
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
 
@@ -20,6 +22,10 @@ from runner.evidence.validate import validate_members
 # look the user up in passwd, which on a host running nscd is a connect to its
 # socket: a real endpoint in the evidence, but one that depends on the host.
 os.environ.setdefault("HOME", pwd.getpwuid(os.getuid()).pw_dir)
+# Runs started by this test process make their cgroups under a parent of its own: every run
+# sweeps the cgroups of runners that died (runner/capture/stale.py), and a test must never
+# sweep another session's, or another xdist worker's, or a concurrent job's on a shared host.
+os.environ.setdefault(PARENT_ENV, f"assay-runner-tests-{os.getpid()}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,6 +40,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def runner_written_archives(base: Path) -> list[Path]:
     """Archives the runner wrote under `base`: each `ID.tar.gz` next to its `ID.spool`."""
     return sorted(p for p in base.rglob("*.tar.gz") if p.with_suffix("").with_suffix(".spool").is_file())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_cgroup_parent_removed() -> Iterator[None]:
+    """After the session: what runners that died left in this process's cgroup parent, then the parent."""
+    yield
+    if os.geteuid() != 0:
+        return
+    from runner.capture.stale import parents, sweep
+
+    sweep()
+    for parent in parents():
+        if parent.is_dir() and not any(p.is_dir() for p in parent.iterdir()):
+            parent.rmdir()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from runner.capture.control import End, Interrupt
+from runner.capture.interrupt import Interrupted, Interruptions, run_exit_code
 from runner.capture.phases import capture
 from runner.capture.replay import ReplaySource
 from spool.format import SPOOL_FORMAT, SpoolHeader, SpoolRecords, SpoolTrailer, read_spool
@@ -56,12 +56,8 @@ class Command:
 
 
 class Group:
-    def __init__(self, pids: list[int] | None = None) -> None:
-        self._pids = pids or []
+    def __init__(self) -> None:
         self.killed = 0
-
-    def pids(self) -> list[int]:
-        return self._pids
 
     def kill(self) -> None:
         self.killed += 1
@@ -124,41 +120,84 @@ def test_an_end_request_kills_the_group_and_says_why(tmp_path: Path) -> None:
     assert order[-2:] == ["command_exited", "run_finished"]
 
 
-def test_interrupts_reach_the_command_not_the_helpers_then_kill(tmp_path: Path) -> None:
-    helper = subprocess.Popen(["sleep", "60"])
-    children = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
-    group = Group([helper.pid, *(c.pid for c in children)])
-    try:
-        turns = iter(range(1000))
-        order: list[str] = []
-        command = Command(order, lambda: group.killed > 0 or next(turns) > 200, code=130,
-                          helper_pid=helper.pid)
-        code, _ = capture(ReplaySource(DATA / "example.spool"), OrderedSpooler(tmp_path / "s.spool", order),
-                          command, group, Sdk(), Control([[Interrupt()], [], [Interrupt()]]))
-        assert [c.wait(timeout=10) for c in children] == [-signal.SIGINT] * 2
-        assert helper.poll() is None  # the helper chain is never interrupted
-        assert group.killed == 1 and code == 130  # the second Ctrl-C ended the run
-    finally:
-        for p in (helper, *children):
-            p.kill()
-            p.wait()
+def test_a_clients_ctrl_c_kills_the_group_at_once_as_sigint(tmp_path: Path) -> None:
+    group = Group()
+    order: list[str] = []
+    command = Command(order, lambda: group.killed > 0, code=137)
+    spooler = OrderedSpooler(tmp_path / "s.spool", order)
+    code, ended_by = capture(ReplaySource(DATA / "example.spool"), spooler, command, group, Sdk(),
+                             Control([[Interrupt()], [Interrupt()]]))
+    assert (code, ended_by, group.killed) == (137, "sigint", 1)  # killed once, however often asked
+    assert run_exit_code(code, ended_by) == 130
 
 
-def test_sigterm_is_forwarded_once_then_the_group_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_runner_kills_the_group_and_is_recorded(tmp_path: Path, signum: int) -> None:
     group = Group()
     sent = iter([True, True])
     order: list[str] = []
 
     def exit_when() -> bool:
         if next(sent, False):
-            os.kill(os.getpid(), signal.SIGTERM)  # the runner itself is asked to stop, twice
+            os.kill(os.getpid(), signum)  # the runner itself is asked to stop, twice
         return group.killed > 0
 
-    command = Command(order, exit_when, code=143)
-    spooler = OrderedSpooler(tmp_path / "s.spool", order)
-    before = signal.getsignal(signal.SIGTERM)
-    source = ReplaySource(DATA / "example.spool")
-    code, ended_by = capture(source, spooler, command, group, Sdk(), Control([]))
+    command = Command(order, exit_when, code=137)
+    before = signal.getsignal(signum)
+    with Interruptions() as interrupts:
+        interrupts.phase = "command"
+        spooler = OrderedSpooler(tmp_path / "s.spool", order)
+        code, ended_by = capture(ReplaySource(DATA / "example.spool"), spooler, command, group, Sdk(),
+                                 Control([]), interrupts=interrupts)
+    assert group.killed == 1 and (code, ended_by) == (137, signal.Signals(signum).name.lower())
+    assert command.signals == []  # nothing forwarded: the tree is killed at once
+    assert run_exit_code(code, ended_by) == 128 + signum
+    assert signal.getsignal(signum) == before  # the runner's own handler is back
+
+
+def test_a_promised_graceful_end_forwards_the_first_sigterm_and_kills_at_the_second(tmp_path: Path) -> None:
+    group = Group()
+    turns = iter(range(10_000))
+    order: list[str] = []
+
+    def exit_when() -> bool:
+        turn = next(turns)
+        if turn in (1, 3):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return group.killed > 0
+
+    command = Command(order, exit_when, code=137)
+    with Interruptions(forward_first=True) as interrupts:
+        interrupts.phase = "command"
+        spooler = OrderedSpooler(tmp_path / "s.spool", order)
+        code, ended_by = capture(ReplaySource(DATA / "example.spool"), spooler, command, group, Sdk(),
+                                 Control([]), interrupts=interrupts)
     assert command.signals == [signal.SIGTERM] and group.killed == 1
-    assert (code, ended_by) == (143, None)
-    assert signal.getsignal(signal.SIGTERM) == before  # the runner's own handler is back
+    assert (code, ended_by) == (137, "sigterm")
+
+
+def test_a_signal_during_setup_stops_it_with_the_signals_exit_code() -> None:
+    with Interruptions() as interrupts:
+        interrupts.check_setup()  # nothing received: set-up goes on
+        os.kill(os.getpid(), signal.SIGHUP)
+        with pytest.raises(Interrupted) as caught:
+            interrupts.check_setup()
+    assert caught.value.exit_code == 129 and "during setup" in str(caught.value)
+
+
+def test_publication_finishes_after_one_signal_and_is_abandoned_at_a_second(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with Interruptions() as interrupts:
+        interrupts.phase = "command"
+        os.kill(os.getpid(), signal.SIGTERM)  # ended the run: publication counts afresh
+        interrupts.enter_publish()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert "finishing its archive" in capsys.readouterr().err
+        with pytest.raises(Interrupted) as caught:
+            os.kill(os.getpid(), signal.SIGINT)
+    assert caught.value.exit_code == 130 and "abandoned" in str(caught.value)
+
+
+def test_end_requests_keep_the_commands_exit_code() -> None:
+    assert run_exit_code(137, "client_disconnected") == 137
+    assert run_exit_code(3, None) == 3

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from support import Archive, assay, runner_env
 
+from runner.capture.cgroup import parent_name
 from runner.host.mounts import cgroup2_mount
 
 pytestmark = pytest.mark.kernel
@@ -29,7 +30,7 @@ def escape(out: Path, run_id: str, env: dict[str, str], extra: tuple[str, ...] =
     assert proc.returncode == 0, proc.stderr
     assert "moved=" in proc.stdout and "moved=0" not in proc.stdout, proc.stdout
     assert "Permission denied" in proc.stderr
-    assert "/assay-runner/" in proc.stdout  # still inside the run's cgroup (v2 line of /proc/self/cgroup)
+    assert f"/{parent_name()}/" in proc.stdout  # still inside the run's cgroup (v2 line of /proc/self/cgroup)
     archive = Archive(out / f"{run_id}.tar.gz")
     # (the refused open of cgroup.procs itself is /sys: telemetry under the contract's filter table)
     assert "/etc/hostname" in archive.values("openat")  # the later read is still observed

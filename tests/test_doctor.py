@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,7 +20,11 @@ import pytest
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.host import checks, headers, mounts
 
-CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "pidns", "landlock")
+CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "pidns", "landlock", "limits",
+          "stale")
+
+
+STALE = re.compile(r"cgroup .* of a runner that died|spool|archive")
 
 
 def doctor(*args: str) -> subprocess.CompletedProcess[str]:
@@ -51,14 +56,16 @@ def test_doctor_json_is_machine_readable() -> None:
     for check in doc["checks"]:
         assert set(check) == {"name", "status", "ok", "required", "detail", "fix"}
         assert check["status"] == ("ok" if check["ok"] else "warn")
-    assert {c["name"] for c in doc["checks"] if not c["required"]} == {"landlock"}
+    assert {c["name"] for c in doc["checks"] if not c["required"]} == {"landlock", "limits", "stale"}
 
 
 @pytest.mark.kernel
 def test_doctor_fix_changes_nothing_on_a_ready_machine() -> None:
     proc = doctor("--fix")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[0] == "fix: nothing to change"
+    fixes = [line for line in proc.stdout.splitlines() if line.startswith("fix: ")]
+    # cleaning up after a runner that died elsewhere on this shared host is the only change allowed
+    assert fixes == ["fix: nothing to change"] or all(STALE.search(f) for f in fixes), fixes
 
 
 def in_child_as(uid: int, fn: Callable[[], str]) -> str:

@@ -224,11 +224,11 @@ def test_runner_killed_mid_run_leaves_a_valid_prefix_reported_incomplete(tmp_pat
 
 def _remove_leftover_cgroup(run_id: str) -> None:
     """A SIGKILLed runner cannot remove its run's cgroup; this test created it, so it removes it."""
-    from runner.capture.cgroup import PARENT
+    from runner.capture.cgroup import parent_name
     from runner.host.mounts import cgroup2_mount
 
     deadline = time.monotonic() + 30
-    for path in (cgroup2_mount() / PARENT).glob(f"{run_id}-*"):
+    for path in (cgroup2_mount() / parent_name()).glob(f"{run_id}-*"):
         while True:
             try:
                 path.rmdir()

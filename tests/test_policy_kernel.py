@@ -40,6 +40,7 @@ from normalizer.classify import Classified, kind_name
 from normalizer.decode import RawEvent, decode
 from normalizer.fsops import EVENT_HOOKS
 from normalizer.telemetry import is_telemetry
+from runner.capture.cgroup import parent_name
 from runner.host.mounts import cgroup2_mount
 from spool.format import Spool, read_spool
 
@@ -496,7 +497,7 @@ allow = [
 
 
 def _run_cgroups(run_id: str) -> list[str]:
-    parent = cgroup2_mount() / "assay-runner"
+    parent = cgroup2_mount() / parent_name()
     return [p.name for p in parent.iterdir() if p.name.startswith(f"{run_id}-")] if parent.exists() else []
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -107,15 +108,19 @@ def test_error_outcomes_are_records_not_failures(tmp_path: Path) -> None:
 
 
 def test_a_failing_probe_does_not_stop_the_stream(tmp_path: Path) -> None:
-    """Without HOME the secrets probe dies on `set -u`: reported, the others still stream, exit 1."""
-    env = {k: v for k, v in os.environ.items() if k != "HOME"}
+    """Without HOME and with no `getent` on PATH the secrets probe cannot find the home
+    directory and dies: reported, the others still stream, exit 1."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "bash").symlink_to(shutil.which("bash"))
+    env = {k: v for k, v in os.environ.items() if k != "HOME"} | {"PATH": str(bare)}
     cmd = [BIN / "probe", "--target", "--probe", "fs_user_ssh_list", "--probe", "fs_tmp_write"]
     done = subprocess.run([*cmd, "--workspace", tmp_path], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 1
     assert [json.loads(line)["probe"]["id"] for line in done.stdout.splitlines()] == ["fs_tmp_write"]
-    assert "probe: FAIL baseline fs_user_ssh_list: exited 1: " in done.stderr
-    assert "HOME: unbound variable" in done.stderr
+    assert "probe: FAIL baseline fs_user_ssh_list: exited 127: " in done.stderr
+    assert "getent: command not found" in done.stderr
     assert "1 records, 1 failed" in done.stderr
 
 

@@ -8,6 +8,7 @@ import pytest
 from support import ROOT, Archive, run_observed
 
 from normalizer.decode import decode
+from runner.capture.cgroup import parent_name
 from runner.host.mounts import cgroup2_mount
 from spool.format import read_spool
 
@@ -59,7 +60,7 @@ def test_exit_code_is_the_commands(tmp_path: Path, script: str, code: int) -> No
 
 
 def test_background_leftovers_are_killed_and_cgroup_removed(tmp_path: Path) -> None:
-    parent = cgroup2_mount() / "assay-runner"
+    parent = cgroup2_mount() / parent_name()
 
     def bg_cgroups() -> set[str]:  # other runs (benchmarks, ...) may be live: only ours count
         return {p.name for p in parent.glob("bg-*")} if parent.exists() else set()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support import CLI, assay
 
+from runner.capture.cgroup import parent_name
 from runner.host.mounts import cgroup2_mount
 
 pytestmark = pytest.mark.kernel
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.kernel
 
 def _run_cgroups() -> set[str]:
     """Cgroups of runs with the run id these tests use ('x'); other runs may be live."""
-    parent = cgroup2_mount() / "assay-runner"
+    parent = cgroup2_mount() / parent_name()
     if not parent.exists():
         return set()
     return {p.name for p in parent.iterdir() if p.is_dir() and p.name.startswith("x-")}

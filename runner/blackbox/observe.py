@@ -211,7 +211,7 @@ def _run_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: st
         result = execute(RunRequest(
             run_id=req.run_id, exe=req.exe, argv=req.argv, workdir=ws.root, out_dir=req.run_dir,
             ringbuf_pages=req.ringbuf_pages, env=req.env, user=req.user, isolate_net=req.isolate_net,
-            stdio=(stdin, *outputs), on_start=on_start,
+            stdio=(stdin, *outputs), on_start=on_start, forward_first_signal=True,
         ))
     finally:
         os.close(stdin)

@@ -1,23 +1,37 @@
 """The run's own cgroup v2: created fresh, filtered on in-kernel, removed after.
 
-The cgroup lives under `<cgroup2 mount>/assay-runner/`. Its path is a runner
-control value: it never appears in normalized evidence.
+The cgroup lives under `<cgroup2 mount>/assay-runner/` (another directory
+name with `ASSAY_RUNNER_CGROUP_PARENT`: a CI host can give each job its own,
+and a job's clean-up of runners that died then sees only that job's runs).
+Its path is a runner control value: it never appears in normalized evidence.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.capture.owner import Owner, write_owner
 from runner.errors import RunnerError
 from runner.host.mounts import cgroup2_mount
 
 PARENT = "assay-runner"
+PARENT_ENV = "ASSAY_RUNNER_CGROUP_PARENT"
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def parent_name() -> str:
+    """The directory under each cgroup mount that holds run cgroups (PARENT unless the environment says)."""
+    name = os.environ.get(PARENT_ENV) or PARENT
+    if not _NAME.fullmatch(name) or len(name) > 64:
+        raise RunnerError(f"{PARENT_ENV}={name!r}: use one directory name of letters, digits, '_', '.', '-'")
+    return name
 
 
 @dataclass(frozen=True)
@@ -29,14 +43,16 @@ class RunCgroup:
     level: int
 
     @classmethod
-    def create(cls, label: str) -> RunCgroup:
-        """Make a fresh, uniquely named cgroup for the run `label`."""
+    def create(cls, label: str, owner: Owner | None = None) -> RunCgroup:
+        """Make a fresh, uniquely named cgroup for the run `label`, marked as `owner`'s (owner.py)."""
         mount = cgroup2_mount()
-        path = mount / PARENT / f"{label}-{os.getpid()}-{secrets.token_hex(4)}"
+        path = mount / parent_name() / f"{label}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             path.mkdir(parents=True)
         except OSError as exc:
             raise RunnerError(f"cannot create the run cgroup {path}: {exc.strerror}") from exc
+        if owner is not None:
+            write_owner(path, owner)
         level = len(path.relative_to(mount).parts)
         return cls(path=path, id=path.stat().st_ino, level=level)
 

@@ -1,7 +1,7 @@
 """How the person (or program) who started a run sees it and steers it.
 
 Direct mode draws the live status line on the runner's own terminal and
-takes no requests: Ctrl-C reaches the command straight from the terminal.
+takes no requests: its signals are the runner's own (interrupt.py).
 The daemon's run worker implements the same interface over the client's
 socket: progress goes to the client, which draws the same line, and the
 client's Ctrl-C or disconnect, or the daemon's shutdown, come back as
@@ -21,7 +21,7 @@ EndReason = Literal["client_disconnected", "daemon_shutdown"]
 
 
 class Interrupt(msgspec.Struct, frozen=True):
-    """SIGINT to the command's processes, as the terminal's Ctrl-C does in direct mode."""
+    """The client's Ctrl-C: ends the run as SIGINT to the runner does in direct mode (reason `sigint`)."""
 
 
 class End(msgspec.Struct, frozen=True):

@@ -13,13 +13,13 @@ BPF or root (tests/test_capture_phases.py).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from runner.capture.control import End, Interrupt, RunControl
+from runner.capture.interrupt import Interruptions, reason
+from runner.capture.spawn import FORWARDED
 from runner.logs import get_logger
 from spool.format import SdkMessage
 from spool.writer import Spooler
@@ -72,8 +72,6 @@ class Command(Protocol):
 class Group(Protocol):
     """The run's processes as a whole (cgroup.RunCgroup)."""
 
-    def pids(self) -> list[int]: ...
-
     def kill(self) -> None: ...
 
 
@@ -85,28 +83,9 @@ class Messages(Protocol):
     def stop(self) -> None: ...
 
 
-class _Signals:
-    """Turns SIGTERM/SIGHUP into flags the drain loop acts on.
-
-    SIGINT from the terminal already reaches the command (same process
-    group); the runner ignores it and keeps draining until the command exits.
-    """
-
-    def __init__(self) -> None:
-        self.pending: list[int] = []
-        self._old = {s: signal.signal(s, self._on) for s in (signal.SIGTERM, signal.SIGHUP)}
-        self._old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def _on(self, signum: int, _frame: object) -> None:
-        self.pending.append(signum)
-
-    def restore(self) -> None:
-        for s, handler in self._old.items():
-            signal.signal(s, handler)
-
-
 def capture(source: EventSource, spooler: Spooler, command: Command, group: Group, sdk: Messages,
-            control: RunControl, on_start: Callable[[], None] | None = None) -> tuple[int, str | None]:
+            control: RunControl, on_start: Callable[[], None] | None = None,
+            interrupts: Interruptions | None = None) -> tuple[int, str | None]:
     """Start the command and spool everything until it is over; its exit code and why it ended early.
 
     Records reach the spool from the moment the sink is set, before "go";
@@ -121,7 +100,8 @@ def capture(source: EventSource, spooler: Spooler, command: Command, group: Grou
         on_start()
     spooler.phase("run_started")
     command.start()
-    exit_code, ended_by = _drain_until_exit(source, spooler, command, group, sdk, control)
+    exit_code, ended_by = _drain_until_exit(source, spooler, command, group, sdk, control,
+                                            interrupts or Interruptions())
     spooler.phase("command_exited")
     source.finish()
     sdk.stop()
@@ -130,16 +110,18 @@ def capture(source: EventSource, spooler: Spooler, command: Command, group: Grou
     return exit_code, ended_by
 
 
-def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, group: Group,
-                      sdk: Messages, control: RunControl) -> tuple[int, str | None]:
+def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, group: Group, sdk: Messages,
+                      control: RunControl, interrupts: Interruptions) -> tuple[int, str | None]:
     """Drain the ring buffer on a short timer until the command exits.
 
-    Returns the exit code and, when the run was ended from outside (client
-    gone, daemon shutting down), why.
+    Returns the exit code and, when the run was ended from outside (a
+    signal to the runner, the daemon client's Ctrl-C or disconnect, the
+    daemon shutting down), why. Any of those ends the whole agent tree at
+    once through `cgroup.kill` (runner/capture/interrupt.py); the loop then
+    drains until the command's exit is seen, so nothing in flight is lost.
     """
-    signals = _Signals()
-    terms = 0
     ended_by: str | None = None
+    forwarded = killed = False
     try:
         while True:
             source.wait(POLL_MS)
@@ -149,31 +131,25 @@ def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, g
             code = command.poll()
             if code is not None:
                 return code, ended_by
-            for request in control.requests():
-                if isinstance(request, End) or (isinstance(request, Interrupt) and terms):
-                    ended_by = request.reason if isinstance(request, End) else ended_by
-                    log.warning("run.end", reason=ended_by or "second_interrupt")
-                    group.kill()
-                else:
-                    terms += 1
-                    _interrupt(group, command)
-            while signals.pending:
-                signum = signals.pending.pop()
-                terms += 1
-                log.warning("run.signal", signal=signal.Signals(signum).name, count=terms)
-                if terms > 1:
-                    group.kill()
-                else:
+            signum = interrupts.take()
+            why = reason(signum) if signum is not None else _requested_end(control.requests())
+            if why is not None and not killed:
+                ended_by = ended_by or why
+                if signum in FORWARDED and interrupts.forward_first and not forwarded:
+                    forwarded = True  # a graceful end was promised: the next signal kills
+                    log.warning("run.forward", signal=signal.Signals(signum).name)
                     command.signal(signum)
+                else:
+                    killed = True
+                    log.warning("run.end", reason=why, phase="command")
+                    group.kill()
             control.progress(spooler.records, source.drops)
     finally:
         control.done()
-        signals.restore()
 
 
-def _interrupt(group: Group, command: Command) -> None:
-    """SIGINT to every process of the command, as a terminal's Ctrl-C reaches its process group."""
-    for pid in group.pids():
-        if pid not in (command.helper_pid, command.shim_pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGINT)
+def _requested_end(requests: list[Interrupt | End]) -> str | None:
+    """Why the control asks the run to end (the client's Ctrl-C counts as SIGINT), if it does."""
+    for request in requests:
+        return request.reason if isinstance(request, End) else reason(signal.SIGINT)
+    return None

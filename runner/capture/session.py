@@ -25,7 +25,9 @@ from normalizer.text import escape_os
 from policy.model import ResolvedPolicy
 from runner.capture.cgroup import RunCgroup
 from runner.capture.control import RunControl, TerminalControl
-from runner.capture.limits import CgroupLimits, LimitGroups
+from runner.capture.interrupt import Interruptions, run_exit_code
+from runner.capture.limits import DEFAULT_LIMITS, CgroupLimits, LimitGroups
+from runner.capture.owner import claim
 from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
 from runner.capture.sources import LocalSensor, RunSource, Sensor
@@ -36,7 +38,7 @@ from runner.errors import RunnerError
 from runner.evidence.publish import publish
 from spool.dirfd import open_dir
 from spool.format import SPOOL_FORMAT, DacVerdicts, Spool, SpoolHeader, SpoolTrailer, read_spool
-from spool.writer import Spooler, SpoolReplaced
+from spool.writer import Spooler, SpoolReplaced, SpoolWriteFailed
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,10 @@ class RunRequest:
     """The daemon's caller's working directory, umask and limits (spawn.CallerProcess)."""
     control: RunControl | None = None
     """Status line and requests; None is direct mode's terminal."""
-    limits: CgroupLimits | None = None
+    forward_first_signal: bool = False
+    """Forward the first SIGTERM/SIGHUP to the command instead of killing the run (interrupt.py)."""
+    limits: CgroupLimits | None = DEFAULT_LIMITS
+    """The run cgroup's limits; direct mode's defaults unless the caller (options, daemon config) says."""
     sensor: Sensor | None = None
     """Where the run's records come from; None: a monitor of its own (direct mode)."""
 
@@ -90,32 +95,46 @@ def execute(req: RunRequest) -> RunResult:
 
     `--out` is opened once, here, and the spool and the archive are made
     through that directory fd (spool/dirfd.py): what happens to the path
-    during the run changes nothing the runner writes.
+    during the run changes nothing the runner writes. SIGINT, SIGTERM and
+    SIGHUP are handled from the first step to the last (interrupt.py).
     """
     started = time.monotonic()
-    enforcement = enforce.prepare(req.policy)  # fails before anything exists
-    out_fd = open_dir(req.out_dir)
-    try:
-        spool_name = _capture(req, enforcement, out_fd)
-        own_view = Path(f"/proc/self/fd/{out_fd}")  # the directory we hold, not the path's current target
-        spool = _with_dac_verdicts(read_spool(own_view / spool_name), out_fd, spool_name, req.user)
-        normalized = normalize(spool, req.run_id)
-        publish(normalized, req.archive_path, out_fd)
-    finally:
-        os.close(out_fd)
-    return RunResult(spool.trailer.exit_code, req.archive_path, req.spool_path, normalized,
-                     time.monotonic() - started)
+    with Interruptions(req.forward_first_signal) as interrupts:
+        enforcement = enforce.prepare(req.policy)  # fails before anything exists
+        out_fd = open_dir(req.out_dir)
+        try:
+            spool_name, trailer = _capture(req, enforcement, out_fd, interrupts)
+            interrupts.enter_publish()
+            code = run_exit_code(trailer.exit_code, trailer.ended_by)
+            own_view = Path(f"/proc/self/fd/{out_fd}")  # the directory we hold, not the path's current target
+            try:
+                spool = _with_dac_verdicts(read_spool(own_view / spool_name), out_fd, spool_name, req.user)
+                normalized = normalize(spool, req.run_id)
+                publish(normalized, req.archive_path, out_fd)
+            except OSError as exc:
+                raise RunnerError(
+                    f"cannot write the archive {req.archive_path}: {exc.strerror or exc}; the command exited "
+                    f"{code}; its spool {req.spool_path} is complete: rebuild the archive with "
+                    f"'assay-runner normalize {req.spool_path}' once there is room (no archive was replaced)",
+                    code) from exc
+        finally:
+            os.close(out_fd)
+    return RunResult(code, req.archive_path, req.spool_path, normalized, time.monotonic() - started)
 
 
-def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> str:
-    """Cgroup, the run's source, spawn, drain into the spool; the published spool's name in `out_fd`."""
-    cgroup = RunCgroup.create(req.run_id)
-    limits = LimitGroups.create(cgroup, req.limits)
+def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
+             interrupts: Interruptions) -> tuple[str, SpoolTrailer]:
+    """Cgroup, the run's source, spawn, drain into the spool; the published spool's name and its trailer."""
+    cgroup = RunCgroup.create(req.run_id, claim(req.out_dir, out_fd, req.spool_path.name))
+    limits: LimitGroups | None = None
     source: RunSource | None = None
     spooler: Spooler | None = None
     sdk = SdkServer(req.policy.tool_decision if req.policy else None)
     try:
+        limits = LimitGroups.create(cgroup, req.limits)
+        interrupts.check_setup()
         source = (req.sensor or LocalSensor(req.ringbuf_pages)).open(cgroup, enforcement.net)
+        interrupts.check_setup()
         spec = CommandSpec(req.exe, req.argv, str(req.workdir), {**req.env, **sdk.env()},
                            keep_fds=(sdk.child_fd,), ruleset=enforcement.ruleset,
                            user=req.user, isolate_net=req.isolate_net, stdio=req.stdio,
@@ -131,18 +150,30 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> 
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
             policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
+        interrupts.check_setup()
+        interrupts.phase = "command"
         exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
-                                      req.control or TerminalControl(), req.on_start)
+                                      req.control or TerminalControl(), req.on_start, interrupts)
         counters = source.ledger.counters()
+        trailer = SpoolTrailer(
+            exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
+            untracked_tasks=counters.untracked, ended_by=ended_by, limits=dict(limits.applied),
+            limits_hit=limits.events(), limits_unavailable=list(limits.unavailable),
+        )
         try:
-            name = spooler.finish(SpoolTrailer(
-                exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
-                untracked_tasks=counters.untracked, ended_by=ended_by,
-            ))
+            name = spooler.finish(trailer)
         except SpoolReplaced as exc:
             raise RunnerError(f"evidence tampered with: {exc}; no archive was written") from exc
+        except SpoolWriteFailed as exc:
+            kept, spooler = spooler.partial_name, None  # whole frames only: kept for a later look
+            code = run_exit_code(exit_code, ended_by)
+            raise RunnerError(
+                f"cannot write the spool in {req.out_dir}: {exc} ({exc.unwritten} records were not written); "
+                f"the command exited {code}; {kept} keeps the whole frames written before (once there is "
+                f"room: assay-runner normalize {req.out_dir / kept}); no archive was written or replaced",
+                code) from exc.error
         spooler = None
-        return name
+        return name, trailer
     finally:
         sdk.stop()
         if spooler is not None:
@@ -152,7 +183,8 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int) -> 
         finally:
             if source is not None:
                 source.close()  # after the cgroup emptied: no task of the run is left to track
-            limits.remove()
+            if limits is not None:
+                limits.remove()
 
 
 def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
@@ -162,6 +194,9 @@ def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
     except FileExistsError as exc:
         raise RunnerError(f"{req.spool_path}.partial appeared before the run could create it: "
                           "refusing to write through it") from exc
+    except OSError as exc:
+        raise RunnerError(f"cannot write the spool in {req.out_dir}: {exc.strerror or exc}; the command "
+                          "was not started and nothing was written") from exc
 
 
 def _with_dac_verdicts(spool: Spool, out_fd: int, name: str, user: Credentials | None) -> Spool:

@@ -113,7 +113,7 @@ class Spawned:
         return exit_code(status) if pid else None
 
     def signal(self, signum: int) -> None:
-        """Forward `signum` to the command through the init."""
+        """Forward `signum` to the command through the init (it forwards FORWARDED signals)."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.shim_pid, signum)
 

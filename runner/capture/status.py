@@ -62,6 +62,8 @@ def summary(run: NormalizedRun, exit_code: int, elapsed: float, archive: str) ->
         lines.append(f"  policy blocks:     {_preview(run.blocked)}")
     ended = [n.split(": ", 1)[1] for n in h.notes if n.startswith("s2_run_ended:")]
     lines += [f"  ended from outside: {why}" for why in ended]
+    limits = [n.split(": ", 1)[1] for n in h.notes if n.startswith("s3_resource_limits:")]
+    lines += [f"  resource limits:   {hit}" for hit in limits]
     lines += [
         f"  health:            kernel_layer={h.kernel_layer} drops={h.ringbuf_drops} "
         f"cgroup_correlation={h.cgroup_correlation} network={h.network_protocol_coverage}",

@@ -15,8 +15,11 @@ import os
 import sys
 from typing import TextIO
 
+from runner.capture.limits import available
+from runner.capture.stale import find, sweep
 from runner.errors import EXIT_CHECK_FAILED
 from runner.host import checks as host_checks
+from runner.host.result import Check
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,14 +29,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="check what a run needs from this machine (and fix it with --fix)",
         description=(
             "Check the prerequisites of 'assay-runner run': root, bcc, kernel headers, "
-            "tracefs, cgroup v2, a real BPF ring-buffer tracepoint load, pid namespaces "
-            "and Landlock. Exit 0 when every required check passes, 1 otherwise."
+            "tracefs, cgroup v2, a real BPF ring-buffer tracepoint load, pid namespaces, "
+            "Landlock, the pids/memory limit controllers and run cgroups left by runners that "
+            "died. Exit 0 when every required check passes, 1 otherwise."
         ),
     )
     parser.add_argument(
         "--fix",
         action="store_true",
-        help="first mount tracefs/debugfs and install or link kernel headers (needs root)",
+        help="first mount tracefs/debugfs, install or link kernel headers, and clean up after "
+             "runners that died (their cgroups and spools) (needs root)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(func=run_doctor)
@@ -46,7 +51,7 @@ def _apply_fixes(notes: TextIO) -> list[str]:
         print(f"fix: {skipped}", file=notes)
         return [skipped]
     changes: list[str] = []
-    for note in host_checks.apply_fixes():
+    for note in (*host_checks.apply_fixes(), *sweep()):
         print(f"fix: {note}", file=notes, flush=True)
         changes.append(note)
     if not changes:
@@ -54,11 +59,32 @@ def _apply_fixes(notes: TextIO) -> list[str]:
     return changes
 
 
+def check_limits() -> Check:
+    """Can a run's cgroup get its pids and memory limits here? (`run` notes it in health when not.)"""
+    where = available()
+    missing = sorted(name for name, how in where.items() if how.startswith("unavailable"))
+    detail = ", ".join(f"{name}: {how}" for name, how in sorted(where.items()))
+    return Check("limits", not missing, detail,
+                 f"runs get no {' or '.join(missing)} limit (health says so): enable the controller "
+                 "(cgroup v2 cgroup.subtree_control, or mount its cgroup v1 hierarchy)", required=False)
+
+
+def check_stale() -> Check:
+    """Run cgroups left by runners that died (runner/capture/stale.py)."""
+    stale = find()
+    if not stale:
+        return Check("stale", True, "no run cgroup of a dead runner", required=False)
+    names = ", ".join(sorted({s.path.name for s in stale}))
+    return Check("stale", False, f"{len(stale)} run cgroups of runners that died ({names})",
+                 "'assay-runner doctor --fix' (or the next run) kills what is left in them, removes them "
+                 "and rebuilds their spools", required=False)
+
+
 def run_doctor(args: argparse.Namespace) -> int:
     """Apply fixes when asked, run every check, report; 0 when ready."""
     # With --json, stdout carries only the JSON document; notes go to stderr.
     fixes = _apply_fixes(sys.stderr if args.json else sys.stdout) if args.fix else []
-    checks = host_checks.run_checks()
+    checks = [*host_checks.run_checks(), check_limits(), check_stale()]
     ready = all(c.ok or not c.required for c in checks)
     if args.json:
         doc = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,9 @@ from runner.cli.cmd_run import check_run_id
 from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.evidence.publish import publish
+from spool.dirfd import open_dir
 from spool.format import SpoolError, read_spool
+from spool.recover import CannotRecover, recover
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,11 +25,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="rebuild an archive from a raw spool (no root needed)",
         description="Normalize a raw spool written by 'run' into a v0 archive.",
     )
-    p.add_argument("spool", type=Path, metavar="SPOOL", help="a RUN_ID.spool file")
+    p.add_argument("spool", type=Path, metavar="SPOOL",
+                   help="a RUN_ID.spool file, or the RUN_ID.spool.partial a run could not finish (full disk, "
+                        "killed runner): it is closed first, and the archive is marked partial")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="archive to write (default: the spool's path with .tar.gz)")
     p.add_argument("--run-id", metavar="ID", help="override the run id recorded in the spool")
     p.set_defaults(func=main)
+
+
+PARTIAL = ".spool.partial"
+
+
+def close_partial(partial: Path) -> Path:
+    """Close a spool its run could not finish (spool/recover.py); the complete spool's path."""
+    final = partial.with_name(partial.name.removesuffix(".partial"))
+    fd = open_dir(partial.parent)
+    try:
+        got = recover(fd, final.name, "incomplete_spool")
+    except (CannotRecover, OSError) as exc:
+        raise RunnerError(f"cannot close {partial}: {exc}", EXIT_BAD_INPUT) from exc
+    finally:
+        os.close(fd)
+    print(printable(f"assay-runner: closed {partial} as {final} ({got.records} records"
+                    + (f", {got.cut_bytes} torn bytes cut" if got.cut_bytes else "") + ")"), file=sys.stderr)
+    return final
 
 
 def main(args: argparse.Namespace) -> int:
@@ -36,6 +59,8 @@ def main(args: argparse.Namespace) -> int:
         raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc
     if not args.spool.is_file():
         raise RunnerError(f"no such spool: {args.spool}", EXIT_BAD_INPUT)
+    if args.spool.name.endswith(PARTIAL):
+        args.spool = close_partial(args.spool)
     try:
         spool = read_spool(args.spool)
         if run_id is None and not is_safe_run_id(spool.header.run_id):

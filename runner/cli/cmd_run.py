@@ -17,7 +17,8 @@ from ebpf.monitor import DEFAULT_RINGBUF_PAGES
 from normalizer.artifacts import is_safe_run_id
 from normalizer.redact import find_unredacted
 from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
-from policy.model import ResolvedPolicy, resolve
+from policy.model import PolicyError, ResolvedPolicy, resolve
+from runner.capture.limits import DEFAULT_PIDS_MAX, CgroupLimits
 from runner.enforce.identity import command_credentials, effective, identity_env
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
 from runner.logs import get_logger
@@ -78,6 +79,13 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                         "invoking user (SUDO_UID), and '--user root' runs it as root")
     p.add_argument("--net", choices=("host", "isolated"), default="host",
                    help="'isolated': a fresh network namespace with only loopback up (default: host)")
+    p.add_argument("--pids-max", type=int, metavar="N",
+                   help=f"most tasks (processes and threads) the run may have at once, its cgroup's pids.max "
+                        f"(default: {DEFAULT_PIDS_MAX}; 0: no limit); forks past it fail with EAGAIN and the "
+                        "archive's health says so. Direct mode: the daemon applies its operator's limits")
+    p.add_argument("--memory-max", metavar="SIZE",
+                   help="most memory the run may use, its cgroup's memory.max, as bytes or 512M/4G "
+                        "(default: no limit); past it the kernel's OOM killer ends tasks and health says so")
     policy = p.add_mutually_exclusive_group()
     policy.add_argument("--policy", type=Path, metavar="FILE",
                         help="enforce this policy file (TOML, see 'assay-runner policy check')")
@@ -184,6 +192,22 @@ def run_policy(args: argparse.Namespace, workdir: Path, user: Credentials | None
         raise RunnerError(f"policy {doc.name}: {exc}") from exc
 
 
+def run_limits(args: argparse.Namespace) -> CgroupLimits:
+    """--pids-max and --memory-max; what the user asked must be enforceable, the default need not be."""
+    from runner.daemon.config import memory_bytes
+
+    pids = getattr(args, "pids_max", None)
+    memory = getattr(args, "memory_max", None)
+    if pids is not None and pids < 0:
+        raise RunnerError(f"--pids-max must be 0 (no limit) or a positive number, got {pids}")
+    try:
+        memory_max = memory_bytes(memory)
+    except PolicyError as exc:  # it names the config key; say the option instead
+        raise RunnerError(f"--memory-max: {exc.problem}") from None
+    return CgroupLimits(pids_max=DEFAULT_PIDS_MAX if pids is None else (pids or None), memory_max=memory_max,
+                        required=pids is not None or memory is not None)
+
+
 def command_inputs(args: argparse.Namespace) -> tuple[list[str], str, Path, dict[str, str], str]:
     """The command, run id, workdir, environment and executable, checked as the caller.
 
@@ -215,10 +239,23 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     policy = run_policy(args, workdir, user)
     enforce.check(policy)
     require_run_prerequisites()
+    limits = run_limits(args)
+    report_stale_cleanup()  # before --out is prepared: a dead run's partial spool there is recovered first
     out = prepare_out_dir(args.out, run_id, getattr(args, "force", False), user, policy)
     return RunRequest(run_id=run_id, exe=exe, argv=cmd, workdir=workdir, out_dir=out,
                       ringbuf_pages=pages, env=env, user=user,
-                      isolate_net=args.net == "isolated", policy=policy)
+                      isolate_net=args.net == "isolated", policy=policy, limits=limits)
+
+
+def report_stale_cleanup() -> None:
+    """Clean up after runners that died (runner/capture/stale.py) and say what was done, one line each."""
+    from runner.capture.stale import sweep
+    from runner.display import printable
+
+    if os.geteuid() != 0:  # only root can; the run itself will say root is needed
+        return
+    for line in sweep():
+        print(printable(f"assay-runner: {line}"), file=sys.stderr)
 
 
 def use_daemon(args: argparse.Namespace) -> bool:

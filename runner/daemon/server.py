@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, peer_of, refusal
@@ -79,6 +80,7 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
         self.listener, self.owns_socket = listen(self.config)
+        sweep()  # cgroups of workers (or a daemon) that died: logged as stale.cleaned
         self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
         self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
         log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),

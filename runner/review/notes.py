@@ -33,13 +33,27 @@ MEANINGS = {
         "was never seen); those files appear as the relative path the program passed."
     ),
     "s2_run_ended": (
-        "The run did not end by the command exiting (reason: the daemon client disconnected or "
-        "the daemon shut down): the capture stops there, so later activity is not in the archive."
+        "The run did not end by the command exiting: it was ended from outside (reason: a signal "
+        "to the runner such as sigint, sigterm or sighup, the daemon client disconnected, or the "
+        "daemon shut down) while the command ran (phase=command), and the whole process tree was "
+        "killed. What the command would have done afterwards is not in the archive."
+    ),
+    "s2_run_recovered": (
+        "The run could not finish its spool (cause=runner_died: the runner was killed or crashed; "
+        "incomplete_spool: its disk was full, say) and this archive was rebuilt from what had been "
+        "flushed: the records of its last moments, the command's exit status and the kernel's drop "
+        "counters are missing, so correlation is partial. Re-run for a complete capture."
     ),
     "s2_untraced_io": (
         "The command used io_uring or open_by_handle_at: operations done that way are not in "
         "the kernel layer, so files and endpoints may be missing (network coverage becomes "
         "unknown with io_uring)."
+    ),
+    "s3_resource_limits": (
+        "A resource limit of the run's cgroup refused the command (pids_refused: forks that failed "
+        "with EAGAIN at pids_max; oom_kills: tasks the OOM killer ended at memory_max), or a default "
+        "limit could not be set because the host lacks the controller (unavailable=...). The "
+        "evidence is complete; the command's behaviour was shaped by the limit."
     ),
     "s3_cgroup_escape": (
         "A process of the run moved itself out of the run's cgroup (or was cloned into another "

@@ -1,0 +1,51 @@
+"""Rebuild the archive of a run whose runner died, from what its spool holds (stale.py finds them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from normalizer.build import normalize
+from normalizer.decode import DecodeError
+from runner.errors import RunnerError
+from runner.evidence.publish import publish
+from spool.format import SpoolError, read_spool
+from spool.recover import CannotRecover, recover
+
+SPOOL_SUFFIX = ".spool"
+
+
+def rebuild(out_fd: int, out: Path, spool: str) -> str:
+    """Close `spool` (if partial) in `out_fd` and write its archive beside it; what was done, or why not.
+
+    A partial spool becomes an archive marked partial (`s2_run_recovered`); a
+    complete spool without an archive (the runner died while publishing)
+    becomes the archive the run would have written. An existing archive is
+    never replaced.
+    """
+    archive = out / (spool.removesuffix(SPOOL_SUFFIX) + ".tar.gz")
+    marked = ""
+    try:
+        if _exists(out_fd, spool + ".partial"):
+            got = recover(out_fd, spool, "runner_died")
+            marked = (f" ({got.records} records; marked partial: s2_run_recovered"
+                      + (f", {got.cut_bytes} torn bytes cut" if got.cut_bytes else "") + ")")
+        elif not _exists(out_fd, spool):
+            return f"no spool of the dead run is left in {out} ({spool})"
+        if _exists(out_fd, archive.name):
+            return f"kept {out / spool}: {archive} already exists and is not replaced"
+        run = normalize(read_spool(Path(f"/proc/self/fd/{out_fd}") / spool))
+        publish(run, archive, out_fd)
+    except (CannotRecover, SpoolError, DecodeError, RunnerError) as exc:
+        return f"cannot rebuild {archive} from {out / spool}: {exc}"
+    except OSError as exc:
+        return f"cannot rebuild {archive} from {out / spool}: {exc.strerror or exc}"
+    return f"rebuilt {archive} from the dead run's spool{marked}"
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
