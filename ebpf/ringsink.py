@@ -141,6 +141,8 @@ class BatchObserver:
         self._ring = ring
         self.sink = RingSink(pause_bytes)
         self._sinks: dict[int, BatchSink] = {}
+        self.pauses = 0
+        """Drains that stopped at the byte bound and resumed after handing on."""
         ring.open_ring(self.sink.callback, self.sink.handle)
 
     def open_run(self, key: int, sink: BatchSink, fmt: int = MSGPACK) -> None:
@@ -170,6 +172,7 @@ class BatchObserver:
         self._ring.wait(timeout_ms)
         self._hand_on()
         if self.sink.paused:
+            self.pauses += 1
             self.drain()
 
     def drain(self) -> None:
@@ -180,6 +183,7 @@ class BatchObserver:
             self._hand_on()
             if not self.sink.paused:
                 return
+            self.pauses += 1
 
     def _hand_on(self) -> None:
         for key, sink in self._sinks.items():

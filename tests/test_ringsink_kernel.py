@@ -55,11 +55,12 @@ def opener(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return src.with_suffix("")
 
 
-def _capture(opener: Path, scratch: Path, n: int, every: int, pages: int, read_while_running: bool):
+def _capture(opener: Path, scratch: Path, n: int, every: int, pages: int, read_while_running: bool,
+             pause_bytes: int = ringsink.PAUSE_BYTES):
     """Run the opener in a fresh run cgroup under its own monitor; records and the run's counters."""
     cgroup = RunCgroup.create("ringsink-test")
     monitor = Monitor(MonitorConfig(ringbuf_pages=pages), lambda _r: None)
-    observer = ringsink.BatchObserver(monitor)
+    observer = ringsink.BatchObserver(monitor, pause_bytes)
     batches: list[tuple[bytes, int]] = []
     try:
         observer.open_run(RUN_KEY, lambda items, count: batches.append((items, count)))
@@ -75,22 +76,30 @@ def _capture(opener: Path, scratch: Path, n: int, every: int, pages: int, read_w
         assert child.returncode == 0
         observer.drain()
         counters = monitor.counters(RUN_KEY)
+        pauses = observer.pauses
     finally:
         monitor.close()
         observer.close()
         cgroup.remove()
     records = [r for items, count in batches
                for f in iter_frames(io.BytesIO(batch_head(count, len(items)) + items)) for r in f.records]
-    return records, counters
+    return records, counters, pauses
 
 
 def _opens(records: list[bytes]) -> list[bytes]:
     return [r for r in records if HEADER.unpack_from(r)[3] == HOOK_OPEN]
 
 
-def test_every_record_arrives_and_none_is_dropped_at_a_moderate_rate(opener: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pause_bytes", [ringsink.PAUSE_BYTES, 4096])
+def test_every_record_arrives_and_none_is_dropped_at_a_moderate_rate(opener: Path, tmp_path: Path,
+                                                                     pause_bytes: int) -> None:
+    """Also with drains that pause every 4 KiB: libbpf keeps the record a pausing callback was
+    given (it has already moved past it), and the next drain resumes after it."""
     n = 20_000
-    records, counters = _capture(opener, tmp_path, n, every=500, pages=1024, read_while_running=True)
+    records, counters, pauses = _capture(opener, tmp_path, n, every=500, pages=1024, read_while_running=True,
+                                         pause_bytes=pause_bytes)
+    if pause_bytes == 4096:
+        assert pauses > 0  # 20k records (about 2.5 MB) never fit in 4 KiB
     marked = [r for r in _opens(records) if b"ringsink-miss-" in r]
     assert len(marked) == n
     assert sum(counters.drops.values()) == 0
@@ -102,7 +111,7 @@ def test_under_forced_overflow_the_counters_account_for_every_missing_record(ope
     """A one-page ring that nobody reads while 3,000 opens happen: most are dropped, and
     emitted + dropped is exactly the number of opens, emitted exactly what the consumer got."""
     n = 3_000
-    records, counters = _capture(opener, tmp_path, n, every=0, pages=1, read_while_running=False)
+    records, counters, _ = _capture(opener, tmp_path, n, every=0, pages=1, read_while_running=False)
     opens = _opens(records)
     assert counters.drops["open"] > 0
     assert len(opens) == counters.emitted["open"]
