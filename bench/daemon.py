@@ -11,6 +11,7 @@ back-to-back runs.
 
 from __future__ import annotations
 
+import json
 import signal
 import statistics
 import subprocess
@@ -57,12 +58,23 @@ class DaemonService:
             self.proc.wait(timeout=120)
 
     def rss_kib(self) -> int:
-        """The daemon process's own resident memory (its run workers have exited)."""
+        """Resident memory of the daemon's main and sensor processes (not its short-lived workers)."""
         assert self.proc is not None
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        raise RuntimeError("no VmRSS for the daemon")
+        return _rss_kib(self.proc.pid) + _rss_kib(self.sensor_pid())
+
+    def sensor_pid(self) -> int:
+        """The sensor process's pid, from the daemon's `daemon.sensor_loaded` log line."""
+        for line in self.log.read_text().splitlines():
+            if '"daemon.sensor_loaded"' in line:
+                return int(json.loads(line)["sensor_pid"])
+        raise RuntimeError("the daemon logged no sensor_pid")
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 class DaemonRunner(Runner):
@@ -102,7 +114,7 @@ def true_wall(session: Session, binary: str, service: DaemonService, cgroup: Cgr
 
 
 def daemon_memory(session: Session, binary: str, service: DaemonService) -> dict[str, Any]:
-    """The daemon's RSS after each of many back-to-back `/bin/true` runs through it."""
+    """The daemon's RSS (main and sensor process) after each of many back-to-back `/bin/true` runs."""
     runs = MEMORY_RUNS_QUICK if session.quick else MEMORY_RUNS
     out = session.scratch.parent / "memory-runs"
     out.mkdir(parents=True, exist_ok=True)

@@ -54,11 +54,16 @@ BPF_RINGBUF_OUTPUT(rb, RINGBUF_PAGES);
 BPF_HASH(tasks, u32, struct task_t, TASKS_MAX);
 BPF_HASH(run_cgroups, u64, u32, RUN_SLOTS); /* cgroup v2 id -> run key */
 /* Counters per run slot (key % RUN_SLOTS; slot 0: the run could not be known):
- * tasks the full `tasks` map could not take, and ring writes per hook. */
-BPF_PERCPU_ARRAY(untracked, u64, RUN_SLOTS);
+ * ring writes that failed and succeeded per hook, and tasks the full `tasks`
+ * map could not take. One entry per slot, so user space reads a run's
+ * counters with one lookup. */
+struct run_counts {
+    u64 drops[HOOK_MAX];
+    u64 emitted[HOOK_MAX];
+    u64 untracked;
+};
+BPF_PERCPU_ARRAY(counts, struct run_counts, RUN_SLOTS);
 BPF_PERCPU_ARRAY(scratch, struct assay_rec, 1);
-BPF_PERCPU_ARRAY(drops, u64, RUN_SLOTS * HOOK_MAX);
-BPF_PERCPU_ARRAY(emitted, u64, RUN_SLOTS * HOOK_MAX);
 BPF_PERCPU_ARRAY(since_wake, u64, 1);
 /* Never written: lets tests read clang's layout of the header via BCC. */
 BPF_ARRAY(layout_probe, struct assay_hdr, 1);
@@ -75,13 +80,26 @@ static __always_inline struct task_t *tracked(void)
     return tasks.lookup(&tid);
 }
 
+static __always_inline struct run_counts *counts_of(u32 run)
+{
+    u32 slot = run % RUN_SLOTS;
+    return counts.lookup(&slot);
+}
+
+static __always_inline void count_untracked(u32 run)
+{
+    struct run_counts *c = counts_of(run);
+    if (c)
+        c->untracked++;
+}
+
 /* Adds `tid` to run `run`; a full map is counted, never silent. */
 static __always_inline void track(u32 tid, u32 run)
 {
     struct task_t t = {};
     t.run = run;
     if (tasks.update(&tid, &t) != 0)
-        untracked.increment(run % RUN_SLOTS);
+        count_untracked(run);
 }
 
 /* Starts a record in the per-CPU scratch slot; `run` is the run key it belongs to. */
@@ -109,7 +127,7 @@ static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
 
 static __always_inline void rec_submit(struct assay_rec *r)
 {
-    u32 slot = (r->h.run % RUN_SLOTS) * HOOK_MAX + (r->h.hook % HOOK_MAX);
+    u32 hook = r->h.hook;
     u64 size = sizeof(struct assay_hdr) + (r->h.data_len & (ASSAY_PAYLOAD_MAX - 1));
     if (r->h.data_len >= ASSAY_PAYLOAD_MAX)
         size = sizeof(struct assay_rec);
@@ -122,10 +140,14 @@ static __always_inline void rec_submit(struct assay_rec *r)
         *n = 0;
         flags = BPF_RB_FORCE_WAKEUP;
     }
-    if (rb.ringbuf_output(r, size, flags) == 0)
-        emitted.increment(slot);
+    long failed = rb.ringbuf_output(r, size, flags);
+    struct run_counts *c = counts_of(r->h.run);
+    if (!c || hook >= HOOK_MAX)
+        return;
+    if (failed)
+        c->drops[hook]++;
     else
-        drops.increment(slot);
+        c->emitted[hook]++;
 }
 
 /* True when a string that filled a whole ASSAY_DATA_MAX read really ends
@@ -371,7 +393,7 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
             struct task_t moved = *o;
             moved.hook = 0;
             if (tasks.update(&tid, &moved) != 0)
-                untracked.increment(moved.run % RUN_SLOTS);
+                count_untracked(moved.run);
             tasks.delete(&old);
         }
     }

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import re
+import select
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ebpf.wire import HOOK_MAX, HOOK_NAMES, RUN_SLOTS
+from ebpf.wire import DEFAULT_RINGBUF_PAGES, HOOK_MAX, HOOK_NAMES, RUN_SLOTS
 
 SOURCE_DIR = Path(__file__).resolve().parent
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
@@ -36,7 +38,6 @@ JOINED_SYSCALLS = (
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-DEFAULT_RINGBUF_PAGES = 1024  # 4 MiB: zero drops on our open-heavy benchmark
 TASKS_MAX = 32768
 """Live tasks the lineage map can track at once; more are counted as untracked."""
 RUN_KEY = 1
@@ -168,6 +169,7 @@ class Monitor:
             raise MonitorError(f"cannot load the eBPF monitor: {exc}") from exc
         self._sink = sink
         self._net_links: list[int] = []
+        self._epoll_fd: int | None = None
         try:
             for name in JOINED_SYSCALLS:
                 self._bpf.attach_tracepoint(tp=f"syscalls:sys_exit_{name}".encode(), fn_name=b"on_sys_exit")
@@ -191,16 +193,17 @@ class Monitor:
         runs = self._bpf[b"run_cgroups"]
         runs[runs.Key(cgroup_id)] = runs.Leaf(key)
 
-    def remove_run(self, key: int, cgroup_id: int) -> int:
-        """Forget run `key`: its cgroup, its rules and the tasks still tracked for it (returned).
+    def remove_run(self, key: int) -> int:
+        """Forget run `key`: its cgroups, its rules and the tasks still tracked for it (returned).
 
-        Its cgroup is gone or empty by now; tasks that left it earlier (an
+        Called once its cgroup is empty; tasks that left it earlier (an
         escape, followed by lineage) stop being tracked here, so a later run
-        on the same slot never inherits them.
+        on the same slot never inherits them. Safe to call twice.
         """
         runs = self._bpf[b"run_cgroups"]
-        with contextlib.suppress(KeyError):
-            del runs[runs.Key(cgroup_id)]
+        for k in [k for k, v in runs.items() if v.value == key]:
+            with contextlib.suppress(KeyError):
+                del runs[k]
         self._set_net(key % RUN_SLOTS, None)
         tasks = self._bpf[b"tasks"]
         stale = [k for k, v in tasks.items() if v.run == key]
@@ -285,26 +288,33 @@ class Monitor:
             self._bpf[b"rb"].open_ring_buffer(self._on_record)
             self._ring_open = True
 
-    def wait(self, timeout_ms: int) -> None:
-        """Sleep until the kernel forces a wakeup (buffer filling) or timeout."""
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
+        """Sleep until the kernel forces a wakeup (buffer filling), `wake` is readable, or timeout."""
         self._reader()
-        self._bpf.ring_buffer_poll(timeout_ms)
+        if wake is None:
+            self._bpf.ring_buffer_poll(timeout_ms)
+            return
+        select.select([self.ring_fd(), wake], [], [], timeout_ms / 1000)
+
+    def ring_fd(self) -> int:
+        """An fd that is readable when the kernel woke the ring's reader (the ring is filling)."""
+        self._reader()
+        if self._epoll_fd is None:
+            self._epoll_fd = _libbpf().ring_buffer__epoll_fd(ctypes.c_void_p(self._bpf._ringbuf_manager))
+        return self._epoll_fd
 
     def drain(self) -> None:
         """Hand every record currently in the ring buffer to the sink."""
         self._reader()
         self._bpf.ring_buffer_consume()
 
-    def _per_hook(self, table: str, slot: int) -> dict[str, int]:
-        values = self._bpf[table.encode()]
-        base = slot * HOOK_MAX
-        return {name: sum(values[ctypes.c_int(base + hook)]) for hook, name in HOOK_NAMES.items()}
-
     def counters(self, key: int) -> RunCounters:
         """The counters of run `key`'s slot since load (`RunCounters.since` for one run's share)."""
-        slot = key % RUN_SLOTS
-        return RunCounters(drops=self._per_hook("drops", slot), emitted=self._per_hook("emitted", slot),
-                           untracked=sum(self._bpf[b"untracked"][ctypes.c_int(slot)]))
+        per_cpu = self._bpf[b"counts"][ctypes.c_int(key % RUN_SLOTS)]  # one lookup
+        return RunCounters(
+            drops={name: sum(c.drops[hook] for c in per_cpu) for hook, name in HOOK_NAMES.items()},
+            emitted={name: sum(c.emitted[hook] for c in per_cpu) for hook, name in HOOK_NAMES.items()},
+            untracked=sum(c.untracked for c in per_cpu))
 
     def unattributed(self) -> RunCounters:
         """Slot 0: what was counted where the kernel could not know the run."""
@@ -372,11 +382,18 @@ class RunLedger:
                            untracked=own.untracked + unknown.untracked)
 
 
+@functools.cache
+def _libbpf() -> ctypes.CDLL:
+    """libbpf, which BCC itself links: what BCC 0.26's Python does not expose."""
+    lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
+    lib.bpf_link_create.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.ring_buffer__epoll_fd.argtypes = [ctypes.c_void_p]
+    return lib
+
+
 def _link_create(prog_fd: int, target_fd: int, attach_type: int) -> int:
-    """bpf(BPF_LINK_CREATE) through libbpf (BCC 0.26's Python has no cgroup links)."""
-    libbpf = ctypes.CDLL("libbpf.so.1", use_errno=True)
-    libbpf.bpf_link_create.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-    fd = libbpf.bpf_link_create(prog_fd, target_fd, attach_type, None)
+    """bpf(BPF_LINK_CREATE): a cgroup attachment that ends with its fd."""
+    fd = _libbpf().bpf_link_create(prog_fd, target_fd, attach_type, None)
     if fd < 0:
         err = ctypes.get_errno() or -fd
         raise OSError(err, f"bpf_link_create: {os.strerror(err)}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from ebpf.wire import HEADER, RUN, RUN_OFFSET
+from ebpf.wire import HEADER, RUN_OFFSET
 
 Sink = Callable[[bytes], None]
 
@@ -34,7 +34,7 @@ class RingReader(Protocol):
 
     def set_sink(self, sink: Sink) -> None: ...
 
-    def wait(self, timeout_ms: int) -> None: ...
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None: ...
 
     def drain(self) -> None: ...
 
@@ -64,15 +64,17 @@ class Observer:
         return frozenset(self._sinks)
 
     def _dispatch(self, record: bytes) -> None:
-        sink = self._sinks.get(RUN.unpack_from(record, RUN_OFFSET)[0]) if len(record) >= HEADER.size else None
+        # the u16 at RUN_OFFSET, little-endian, read inline: this runs once per record
+        sink = self._sinks.get(record[RUN_OFFSET] | record[RUN_OFFSET + 1] << 8) \
+            if len(record) >= HEADER.size else None
         if sink is None:
             self.orphans += 1
         else:
             sink(record)
 
-    def wait(self, timeout_ms: int) -> None:
-        """Sleep until the kernel forces a wakeup (the ring filling up) or `timeout_ms` passes."""
-        self._ring.wait(timeout_ms)
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
+        """Sleep until the kernel forces a wakeup (the ring filling up), `wake` is readable, or timeout."""
+        self._ring.wait(timeout_ms, wake)
 
     def drain(self) -> None:
         """Hand every record now in the ring to its run's sink."""

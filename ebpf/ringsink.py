@@ -47,7 +47,7 @@ class CallbackRing(Protocol):
 
     def open_ring(self, callback: object, ctx: int) -> None: ...
 
-    def wait(self, timeout_ms: int) -> None: ...
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None: ...
 
     def drain(self) -> None: ...
 
@@ -166,10 +166,11 @@ class BatchObserver:
     def orphans(self) -> int:
         return self.sink.orphans
 
-    def wait(self, timeout_ms: int) -> None:
-        """Sleep until the kernel forces a wakeup or `timeout_ms` passes; hand on what arrived."""
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
+        """Sleep until the kernel forces a wakeup, `wake` is readable or `timeout_ms` passes;
+        hand on what arrived (with `wake`, the ring is only watched: the caller drains)."""
         self.sink.unpause()
-        self._ring.wait(timeout_ms)
+        self._ring.wait(timeout_ms, wake)
         self._hand_on()
         if self.sink.paused:
             self.pauses += 1

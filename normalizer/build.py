@@ -4,8 +4,9 @@ Stage A streams the spool in ring order: decode -> attribute to the process
 tree -> resolve paths -> merge network blocks -> judge file blocks ->
 classify -> drop telemetry -> file the evidence under its thread. Stage B
 numbers the tree and writes the kernel layer in canonical order (process
-number, then thread rank, then the thread's own syscall order: never arrival
-order across CPUs), gathering what the other members need.
+number, then the first thread's own syscall order, then the other threads'
+records by content, normalizer/order.py: never arrival order across CPUs),
+gathering what the other members need.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from normalizer.faults import fault_notes
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts, observation_health, privilege_note
 from normalizer.kernel_lines import MEMO_ENTRIES, KernelLayer, KernelLines
+from normalizer.order import process_order
 from normalizer.paths import PathResolver, Resolved
 from normalizer.redact import Redactor
 from normalizer.sdk import ToolCall, sdk_layer
@@ -216,12 +218,17 @@ class ThreadBuckets:
         self._spill.close()
 
 
-def canonical(buckets: ThreadBuckets, processes: list[Process]) -> Iterator[tuple[Thread, Classified]]:
-    """Every filed event by process number, then thread rank, then the thread's own order."""
+def canonical(buckets: ThreadBuckets, processes: list[Process],
+              names: Substitution) -> Iterator[tuple[Thread, Classified]]:
+    """Every filed event by process number, then its first thread's own order, then the
+    other threads' records by content (normalizer/order.py; `names` gives the canonical values)."""
     for proc in processes:
-        for thread in proc.threads():
-            for event in buckets.events(thread):
-                yield thread, event
+        yield from process_order([(t, buckets.events(t)) for t in proc.threads()], names.apply)
+
+
+def _rank(thread: Thread) -> tuple[int, int]:
+    """A thread's canonical position: (process number, thread rank; 0 is the first thread)."""
+    return thread.process.number, thread.rank
 
 
 def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJudge]:
@@ -229,15 +236,24 @@ def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJ
 
     For tests and offline inspection; `normalize` streams instead.
     """
+    evidence, facts, judge, _ = named_candidates(spool)
+    return evidence, facts, judge
+
+
+def named_candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJudge, Substitution]:
+    """`candidates`, and the transient-name substitution the archive was written with (raw values kept)."""
     scan = _Scan(spool)
     buckets = ThreadBuckets()
+    transient = TransientNames()
     for thread, c in scan:
+        transient.observe(thread, c)
         buckets.add(thread, c)
     processes = number_tree(scan.tree.root)
+    names = transient.finish(_rank)
     out = [msgspec.structs.replace(c, process=t.process.number, thread_rank=t.rank)
-           for t, c in canonical(buckets, processes)]
+           for t, c in canonical(buckets, processes, names)]
     buckets.close()
-    return out, scan.facts(spool.trailer, spool.header.platform), scan.judge
+    return out, scan.facts(spool.trailer, spool.header.platform), scan.judge, names
 
 
 def dac_questions(spool: Spool) -> list[tuple[str, str]]:
@@ -368,9 +384,9 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
         if not is_telemetry(c):
             buckets.add(thread, c)
     processes = number_tree(scan.tree.root)
-    names = transient.finish(lambda t: (t.process.number, t.rank))
+    names = transient.finish(_rank)
     out = _Collector(run_id, sdk.tool_calls, redactor, names)
-    for thread, c in canonical(buckets, processes):
+    for thread, c in canonical(buckets, processes, names):
         out.add(thread.process.number, c)
     buckets.close()
     facts = scan.facts(spool.trailer, spool.header.platform)

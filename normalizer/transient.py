@@ -35,6 +35,7 @@ from functools import lru_cache
 
 from normalizer.classify import Classified
 from normalizer.fsops import LINK_TO, MKDIR, MKNOD, RENAME_FROM, RENAME_TO, RMDIR, SYMLINK, UNLINK
+from normalizer.order import content
 
 O_CREAT = 0o100
 O_EXCL = 0o200
@@ -136,11 +137,41 @@ class TransientNames:
     """Directories holding candidate paths: a rename of one moves them."""
 
     _rename_from: str | None = None
+    _stories: dict[str, list[tuple[Hashable, Classified]]] = field(default_factory=dict)
+    """Per candidate, the lines about it or below it (with their threads): numbering by content."""
 
     def observe(self, who: Hashable, c: Classified) -> None:
         """Follow one evidence candidate of thread `who` (ring order; telemetry included)."""
         if c.value is None:
             return
+        source = self._rename_from if c.event_type == RENAME_TO else None
+        self._follow(who, c)
+        if self._lives:
+            self._touched(who, c, c.value)
+            if source is not None:  # a rename's destination tells what its source was
+                self._touched(who, c, source)
+
+    def _touched(self, who: Hashable, c: Classified, path: str) -> None:
+        """Keep `c` in the life story of every candidate it is about: `path` or a directory above it.
+
+        Walks down from the root and stops at the first directory that neither
+        is a candidate nor holds one, so a line far from every candidate costs
+        one lookup.
+        """
+        end = path.find("/", 1)
+        while end != -1:
+            prefix = path[:end]
+            if prefix in self._lives:
+                self._stories.setdefault(prefix, []).append((who, c))
+            elif not self._ancestors[prefix]:
+                return
+            end = path.find("/", end + 1)
+        if path in self._lives:
+            self._stories.setdefault(path, []).append((who, c))
+
+    def _follow(self, who: Hashable, c: Classified) -> None:
+        """The lifecycle effect of one candidate (creations, removals, renames)."""
+        assert c.value is not None
         kind = c.event_type
         if kind == 1:  # openat: a create-mode open made the file, or tried to
             if c.meta is not None and c.meta.flags & O_CREAT:
@@ -205,31 +236,62 @@ class TransientNames:
         self.removed(src)
         self.created(dst, who, order)
 
-    def finish(self, rank: Callable[[Hashable], tuple[int, ...]]) -> Substitution:
-        """The canonical names, numbering transient paths per directory in canonical order.
+    def finish(self, rank: Callable[[Hashable], tuple[int, int]]) -> Substitution:
+        """The canonical names, numbering transient paths per directory in a run-independent order.
 
-        `rank` turns a creator (`who`) into its canonical position, e.g.
-        (process number, thread rank). One random string is one number in
-        its directory (gcc's `ccX.cdtor.c` and `ccX.cdtor.o` share theirs).
+        `rank` turns a thread (`who`) into its canonical position (process
+        number, thread rank; rank 0 is the process's first thread). A name
+        made by a process's first thread is numbered by when it was made in
+        that thread's own order. A name made by another thread (a worker of a
+        pool: which worker did which item is a race) comes after those, and
+        is numbered by its story: the lines about it and below it, with every
+        transient name masked as `~`, and where a first thread took part, that
+        line's position (normalizer/order.py, docs/determinism.md). Two names
+        with the same story are interchangeable: either numbering gives the
+        same lines. One random string is one number in its directory (gcc's
+        `ccX.cdtor.c` and `ccX.cdtor.o` share theirs).
         """
         gone = [(path, life) for path, life in self._lives.items() if not life.exists]
-        gone.sort(key=lambda pl: (rank(pl[1].created_by[0]), pl[1].created_by[1], pl[0]))
+        masked = _rewrite([p for p, _ in gone], self._spans, lambda _: PLACEHOLDER)
+
+        def story(path: str) -> tuple[tuple[int, tuple[int, ...], bytes], ...]:
+            lines = []
+            for who, c in self._stories.get(path, ()):
+                position = rank(who)
+                line = content(c, masked.apply)
+                lines.append((0, (*position, c.order), line) if position[1] == 0 else (1, (), line))
+            return tuple(sorted(lines))
+
+        def key(item: tuple[str, _Life]) -> tuple[object, ...]:
+            who, order = item[1].created_by
+            process, thread_rank = rank(who)
+            return (process, 0, order) if thread_rank == 0 else (process, 1, story(item[0]))
+
+        gone.sort(key=key)
         numbers: dict[tuple[str, str], int] = {}
         per_dir: Counter[str] = Counter()
+
+        def random_string(path: str) -> tuple[str, str]:
+            return posixpath.dirname(path), path[slice(*self._spans[path])]
+
         for path, _ in gone:
-            key = (posixpath.dirname(path), path[slice(*self._spans[path])])
-            if key not in numbers:
-                per_dir[key[0]] += 1
-                numbers[key] = per_dir[key[0]]
-        substitution = Substitution({})
-        for path, _ in sorted(gone, key=lambda pl: pl[0].count("/")):  # parents first
-            start, end = self._spans[path]
-            number = numbers[(posixpath.dirname(path), path[start:end])]
-            head = substitution.apply(posixpath.dirname(path))
-            base_start = len(posixpath.dirname(path)) + 1
-            base = f"{path[base_start:start]}{PLACEHOLDER}{number}{path[end:]}"
-            substitution.add(path, posixpath.join(head, base))
-        return substitution
+            if random_string(path) not in numbers:
+                per_dir[posixpath.dirname(path)] += 1
+                numbers[random_string(path)] = per_dir[posixpath.dirname(path)]
+        return _rewrite([p for p, _ in gone], self._spans,
+                        lambda path: f"{PLACEHOLDER}{numbers[random_string(path)]}")
+
+
+def _rewrite(paths: list[str], spans: dict[str, tuple[int, int]],
+             label: Callable[[str], str]) -> Substitution:
+    """Each path with its random part replaced by `label(path)`; paths below a rewritten one follow it."""
+    substitution = Substitution({})
+    for path in sorted(paths, key=lambda p: p.count("/")):  # parents first
+        start, end = spans[path]
+        head = posixpath.dirname(path)
+        base = f"{path[len(head) + 1:start]}{label(path)}{path[end:]}"
+        substitution.add(path, posixpath.join(substitution.apply(head), base))
+    return substitution
 
 
 class Substitution:
@@ -242,6 +304,10 @@ class Substitution:
     def count(self) -> int:
         """How many distinct transient paths the run had."""
         return len(self._renames)
+
+    def renames(self) -> dict[str, str]:
+        """Each transient path (raw, as the spool has it) -> its canonical form."""
+        return dict(self._renames)
 
     def add(self, raw: str, canonical: str) -> None:
         self._renames[raw] = canonical

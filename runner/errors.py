@@ -14,6 +14,8 @@ EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT: Ctrl-C ended a run (`determinism`, `acceptance`)."""
 
 
 class RunnerError(Exception):

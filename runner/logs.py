@@ -8,11 +8,9 @@ the command under observation names its own files and programs.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-
-import structlog
+from typing import Any
 
 from runner.display import printable
 
@@ -32,12 +30,27 @@ def escape_values(_logger: object, _method: str, event_dict: dict[str, object]) 
     return {k: _printable(v) for k, v in event_dict.items()}
 
 
+_settings: tuple[str, bool] | None = None
+_applied = False
+
+
 def configure_logging(fmt: str = "auto", verbose: bool = False) -> None:
-    """Set up structlog for the chosen format ('auto', 'console' or 'json').
+    """Choose the format ('auto', 'console' or 'json'); structlog is set up at the first log line.
 
     On a terminal only warnings show unless `verbose`: the person is watching
     their command's output, not ours. JSON (machines, CI) gets info too.
+    Deferred because importing structlog costs tens of milliseconds that the
+    daemon client, which logs nothing on success, should not pay.
     """
+    global _settings, _applied
+    _settings, _applied = (fmt, verbose), False
+
+
+def _apply(fmt: str, verbose: bool) -> None:
+    import logging
+
+    import structlog
+
     if fmt == "auto":
         fmt = "json" if os.environ.get("CI") or not sys.stderr.isatty() else "console"
     level = logging.INFO if verbose or fmt == "json" else logging.WARNING
@@ -59,11 +72,28 @@ def configure_logging(fmt: str = "auto", verbose: bool = False) -> None:
     )
 
 
-def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+class Logger:
+    """The logger of one component; structlog is imported and configured on its first use."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, method: str) -> Any:
+        global _applied
+        if not _applied and _settings is not None:
+            _apply(*_settings)
+            _applied = True
+        import structlog
+
+        return getattr(structlog.get_logger(component=self._name), method)
+
+
+def get_logger(name: str) -> Logger:
     """A lazy logger for the component `name`.
 
     Lazy on purpose: modules create loggers at import, before
-    `configure_logging` runs; binding eagerly would freeze structlog's
-    default (stdout) configuration into them.
+    `configure_logging` runs (and most runs of the client never log).
     """
-    return structlog.get_logger(component=name)
+    return Logger(name)

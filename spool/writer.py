@@ -112,8 +112,8 @@ class Spooler:
         self.flush()
         self._write(encode_frame(Phase(name=name, ts=time.monotonic_ns())))
 
-    def finish(self, trailer: SpoolTrailer) -> str:
-        """Write the trailer, sync, and publish the spool under its final name (returned).
+    def finish(self, trailer: SpoolTrailer, sync: bool = True) -> str:
+        """Write the trailer, sync (unless a staging copy), and publish the spool under its final name.
 
         Raises SpoolReplaced when the partial name holds another file than the
         one written here (someone swapped it during the run), and
@@ -122,7 +122,7 @@ class Spooler:
         """
         self.flush()
         self._write(encode_frame(trailer))
-        if self.failure is None:
+        if self.failure is None and sync:
             with contextlib.suppress(OSError):
                 os.fsync(self._fd)
         if self.failure is not None:

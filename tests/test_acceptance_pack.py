@@ -23,7 +23,7 @@ from runner.acceptance.gates import GATES, Gate, PythonModule, select
 from runner.acceptance.pack import CHECKSUMS, MANIFEST, PACK_SCHEMA, write_pack
 from runner.acceptance.verify import verify
 from runner.review.load import load_view
-from runner.review.view import EndpointEntry, RunView
+from runner.review.view import BindingEntry, EndpointEntry, EventRef, RunView
 from tests.support import ROOT, assay
 
 SPOOL = ROOT / "tests" / "data" / "threads.spool"
@@ -254,3 +254,50 @@ def test_acceptance_list_shows_the_registry() -> None:
     done = assay("acceptance", "list")
     assert done.returncode == 0
     assert [line.split(":", 1)[0] for line in done.stdout.splitlines()] == [g.name for g in GATES]
+
+
+def _ref(seq: int, kind: str, value: str, access_mode: str | None = None) -> EventRef:
+    return EventRef(seq=seq, pid=1, kind=kind, value=value, access_mode=access_mode, status=None,
+                    offset_ms=float(seq))
+
+
+WRITES = [  # (kernel line, whether it writes its path)
+    (_ref(0, "openat", "/w/read", "read"), False),
+    (_ref(1, "openat", "/w/opened", "write"), True),
+    (_ref(2, "openat", "/w/both", "read_write"), True),
+    (_ref(3, "file_blocked", "/w/blocked-read", "read"), False),
+    (_ref(4, "file_blocked", "/w/blocked-write", "write"), True),
+    (_ref(5, "event_120", "/w/unlinked"), True),
+    (_ref(6, "event_121", "/w/rmdir"), True),
+    (_ref(7, "event_122", "/w/renamed-from"), True),
+    (_ref(8, "event_123", "/w/renamed-to"), True),
+    (_ref(9, "event_124", "/w/made"), True),
+    (_ref(10, "event_224", "/w/mkdir-refused"), True),
+    (_ref(11, "event_125", "/w/symlink"), True),
+    (_ref(12, "event_126", "../symlink-target"), False),
+    (_ref(13, "event_127", "/w/link-existing"), False),
+    (_ref(14, "event_128", "/w/link-new"), True),
+    (_ref(15, "event_129", "/w/truncated"), True),
+    (_ref(16, "event_130", "/w/chmod"), True),
+    (_ref(17, "event_131", "/w/setuid"), True),
+    (_ref(18, "event_132", "/w/fifo"), True),
+    (_ref(19, "event_6", "127.0.0.1:53"), False),
+    (_ref(20, "event_140", "/w/io-uring"), False),
+    (_ref(21, "exec", "/bin/true"), False),
+]
+
+
+def test_directory_changes_are_writes_in_a_tool_calls_window(tmp_path: Path) -> None:
+    view = _view(tmp_path)
+    call = BindingEntry(tool_call_id="tc_x", tool="read_file", policy_decision="allow",
+                        kernel_event_count=len(WRITES), start_ms=0.0, end_ms=30.0,
+                        events=[e for e, _ in WRITES])
+    view = msgspec.structs.replace(view, bindings=[call])
+    writes = sorted(e.value for e, w in WRITES if w)
+    assert len(writes) == 15
+    exp = msgspec.convert({"bindings": [{"tool_call_id": "tc_x"}]}, Expectations)
+    assert check(exp, view, {}) == [f"binding tc_x (read_file): undeclared write {w!r} inside its window"
+                                    for w in writes]
+    exp = msgspec.convert({"bindings": [{"tool_call_id": "tc_x", "declared_writes": writes[1:],
+                                         "undeclared_writes": writes[:1]}]}, Expectations)
+    assert check(exp, view, {}) == []

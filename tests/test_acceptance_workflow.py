@@ -12,6 +12,7 @@ expectation.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -25,8 +26,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runner.acceptance.gates import GATED_PATHS, GATES
-from runner.host.mounts import cgroup2_mount
+from runner.acceptance.expect import load
+from runner.acceptance.gates import BY_NAME, GATED_PATHS, GATES
+from runner.capture.cgroup import RunCgroup
+from runner.capture.owner import Owner, start_time, write_owner
 from tests.support import ROOT, assay
 
 WORKFLOW = ROOT / ".github" / "workflows" / "delegated-acceptance.yml"
@@ -140,7 +143,9 @@ def test_the_workflow_steps_pass_every_gate(replayed: tuple[Path, list]) -> None
     manifest = json.loads((out / "manifest.json").read_text())
     assert [(g["gate"], g["status"]) for g in manifest["gates"]] == [(g.name, "passed") for g in GATES]
     for g in manifest["gates"]:
-        assert len(g["archives"]) == 3 and "PASS: gate" in (out / g["log"]).read_text()
+        matrix = load(BY_NAME[g["gate"]].expectations).probe_matrix
+        per_run = 1 if matrix is None else len([m for m in matrix.modes if m != "baseline"])
+        assert len(g["archives"]) == 3 * per_run and "PASS: gate" in (out / g["log"]).read_text()
 
 
 @pytest.mark.kernel
@@ -204,11 +209,36 @@ def test_hidden_write_gate_fails_when_a_clean_run_is_expected(tmp_path: Path) ->
 
 
 @pytest.mark.kernel
+def test_an_undeclared_mkdir_is_a_hidden_write(tmp_path: Path) -> None:
+    """The write_file call makes notes/ (event_124) before it writes notes/hw.txt: undeclared, it fails."""
+    own = (ROOT / "fixtures" / "acceptance" / "hidden-write.toml").read_text()
+    declared = 'declared_writes = ["$WORKSPACE/notes", "$WORKSPACE/notes/hw.txt"]'
+    assert own.count(declared) == 1
+    edited = tmp_path / "mkdir-undeclared.toml"
+    edited.write_text(own.replace(declared, 'declared_writes = ["$WORKSPACE/notes/hw.txt"]'))
+    out = tmp_path / "pack"
+    done = assay("acceptance", "--gates", "hidden-write", "--out", out, "--expect", f"hidden-write={edited}",
+                 timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads((out / "gates" / "hidden-write" / "result.json").read_text())
+    notes = str(out / ".work" / "hidden-write" / "workspace" / "notes")
+    assert result["problems"] == [
+        f"expectations: binding tc_hw_002 (write_file): undeclared write {notes!r} inside its window"]
+
+
+@pytest.mark.kernel
 def test_prepare_removes_stale_acceptance_cgroups_and_refuses_busy_ones(tmp_path: Path) -> None:
-    parent = cgroup2_mount() / "assay-runner"
-    stale = parent / f"acceptance-stale-{secrets.token_hex(4)}"
+    """Stale means the owner record names a runner that is gone; a live run's cgroup is never removed."""
+    parent = RunCgroup.parent_path()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = parent / f"acceptance-stale-{gone.pid}-{secrets.token_hex(4)}"
+    live = parent / f"acceptance-live-{os.getpid()}-{secrets.token_hex(4)}"
     busy = parent / f"acceptance-busy-{secrets.token_hex(4)}"
     stale.mkdir(parents=True)
+    write_owner(stale, Owner(pid=gone.pid, start=1))
+    live.mkdir()
+    write_owner(live, Owner(pid=os.getpid(), start=start_time(os.getpid())))
     busy.mkdir()
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
@@ -217,11 +247,15 @@ def test_prepare_removes_stale_acceptance_cgroups_and_refuses_busy_ones(tmp_path
         done = assay("acceptance", "prepare", "--out", tmp_path / "old-pack")
         assert done.returncode == 1
         assert f"{busy}: still has processes {sleeper.pid}" in done.stdout
+        assert f"removed the cgroup {stale} of a runner that died (pid {gone.pid})" in done.stdout
         assert not stale.exists() and not (tmp_path / "old-pack").exists()
+        assert live.is_dir(), "an empty cgroup of a live runner (compiling its monitor) was removed"
     finally:
         sleeper.kill()
         sleeper.wait()
-        shutil.rmtree(stale, ignore_errors=True)
+        for cg in (stale, live):
+            with contextlib.suppress(FileNotFoundError):
+                cg.rmdir()
         for _ in range(50):
             try:
                 busy.rmdir()

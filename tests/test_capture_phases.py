@@ -43,6 +43,7 @@ class Command:
     def __init__(self, order: list[str], exit_when, code: int = 0, helper_pid: int = -1) -> None:
         self.order, self.exit_when, self.code = order, exit_when, code
         self.helper_pid, self.shim_pid = helper_pid, -2
+        self.exit_fd = None
         self.signals: list[int] = []
 
     def start(self) -> None:

@@ -171,7 +171,7 @@ def test_per_run_limits_hold(world: World) -> None:
 
 
 HEAVY = ("normalizer.build", "normalizer.decode", "normalizer.tree", "runner.capture.session",
-         "runner.evidence.validate", "runner.evidence.publish")
+         "runner.capture.spawn", "runner.evidence.validate", "runner.evidence.publish", "ebpf.monitor")
 """The normalizer pipeline and the capture side. The client does use two stdlib-only normalizer
 modules (normalizer.artifacts and normalizer.redact: the contract's run-id rules)."""
 
@@ -182,7 +182,7 @@ def test_the_client_imports_nothing_heavy(world: World) -> None:
     code = (f"import sys, runner.cli.main as m\nHEAVY = {HEAVY!r}\n"
             f"rc = m.main(['run', '--socket', '{world.daemon.socket}', '--out', 'out', '--run-id', 'light',"
             " '--', '/bin/true'])\n"
-            "heavy = sorted(k for k in sys.modules if k.split('.')[0] in ('bcc', 'pyroute2')\n"
+            "heavy = sorted(k for k in sys.modules if k.split('.')[0] in ('bcc', 'pyroute2', 'structlog')\n"
             "               or k in HEAVY)\n"
             "print(rc, heavy)\n")
     proc = user.run([sys.executable, "-c", code], cwd=work)
@@ -224,17 +224,33 @@ def _wait_for_run(world: World, run_id: str) -> None:
     raise AssertionError(f"run {run_id} never showed up in daemon status")
 
 
+def _status(world: World) -> dict:
+    return json.loads(subprocess.run([*CLI, "daemon", "status", "--json", "--socket", world.daemon.socket],
+                                     capture_output=True, text=True, check=True).stdout)
+
+
 def test_status_lists_active_runs(world: World) -> None:
     user = world.member
     work = user.workspace(world.root, "work-status")
+    idle_programs = _status(world)["bpf_programs"]
     client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
                          "--run-id", "watched", "--", "sleep", "3"], cwd=work)
     _wait_for_run(world, "watched")
     text = subprocess.run([*CLI, "daemon", "status", "--socket", world.daemon.socket],
                           capture_output=True, text=True, check=True).stdout
     assert "watched" in text and user.name in text and "BPF programs loaded" in text
+    assert _status(world)["bpf_programs"] == idle_programs > 0  # loaded once, nothing per run
     client.communicate(timeout=60)
     assert client.returncode == 0
+
+
+def test_only_the_sensor_process_holds_bpf(world: World) -> None:
+    """The daemon's main loop (and so every worker it forks) never loads BCC: forks stay cheap."""
+    logs = world.daemon.logs()
+    sensor = next(json.loads(line)["sensor_pid"] for line in logs.splitlines()
+                  if '"daemon.sensor_loaded"' in line)
+    assert "libbcc" not in Path(f"/proc/{world.daemon.proc.pid}/maps").read_text()
+    assert "libbcc" in Path(f"/proc/{sensor}/maps").read_text()
 
 
 def test_sigterm_ends_runs_and_writes_their_archives(world: World) -> None:

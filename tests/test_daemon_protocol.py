@@ -86,7 +86,11 @@ def test_config_errors_are_located(tmp_path: Path) -> None:
     path = tmp_path / "daemon.toml"
     cases = [
         ("version = 1\n[limits]\nmax_concurrent_runs = 0\n",
-         "daemon.toml:3: field limits.max_concurrent_runs: expected at least 1"),
+         "daemon.toml:3: field limits.max_concurrent_runs: expected 1 to 63"),
+        ("version = 1\n[limits]\nmax_concurrent_runs = 64\n",
+         "daemon.toml:3: field limits.max_concurrent_runs: expected 1 to 63"),
+        ("[sensor]\nringbuf_pages = 3000\n",
+         "daemon.toml:2: field sensor.ringbuf_pages: expected a power of two up to 16384"),
         ("[limits]\nmemory_max = \"4 GB\"\n",
          "daemon.toml:2: field limits.memory_max: expected a positive byte"),
         ("[access]\nallowed_groups = [\"root\", \"no-such-group-xyz\"]\n",

@@ -8,6 +8,7 @@ excerpts, the health rule and the snapshot/restore on synthetic input.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from runner.evidence.compare import (
     diff_lines,
     render_text,
 )
+from runner.evidence.endstate import end_state, time_record
 
 PROGRAMS = Path(__file__).parent / "programs" / "determinism"
 PY = "/usr/bin/python3"
@@ -173,7 +175,11 @@ def test_random_file_name_fails_and_the_report_points_at_it(tmp_path: Path) -> N
     # The readable report says the same.
     assert f"{KERNEL} differs:" in proc.stdout and f"{SURFACE} differs:" in proc.stdout
     assert f"only in run 3: {names[2]}" in proc.stdout
-    assert "result: FAIL (members differ)" in proc.stdout
+    # the end state names them too: each run's file is absent after the others
+    workdir = {d["path"]: d["entries"] for d in report["workdir_differences"]}
+    assert sorted(workdir) == sorted(n.removeprefix(f"{work}/") for n in names)
+    assert all(entries.count(None) == 2 for entries in workdir.values())
+    assert "result: FAIL (members differ; workdir end state differs)" in proc.stdout
     assert not any(work.iterdir())  # restored: the random files are gone
 
 
@@ -314,6 +320,66 @@ def test_verdict_exit_codes_and_allow_unhealthy() -> None:
     allowed = verdict([0, 0, 0], [bad] * 3, allow=True)
     assert allowed.passed and not allowed.health_passing
     assert "allowed by --allow-unhealthy" in render_text(allowed)
+
+
+# --- pure: workdir end states -------------------------------------------------
+
+
+def test_end_state_records_type_mode_and_content_never_times(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    (work / "d" / ".git").mkdir(parents=True)
+    (work / "d" / "a.txt").write_text("a\n")
+    (work / "d" / ".git" / "index").write_bytes(b"DIRC stat data")
+    os.symlink("d/a.txt", work / "link")
+    os.mkfifo(work / "fifo")
+    (work / os.fsdecode(b"bad\xffname")).write_text("x")
+    (work / "out").mkdir()
+    (work / "out" / "a.tar.gz").write_text("excluded")
+    for path in work.rglob("*"):  # modes independent of the umask
+        if not path.is_symlink():
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    os.chmod(work / "d", 0o750)
+    state = end_state(work, frozenset({work / "out"}))
+    digest = "sha256:" + hashlib.sha256(b"a\n").hexdigest()
+    assert state == {
+        "bad\\xffname": "file 0644 sha256:" + hashlib.sha256(b"x").hexdigest(),
+        "d": "dir 0750",
+        "d/.git": "dir 0755",
+        "d/.git/index": "file 0644 content not compared (git index)",
+        "d/a.txt": f"file 0644 {digest}",
+        "fifo": "special 0644 10000",
+        "link": "symlink -> d/a.txt",
+    }
+    os.utime(work / "d" / "a.txt", (1, 1))
+    (work / "d" / ".git" / "index").write_bytes(b"DIRC other stat data")
+    assert end_state(work, frozenset({work / "out"})) == state
+    assert time_record("repo/.git/index") == time_record(".git/index") == "git index"
+    assert [time_record(p) for p in ("repo/git/index", "repo/x.git/index", ".git/index2")] == [None] * 3
+    cacache = "npm-cache/_cacache/index-v5/f0/0b/e03952943f45c5204d8ba3e6df81e5cb83f0dbf66fda69a0851c8018caed"
+    assert time_record(cacache) == "npm cache index"
+    assert time_record(cacache.replace("index-v5", "content-v2")) is None
+
+
+def test_differing_end_states_fail_the_verdict_and_name_each_path() -> None:
+    good = _golden()
+    runs = [RunInput(f"run-{i}", "sha256:x", 0, good) for i in (1, 2, 3)]
+    same = {"a.txt": "file 0644 sha256:1", "repo/.git/index": "file 0644 content not compared (git index)"}
+    report = build_report("r", ["c"], "/w", runs, False, [same, same, same])
+    assert report.passed and report.workdir_compared and report.workdir_identical
+    assert report.content_not_compared == ["repo/.git/index"]
+    assert "identical after every run (1 time-recording cache file(s)" in render_text(report)
+    other = {**same, "a.txt": "file 0644 sha256:2", "extra": "dir 0755"}
+    report = build_report("r", ["c"], "/w", runs, False, [same, other, same])
+    assert report.identical and not report.passed and not report.workdir_identical
+    assert [(d.path, d.entries) for d in report.workdir_differences] == [
+        ("a.txt", ["file 0644 sha256:1", "file 0644 sha256:2", "file 0644 sha256:1"]),
+        ("extra", [None, "dir 0755", None]),
+    ]
+    assert len({r.workdir_sha256 for r in report.runs}) == 2
+    text = render_text(report)
+    assert "workdir end state: 2 path(s) differ" in text and "    run 1: (absent)" in text
+    assert text.endswith("result: FAIL (workdir end state differs)")
+    assert build_report("r", ["c"], "/w", runs, False).workdir_compared is False
 
 
 # --- pure: workdir snapshot and restore -------------------------------------

@@ -37,6 +37,9 @@ RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u
     ("\x1b[31mred\x7f", "\\x1b[31mred\\x7f"),
     ("\x9b\u202e\u2028", "\\u009b\\u202e\\u2028"),
     (b"\xff".decode("utf-8", "surrogateescape"), "\\xff"),
+    # v0 values already write a backslash as `\\`: doubling it again would show another value
+    ("a\\b", "a\\b"),
+    ("\u200b\u200f\u2060\u2066x\u2069\ufeff", "\\u200b\\u200f\\u2060\\u2066x\\u2069\\ufeff"),
 ])
 def test_printable(text: str, shown: str) -> None:
     assert printable(text) == shown

@@ -106,7 +106,7 @@ class FakeRing:
     def open_ring(self, callback: object, ctx: int) -> None:
         self.callback, self.ctx = callback, ctx
 
-    def wait(self, timeout_ms: int) -> None:
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
         self.drain()
 
     def drain(self) -> None:

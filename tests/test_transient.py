@@ -7,13 +7,18 @@ the canonical (process, thread) position the normalizer passes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from normalizer.classify import Classified, OpenMeta
+from normalizer.order import process_order
 from normalizer.transient import TEMPLATES, TransientNames, random_span
 
 
-def rank(who: object) -> tuple[int, ...]:
-    return (int(str(who)),)
+def rank(who: object) -> tuple[int, int]:
+    """`who` is the first thread of process `who` (the worker-pool tests pass (process, rank))."""
+    return (int(str(who)), 0)
 
 
 def test_git_objects_are_numbered_per_directory_in_canonical_order() -> None:
@@ -173,3 +178,80 @@ def test_a_create_attempt_in_a_missing_directory_is_transient() -> None:
     s = t.finish(rank)
     assert s.apply("/r/.git/objects/7f/tmp_obj_SFTOzP") == "/r/.git/objects/7f/tmp_obj_~1"
     assert s.apply("/r/.git/objects/7f/tmp_obj_Ab12Cd") == "/r/.git/objects/7f/tmp_obj_~2"
+
+
+# --- worker pools: which thread did which item is a race (normalizer/order.py) ---
+
+CACHE = "/w/npm-cache/_cacache"
+MAIN, W1, W2 = (1, 0), (1, 1), (1, 2)
+
+
+def _open(path: str, order: int, flags: int = 0o1101) -> Classified:
+    meta = OpenMeta(flags=flags, mode=0o644, resolve=None, return_value=None, access_mode="write",
+                    operation_flags=["create"], status=None)
+    return Classified(event_type=1, kind="openat", value=path, meta=meta, order=order, ts=order)
+
+
+def _op(event_type: int, path: str, order: int) -> Classified:
+    return Classified(event_type=event_type, kind=f"event_{event_type}", value=path, meta=None,
+                      order=order, ts=order)
+
+
+def _extract(rand: str) -> list[Callable[[int], list[Classified]]]:
+    """cacache unpacking a tarball into a temp directory, then removing it (one work item)."""
+    d = f"{CACHE}/tmp/{rand}"
+    return [lambda o: [_op(124, d, o)], lambda o: [_open(f"{d}/package.json", o)],
+            lambda o: [_op(120, f"{d}/package.json", o)], lambda o: [_op(121, d, o)]]
+
+
+def _store(rand: str, digest: str) -> list[Callable[[int], list[Classified]]]:
+    """cacache writing an object through a temp file renamed to its content address (one work item)."""
+    tmp = f"{CACHE}/tmp/{rand}"
+    return [lambda o: [_open(tmp, o, 0o1301)],
+            lambda o: [_op(122, tmp, o), _op(123, f"{CACHE}/content-v2/sha512/{digest}", o)]]
+
+
+def _run(items: dict[tuple[int, int], list[list[Callable[[int], list[Classified]]]]],
+         interleave: list[tuple[int, int]]) -> list[tuple[str, str | None]]:
+    """Feed the threads' steps in ring order `interleave`; the kernel lines in canonical order."""
+    steps = {who: [step for item in work for step in item] for who, work in items.items()}
+    per_thread: dict[tuple[int, int], list[Classified]] = {who: [] for who in (MAIN, W1, W2)}
+    names = TransientNames()
+    per_thread[MAIN].append(_open(f"{CACHE}/index-v5/lock", 0, 0o101))
+    names.observe(MAIN, per_thread[MAIN][0])
+    for order, who in enumerate(interleave, start=1):
+        for c in steps[who].pop(0)(order):
+            per_thread[who].append(c)
+            names.observe(who, c)
+    assert not any(steps.values())
+    s = names.finish(lambda who: who)
+    lines = process_order([(w, per_thread[w]) for w in (MAIN, W1, W2)], s.apply)
+    return [(c.kind, s.apply(c.value) if c.value else None) for _, c in lines]
+
+
+def test_a_worker_pool_gives_the_same_lines_whichever_worker_did_which_item() -> None:
+    # run 1: worker 1 extracts, worker 2 stores two objects; run 2: the other way round, other names
+    one = _run({W1: [_extract("aB3dE6")], W2: [_store("Qw1Er2", "ab/cd"), _store("Zx9Cv8", "ef/01")]},
+               [W2, W1, W1, W2, W1, W2, W2, W1])
+    two = _run({W1: [_store("Lk7Jh6", "ef/01"), _store("Po0Iu9", "ab/cd")], W2: [_extract("Mn5Bv4")]},
+               [W1, W1, W2, W2, W1, W2, W1, W2])
+    assert one == two
+    assert ("event_122", f"{CACHE}/tmp/~1") in one and ("event_124", f"{CACHE}/tmp/~3") in one
+    rename = one.index(("event_122", f"{CACHE}/tmp/~1"))
+    assert one[rename + 1] == ("event_123", f"{CACHE}/content-v2/sha512/ab/cd"), "a rename's pair stays whole"
+    assert one[0] == ("openat", f"{CACHE}/index-v5/lock"), "the first thread keeps its place and order"
+
+
+def test_items_with_the_same_story_are_interchangeable() -> None:
+    # two extractions of the same tarball: either numbering gives the same lines
+    one = _run({W1: [_extract("aB3dE6")], W2: [_extract("Qw1Er2")]}, [W1, W2, W2, W1, W1, W2, W2, W1])
+    two = _run({W1: [_extract("Lk7Jh6")], W2: [_extract("Mn5Bv4")]}, [W2, W2, W1, W1, W2, W1, W1, W2])
+    assert one == two
+    assert sorted(v for k, v in one if k == "event_124") == [f"{CACHE}/tmp/~1", f"{CACHE}/tmp/~2"]
+
+
+def test_the_first_threads_order_is_kept_and_workers_follow_by_content() -> None:
+    main = [_op(124, "/w/z", 0), _op(124, "/w/a", 1)]
+    worker = [_op(124, "/w/y", 2), _op(122, "/w/y", 3), _op(123, "/w/b", 3), _op(124, "/w/c", 4)]
+    lines = [(who, c.value) for who, c in process_order([(MAIN, main), (W1, worker)], lambda v: v)]
+    assert lines == [(MAIN, "/w/z"), (MAIN, "/w/a"), (W1, "/w/y"), (W1, "/w/b"), (W1, "/w/c"), (W1, "/w/y")]

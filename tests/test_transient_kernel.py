@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,8 @@ from pathlib import Path
 import pytest
 from support import Archive, assay
 from test_determinism import determinism
+
+from runner.evidence.archive import read_archive
 
 pytestmark = pytest.mark.kernel
 
@@ -94,11 +97,6 @@ RANDOM = {
 }
 WORKLOADS: dict[str, Callable[[Path], list[str]]] = {
     "git": _git, "c-link": _c_link, "pytest": _pytest, "pip": _pip, "npm": _npm}
-RACY = pytest.mark.xfail(strict=True, reason=(
-    "npm's file work runs on libuv's thread pool: which pool thread makes which temp directory "
-    "is a race, and canonical order is per thread, so the kernel layer's order and the ~N "
-    "numbers differ between runs (docs/determinism.md)"))
-IDENTICAL = [pytest.param(n, marks=RACY) if n == "npm" else n for n in WORKLOADS]
 
 
 def substituted(archive: Archive) -> int:
@@ -106,7 +104,7 @@ def substituted(archive: Archive) -> int:
     return counts[0] if counts else 0
 
 
-@pytest.mark.parametrize("name", IDENTICAL)
+@pytest.mark.parametrize("name", list(WORKLOADS))
 def test_real_tool_workloads_are_byte_identical(tmp_path: Path, name: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -192,3 +190,42 @@ def test_kept_random_and_time_stamped_names_still_fail(tmp_path: Path) -> None:
     assert any("/keep." in p and "~" not in p for p in added), added
     assert any("/stamp-" in p for p in added), added
     assert "only in run 2:" in proc.stdout and "/stamp-" in proc.stdout
+
+
+def test_a_file_whose_content_depends_on_the_time_fails_naming_it(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    proc, report = determinism(tmp_path / "out", "clock", work, "sh", "-c",
+                               "date +%s%N > stamp.txt; echo same > same.txt")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert report["identical"], "the archives cannot see content: they are byte-identical"
+    assert report["workdir_compared"] and not report["workdir_identical"] and not report["passed"]
+    (diff,) = report["workdir_differences"]
+    assert diff["path"] == "stamp.txt"
+    assert len(set(diff["entries"])) == 3 and all(e.startswith("file 0644 sha256:") for e in diff["entries"])
+    assert len({r["workdir_sha256"] for r in report["runs"]}) == 3
+    assert "workdir end state: 1 path(s) differ:\n  stamp.txt\n    run 1: file 0644 sha256:" in proc.stdout
+    assert "result: FAIL (workdir end state differs)" in proc.stdout
+    assert not any(work.iterdir())  # restored
+
+
+def test_show_prints_the_raw_name_beside_each_canonical_one(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = assay("run", "--out", tmp_path / "out", "--run-id", "git", "--workdir", work, "--", *_git(work))
+    assert proc.returncode == 0, proc.stderr
+    archive = tmp_path / "out" / "git.tar.gz"
+    view = json.loads(assay("show", "--json", archive).stdout)
+    pairs = [(t["canonical"], t["raw"]) for t in view["transient_names"]]
+    assert len(pairs) == substituted(Archive(archive)) > 0
+    for canonical, raw in pairs:
+        assert RANDOM["git"].search(raw) and "~" not in raw, raw
+        head, number = canonical.rsplit("~", 1)
+        assert raw.startswith(head) and number.isdigit() and len(raw) > len(head)
+    text = assay("show", archive).stdout
+    assert "transient names (canonical in the archive <- raw in the spool):" in text
+    assert all(f"  {c}  <-  {r}" in text for c, r in pairs)
+    # raw names stay out of the v0 members
+    members = read_archive(archive)
+    assert not [r for _, r in pairs for data in members.values() if r.encode() in data]
+    assert json.loads(assay("show", "--json", "--no-spool", archive).stdout)["transient_names"] == []

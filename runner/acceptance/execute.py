@@ -14,6 +14,11 @@ Everything the gate produces lands in `OUT/gates/NAME/`:
 
 The workspace copy the command runs in lives in `OUT/.work/NAME/` (not part
 of the pack: the runs' archives record what happened in it).
+
+The probe-matrix gate runs `probe --matrix` three times instead and has a
+rule of its own (probe_gate.py); its `run-N/` hold records.ndjson,
+probe.log, corroboration.json and each batch's archive and spool, and
+`outcomes.json` the three outcome tables.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from typing import Literal, TextIO
 
 import msgspec
 
+from runner.acceptance import probe_gate
 from runner.acceptance.expect import Expectations, check
 from runner.acceptance.gates import REPO, Gate
-from runner.errors import EXIT_CHECK_FAILED, EXIT_RUNNER_ERROR, RunnerError
+from runner.errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_RUNNER_ERROR, RunnerError
 from runner.evidence.archive import ArchiveError, load_members, sha256_ref, write_atomic
 from runner.evidence.compare import RunInput, build_report, render_text
 from runner.evidence.validate import validate_path
@@ -42,7 +48,6 @@ LOG = "gate.log"
 EXPECTATIONS = "expectations.toml"
 REPORT = "report.html"
 RUNS = 3
-INTERRUPTED = 130
 EXIT_COULD_NOT_RUN = 3
 
 
@@ -110,7 +115,7 @@ def _observe_runs(gate: Gate, gate_dir: Path, root: Path, python: str, log: Text
         _say(log, f"observe run {number}/{RUNS}: {' '.join(argv)}")
         code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                               env=_env(), check=False).returncode
-        if code == INTERRUPTED:
+        if code == EXIT_INTERRUPTED:
             raise Interrupted
         if code == EXIT_RUNNER_ERROR:
             return code
@@ -191,6 +196,8 @@ def run_gate(gate: Gate, out: Path, exp: Expectations, expectations: Path,
             _say(log, f"COULD NOT RUN: gate {gate.name}: {result.reason}")
             return _finish(gate_dir, result)
         shutil.copyfile(expectations, gate_dir / EXPECTATIONS)
+        if gate.probe_matrix:
+            return _finish(gate_dir, _probe_matrix(gate, gate_dir, out, exp, result, python, log))
         if gate.scenario:
             workspace = out / ".work" / gate.name / gate.run_id / "workspace"
             code = _observe_runs(gate, gate_dir, workspace.parent.parent, python, log)
@@ -201,7 +208,7 @@ def run_gate(gate: Gate, out: Path, exp: Expectations, expectations: Path,
             code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   env=_env(), check=False).returncode
         result.determinism_exit = code
-        if code == INTERRUPTED:
+        if code == EXIT_INTERRUPTED:
             raise Interrupted
         if code not in (0, EXIT_CHECK_FAILED):
             result.status, result.reason = "failed", f"the runs exited {code} (see {LOG})"
@@ -212,14 +219,34 @@ def run_gate(gate: Gate, out: Path, exp: Expectations, expectations: Path,
         result.problems += _check_runs(gate, gate_dir, exp, workspace, python, log)
         if gate.scenario:
             result.problems += _check_events(gate_dir, python, log)
-        result.status = "failed" if result.problems else "passed"
-        result.reason = f"{len(result.problems)} problem(s), first: {result.problems[0]}" \
-            if result.problems else ""
-        for problem in result.problems:
-            _say(log, f"problem: {problem}")
-        _say(log, f"PASS: gate {gate.name}" if result.status == "passed"
-             else f"FAIL: gate {gate.name}: {result.reason}")
+        _conclude(gate, result, log)
     return _finish(gate_dir, result)
+
+
+def _probe_matrix(gate: Gate, gate_dir: Path, out: Path, exp: Expectations, result: GateResult,
+                  python: str, log: TextIO) -> GateResult:
+    """The probe-matrix gate: its own rule (probe_gate.py), not byte identity."""
+    if exp.probe_matrix is None:
+        result.problems = ["expectations: no [probe_matrix] table for this gate"]
+    else:
+        code, result.problems = probe_gate.run_gate_runs(gate_dir, out / ".work" / gate.name, RUNS, python,
+                                                         exp.probe_matrix, log)
+        result.determinism_exit = code
+        if code == EXIT_INTERRUPTED:
+            raise Interrupted
+    return _conclude(gate, result, log)
+
+
+def _conclude(gate: Gate, result: GateResult, log: TextIO) -> GateResult:
+    """Status and reason from the problems found, logged."""
+    result.status = "failed" if result.problems else "passed"
+    result.reason = f"{len(result.problems)} problem(s), first: {result.problems[0]}" \
+        if result.problems else ""
+    for problem in result.problems:
+        _say(log, f"problem: {problem}")
+    _say(log, f"PASS: gate {gate.name}" if result.status == "passed"
+         else f"FAIL: gate {gate.name}: {result.reason}")
+    return result
 
 
 def exit_code(results: list[GateResult]) -> int:

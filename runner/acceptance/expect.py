@@ -12,13 +12,14 @@ copy, the interpreter and the checkout before comparing:
                          blocks ("file_blocked:PATH", "connect_blocked:ENDPOINT")
     [counts]             processes, kernel_events, and any kernel-line kind
                          (exec, openat, file_blocked, connect_blocked, ...)
+    [probe_matrix]       the probe-matrix gate only (probe_gate.py): modes, outcomes
+                         (probe -> one cell per mode), not_checked ("mode/probe")
     [[bindings]]         one per tool call, all of them (the set of ids is exact):
                          tool_call_id, tool, decision, kernel_events,
                          declared_writes: the paths the call says it writes,
                          undeclared_writes: the writes inside its window that it
                          did not declare and that the gate expects (default []:
-                         a clean call). A write is an open for writing (any
-                         outcome) or a `file_blocked` write.
+                         a clean call). What counts as a write: WRITE_EVENTS.
 
 `endpoints` leaves out the host's name-service sockets (HOST_NAME_SERVICES):
 glibc connects to nscd or systemd-userdb by itself on any user or host
@@ -38,7 +39,38 @@ from pathlib import Path
 
 import msgspec
 
-from runner.review.view import RunView
+from normalizer.fsops import (
+    CHMOD,
+    CHMOD_SETID,
+    FAILED,
+    LINK_TO,
+    MKDIR,
+    MKNOD,
+    RENAME_FROM,
+    RENAME_TO,
+    RMDIR,
+    SYMLINK,
+    TRUNCATE,
+    UNLINK,
+)
+from runner.review.view import EventRef, RunView
+
+_CHANGES = (UNLINK, RMDIR, RENAME_FROM, RENAME_TO, MKDIR, SYMLINK, LINK_TO, TRUNCATE, CHMOD,
+            CHMOD_SETID, MKNOD)
+WRITE_EVENTS = frozenset(f"event_{op + failed}" for op in _CHANGES for failed in (0, FAILED))
+"""Kernel lines (besides write opens) that are writes to their `value` path (docs/acceptance.md).
+
+A write is anything that changes a file's content, its mode, or a
+directory's entries: an open for writing, a `file_blocked` write, and the
+`event_<id>` lines of docs/artifacts.md that change the tree: unlink (120),
+rmdir (121), both sides of a rename (122 old: the name leaves its
+directory; 123 new: it enters or replaces one), mkdir (124), the link a
+symlink makes (125, not its target text 126), a hard link's new name (128,
+not the existing file 127), truncate (129), chmod (130/131) and mknod (132).
+As with opens, an attempt counts whatever its outcome (the +100 ids): the
+gate checks what a tool call tried to write, and a denied attempt is the
+same undeclared intent as a `file_blocked` write.
+"""
 
 HOST_NAME_SERVICES = ("unix:/var/run/nscd/socket", "unix:/run/nscd/socket",
                       "unix:/run/systemd/userdb/")
@@ -73,12 +105,24 @@ class EvidenceExpectation(msgspec.Struct, forbid_unknown_fields=True):
     blocks: list[str] | None = None
 
 
+class ProbeMatrixExpectation(msgspec.Struct, forbid_unknown_fields=True):
+    """The probe-matrix gate's expected results (runner/acceptance/probe_gate.py)."""
+
+    modes: list[str]
+    """The run modes, in the order of each `outcomes` row."""
+    outcomes: dict[str, list[str]]
+    """probe id -> one cell per mode: `success`, `denied:<errno>`, `error` or `partial`."""
+    not_checked: list[str] = msgspec.field(default_factory=list)
+    """`mode/probe` entries the kernel evidence cannot speak to (all others must agree)."""
+
+
 class Expectations(msgspec.Struct, forbid_unknown_fields=True):
     description: str = ""
     health: HealthExpectation = msgspec.field(default_factory=HealthExpectation)
     evidence: EvidenceExpectation = msgspec.field(default_factory=EvidenceExpectation)
     counts: dict[str, int] = msgspec.field(default_factory=dict)
     bindings: list[BindingExpectation] | None = None
+    probe_matrix: ProbeMatrixExpectation | None = None
 
 
 class ExpectationError(ValueError):
@@ -92,9 +136,15 @@ def load(path: Path) -> Expectations:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ExpectationError(f"{path}: {exc}") from exc
     try:
-        return msgspec.convert(data, Expectations)
+        exp = msgspec.convert(data, Expectations)
     except msgspec.ValidationError as exc:
         raise ExpectationError(f"{path}: {exc}") from exc
+    matrix = exp.probe_matrix
+    for probe, row in (matrix.outcomes.items() if matrix else ()):
+        if len(row) != len(matrix.modes):
+            raise ExpectationError(f"{path}: field probe_matrix.outcomes.{probe}: {len(row)} cells, "
+                                   f"expected one per mode ({len(matrix.modes)})")
+    return exp
 
 
 def _subst(values: list[str], subst: dict[str, str]) -> list[str]:
@@ -112,12 +162,18 @@ def _exact(what: str, want: list[str], got: list[str]) -> list[str]:
     return problems
 
 
+def is_write(e: EventRef) -> bool:
+    """Whether a kernel line is a write to its path (see WRITE_EVENTS)."""
+    return e.value is not None and (
+        (e.kind == "openat" and e.access_mode in ("write", "read_write"))
+        or (e.kind == "file_blocked" and e.access_mode == "write")
+        or e.kind in WRITE_EVENTS)
+
+
 def _writes_in(view: RunView, binding_id: str) -> list[str] | None:
     for b in view.bindings:
         if b.tool_call_id == binding_id and b.events is not None:
-            return sorted({e.value for e in b.events if e.value is not None and (
-                (e.kind == "openat" and e.access_mode in ("write", "read_write"))
-                or (e.kind == "file_blocked" and e.access_mode == "write"))})
+            return sorted({e.value for e in b.events if e.value is not None and is_write(e)})
     return None
 
 

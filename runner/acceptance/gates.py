@@ -9,6 +9,11 @@ whose evidence must match the gate's expectations file
 one `Gate(...)` entry here plus its expectations file; the workflow gets one
 step for it (a test checks that every registered gate has one).
 
+The probe-matrix gate is the exception: probe records are not
+byte-identical by design, so it runs `probe --matrix` three times and has a
+rule of its own (probe_gate.py: identical outcome tables, valid records and
+archives, each run corroborated by its own kernel evidence).
+
 A gate whose prerequisite is missing (the OpenAI Agents SDK not installed, a
 fixture not in this checkout) *could not run*: that is reported apart from a
 failure, and is never a pass.
@@ -20,6 +25,7 @@ venv's, where the SDK is installed).
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +40,16 @@ GATED_PATHS = (
     "Makefile",
     "assay_sdk",
     "blackbox",
+    "catalogs",
     "ebpf",
     "fixtures",
     "normalizer",
     "policy",
+    "probe_harness",
+    "probes",
     "pyproject.toml",
     "runner",
+    "schema",
     "scripts/setup.sh",
     "spool",
 )
@@ -67,6 +77,24 @@ class PythonModule:
         return f"{python} cannot import {self.module} ({last}): {self.fix}"
 
 
+def console_script(python: str, name: str) -> Path:
+    """A console script of the environment `python` runs in (next to the interpreter)."""
+    return Path(python).parent / name
+
+
+@dataclass(frozen=True)
+class ConsoleScript:
+    """The gate needs a console script of the environment (e.g. the probe harness's `probe`)."""
+
+    name: str
+    fix: str
+
+    def missing(self, python: str) -> str | None:
+        """Why the prerequisite is missing, or None."""
+        path = console_script(python, self.name)
+        return None if os.access(path, os.X_OK) else f"{path} is not an executable: {self.fix}"
+
+
 @dataclass(frozen=True)
 class Gate:
     """One named acceptance gate."""
@@ -76,10 +104,13 @@ class Gate:
     command: tuple[str, ...]
     policy: str | None = None
     workspace: str = FIXTURE_WORKSPACE
-    requires: tuple[PythonModule, ...] = ()
+    requires: tuple[PythonModule | ConsoleScript, ...] = ()
     scenario: str | None = None
     """Set for an observed DecisionEvents gate: `command` is the agent, run three times by
     `assay-runner observe --scenario` (its events.jsonl must pass `check-events`)."""
+    probe_matrix: bool = False
+    """The probe-matrix gate: `command` is `probe --matrix`, run three times and judged by
+    its outcome tables and kernel corroboration (probe_gate.py), not by byte identity."""
 
     @property
     def expectations(self) -> Path:
@@ -88,8 +119,8 @@ class Gate:
 
     @property
     def fixture(self) -> Path:
-        """What the gate needs from the checkout: its scenario, or the workspace it copies."""
-        return REPO / (self.scenario or self.workspace)
+        """What the gate needs from the checkout: its scenario, the probes, or the workspace it copies."""
+        return REPO / (self.scenario or ("probes" if self.probe_matrix else self.workspace))
 
     @property
     def run_id(self) -> str:
@@ -108,6 +139,7 @@ KERNEL_POLICY = ("read -r line < README.md; echo \"$line\" > policy-out.txt; "
                  "echo refused > /tmp/assay-acceptance-outside.txt; "
                  "echo > /dev/tcp/127.0.0.1/9; echo > /dev/tcp/127.0.0.1/9999; exit 0")
 SDK = PythonModule("agents", "install the SDK fixture's extra: make setup (pip install -e '.[sdk]')")
+PROBE = ConsoleScript("probe", "install the checkout into this environment: make setup")
 
 GATES = (
     Gate("kernel-only", "kernel layer only: files and execs of a shell, no policy, no SDK",
@@ -122,6 +154,8 @@ GATES = (
     Gate("decision-events", "an observed DecisionEvents run: the fake Claude Code CLI on a scenario",
          ("{repo}/fixtures/agent/fake-claude/claude", "-p", "{{prompt}}"),
          scenario="fixtures/scenarios/summarize-logs"),
+    Gate("probe-matrix", "the probe matrix: every probe under baseline and the three presets, "
+         "corroborated by the kernel", ("probe", "--matrix"), requires=(PROBE,), probe_matrix=True),
 )
 BY_NAME = {g.name: g for g in GATES}
 ALL = "all"

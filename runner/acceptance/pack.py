@@ -41,6 +41,10 @@ ROLES = {
     "expectations.toml": "gate_expectations",
     "report.html": "run_report",
     "events.jsonl": "decision_events",
+    "records.ndjson": "probe_records",
+    "probe.log": "probe_log",
+    "corroboration.json": "corroboration_report",
+    "outcomes.json": "probe_outcomes",
 }
 CLAIM_CEILING = "gate_execution_on_this_host_only"
 NOT_PROVEN = [
@@ -50,6 +54,8 @@ NOT_PROVEN = [
     "that evidence outside the kernel layer is true: the SDK layer is self-reported by the agent",
     "anything about the checkout beyond the recorded tree ids (a dirty tree is flagged, not captured)",
     "who ran the gates: that is the job of the attestation over subject-checksums.txt, not of this file",
+    "for the probe matrix: outbound TCP to a real peer (none is configured, the probe records error), "
+    "or any sandbox other than the runner's three presets",
 ]
 
 

@@ -4,7 +4,9 @@ Every subject's size and digest are recomputed; `subject-checksums.txt` must
 list exactly the manifest (with its real digest) and the subjects; a file in
 the pack that no subject lists is a problem; every runner archive is
 validated again (contract and conformance rules, `validate_path`); the
-archives of a gate marked passed must still be byte-identical. With
+archives of a gate marked passed must still be byte-identical (for the
+probe-matrix gate, its own rule holds again over the pack's records and
+archives: probe_gate.judge). With
 `require`, each required gate must be in the pack and passed: a gate that
 was skipped or could not run fails verification. Each problem names the
 subject or gate it is about.
@@ -18,7 +20,10 @@ from pathlib import Path, PurePosixPath
 
 import msgspec
 
-from runner.acceptance.gates import Gate
+from runner.acceptance import probe_gate
+from runner.acceptance.execute import EXPECTATIONS, RUNS
+from runner.acceptance.expect import ExpectationError, load
+from runner.acceptance.gates import BY_NAME, Gate
 from runner.acceptance.pack import CHECKSUMS, MANIFEST, PACK_SCHEMA, PackManifest, sha256_file
 from runner.evidence.archive import ArchiveError
 from runner.evidence.validate import validate_path
@@ -106,12 +111,28 @@ def _subject_problems(pack: Path, manifest: PackManifest) -> list[str]:
     return problems
 
 
-def _gate_problems(manifest: PackManifest, require: list[Gate]) -> list[str]:
+def _probe_gate_problems(pack: Path, gate: str) -> list[str]:
+    """The probe-matrix rule applied again to the pack's own files (probe_gate.judge)."""
+    gate_dir = pack / "gates" / gate
+    try:
+        exp = load(gate_dir / EXPECTATIONS).probe_matrix
+    except ExpectationError as exc:
+        return [f"gate {gate}: {exc}"]
+    if exp is None:
+        return [f"gate {gate}: its {EXPECTATIONS} has no [probe_matrix] table"]
+    _, problems = probe_gate.judge(gate_dir, RUNS, exp)
+    return [f"gate {gate}: marked passed, but {p}" for p in problems]
+
+
+def _gate_problems(pack: Path, manifest: PackManifest, require: list[Gate]) -> list[str]:
     digests = {s.path: s.sha256 for s in manifest.subjects}
     by_gate = {g.gate: g for g in manifest.gates}
     problems = []
     for g in manifest.gates:
-        if g.status == "passed" and len({digests.get(a) for a in g.archives}) != 1:
+        known = BY_NAME.get(g.gate)
+        if g.status == "passed" and known is not None and known.probe_matrix:
+            problems += _probe_gate_problems(pack, g.gate)
+        elif g.status == "passed" and len({digests.get(a) for a in g.archives}) != 1:
             problems.append(f"gate {g.gate}: marked passed, but its archives are not byte-identical")
         if g.status == "passed" and not g.archives:
             problems.append(f"gate {g.gate}: marked passed, but it has no archives")
@@ -130,5 +151,5 @@ def verify(pack: Path, require: list[Gate]) -> tuple[PackManifest, list[str]]:
     manifest, data = load_manifest(pack)
     problems = _checksum_problems(pack, manifest, data)
     problems += _subject_problems(pack, manifest)
-    problems += _gate_problems(manifest, require)
+    problems += _gate_problems(pack, manifest, require)
     return manifest, problems

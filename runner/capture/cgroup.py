@@ -42,6 +42,11 @@ class RunCgroup:
     id: int
     level: int
 
+    @staticmethod
+    def parent_path() -> Path:
+        """Where every run cgroup is made (the daemon's network programs are linked here)."""
+        return cgroup2_mount() / parent_name()
+
     @classmethod
     def create(cls, label: str, owner: Owner | None = None) -> RunCgroup:
         """Make a fresh, uniquely named cgroup for the run `label`, marked as `owner`'s (owner.py)."""

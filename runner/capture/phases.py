@@ -34,8 +34,8 @@ class EventSource(Protocol):
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         """Where records go from now on, in ring order."""
 
-    def wait(self, timeout_ms: int) -> None:
-        """Block until records may be ready or the timeout passes."""
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
+        """Block until records may be ready, `wake` is readable (the command ended) or the timeout passes."""
 
     def drain(self) -> None:
         """Hand every available record to the sink."""
@@ -61,6 +61,8 @@ class Command(Protocol):
 
     helper_pid: int
     shim_pid: int
+    exit_fd: int | None
+    """Readable once the command is over (a pidfd), so the drain loop notices at once; None: polled."""
 
     def start(self) -> None: ...
 
@@ -124,7 +126,7 @@ def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, g
     forwarded = killed = False
     try:
         while True:
-            source.wait(POLL_MS)
+            source.wait(POLL_MS, command.exit_fd)
             source.drain()
             spooler.flush()
             spooler.sdk(sdk.take_messages())

@@ -36,7 +36,7 @@ class ReplaySource:
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         self._sink = sink
 
-    def wait(self, timeout_ms: int) -> None:
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
         """Records are always ready; nothing to wait for."""
 
     def drain(self) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from ebpf.monitor import DEFAULT_RINGBUF_PAGES
+from ebpf.wire import DEFAULT_RINGBUF_PAGES
 from normalizer.build import NormalizedRun, dac_questions, normalize
 from normalizer.text import escape_os
 from policy.model import ResolvedPolicy
@@ -69,6 +69,8 @@ class RunRequest:
     """The run cgroup's limits; direct mode's defaults unless the caller (options, daemon config) says."""
     sensor: Sensor | None = None
     """Where the run's records come from; None: a monitor of its own (direct mode)."""
+    staged: bool = False
+    """`out_dir` is a staging directory whose files are copied durably afterwards (the daemon): no fsync."""
 
     @property
     def archive_path(self) -> Path:
@@ -110,7 +112,7 @@ def execute(req: RunRequest) -> RunResult:
             try:
                 spool = _with_dac_verdicts(read_spool(own_view / spool_name), out_fd, spool_name, req.user)
                 normalized = normalize(spool, req.run_id)
-                publish(normalized, req.archive_path, out_fd)
+                publish(normalized, req.archive_path, out_fd, sync=not req.staged)
             except OSError as exc:
                 raise RunnerError(
                     f"cannot write the archive {req.archive_path}: {exc.strerror or exc}; the command exited "
@@ -154,14 +156,14 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         interrupts.phase = "command"
         exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
                                       req.control or TerminalControl(), req.on_start, interrupts)
-        counters = source.ledger.counters()
+        counters = source.counters()
         trailer = SpoolTrailer(
             exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
             untracked_tasks=counters.untracked, ended_by=ended_by, limits=dict(limits.applied),
             limits_hit=limits.events(), limits_unavailable=list(limits.unavailable),
         )
         try:
-            name = spooler.finish(trailer)
+            name = spooler.finish(trailer, sync=not req.staged)
         except SpoolReplaced as exc:
             raise RunnerError(f"evidence tampered with: {exc}; no archive was written") from exc
         except SpoolWriteFailed as exc:

@@ -7,21 +7,20 @@ run's `RunSource`, the `EventSource` the capture phases drain
 
 - `LocalSensor` (direct mode): compiles and attaches the monitor for this
   one run and reads the ring itself through an `Observer` with one sink.
-- The daemon's worker gets a `SharedSensor` (runner/daemon/runs.py): the
-  daemon's monitor, loaded once, with the run's records arriving over its
-  channel (runner/capture/channel.py).
+- The daemon's worker gets a `SharedSensor` (runner/daemon/sensor.py): the
+  daemon's monitor, loaded once in its sensor process, with the run's
+  records arriving over its channel (runner/capture/channel.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 from ebpf import ringsink
-from ebpf.monitor import RUN_KEY, Monitor, MonitorConfig, MonitorError, NetPolicySpec, RunLedger
+from ebpf.monitor import RUN_KEY, Monitor, MonitorConfig, MonitorError, NetPolicySpec, RunCounters, RunLedger
 from ebpf.observer import Observer
 from ebpf.ringsink import BatchObserver, BatchSink
 from runner.capture.cgroup import RunCgroup
@@ -34,13 +33,14 @@ CONSUMER_ENV = "ASSAY_RUNNER_RING_CONSUMER"
 
 
 class RunSource(Protocol):
-    """One run's records and counters (an `EventSource` with a ledger and an end)."""
+    """One run's records and counters (an `EventSource` with its counters and an end)."""
 
-    ledger: RunLedger
+    def counters(self) -> RunCounters:
+        """The run's own drops, writes and untracked tasks (plus what no run could own meanwhile)."""
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None: ...
 
-    def wait(self, timeout_ms: int) -> None: ...
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None: ...
 
     def drain(self) -> None: ...
 
@@ -90,7 +90,6 @@ class LocalSource(Buffered):
     def __init__(self, monitor: Monitor, cgroup: RunCgroup, net: NetPolicySpec | None) -> None:
         super().__init__()
         self._monitor = monitor
-        self._cgroup = cgroup
         self.consumer = "c" if ringsink.available() and os.environ.get(CONSUMER_ENV) != "python" else "python"
         """Which ring reader this run has (logged with `monitor.attached`)."""
         self._observer: Observer | BatchObserver
@@ -99,20 +98,29 @@ class LocalSource(Buffered):
             self._observer.open_run(RUN_KEY, lambda items, count: self.batch_sink(items, count))
         else:
             self._observer = Observer(monitor)
-            self._observer.open_run(RUN_KEY, lambda record: self.sink(record))
+            self._observer.open_run(RUN_KEY, self.sink)
         self.ledger = RunLedger(monitor, RUN_KEY)
         monitor.add_run(RUN_KEY, cgroup.id, net)
         if net is not None:
             monitor.attach_net(cgroup.path)
 
-    def wait(self, timeout_ms: int) -> None:
-        self._observer.wait(timeout_ms)
+    def set_sink(self, sink: Callable[[bytes], None]) -> None:
+        super().set_sink(sink)
+        if isinstance(self._observer, Observer):
+            self._observer.close_run(RUN_KEY)  # straight to the new sink, no indirection per record
+            self._observer.open_run(RUN_KEY, sink)
+
+    def wait(self, timeout_ms: int, wake: int | None = None) -> None:
+        self._observer.wait(timeout_ms, wake)
 
     def drain(self) -> None:
         self._observer.drain()
 
     def finish(self) -> None:
         self._observer.drain()
+
+    def counters(self) -> RunCounters:
+        return self.ledger.counters()
 
     def drops(self) -> dict[str, int]:
         return self.ledger.counters().drops
@@ -121,8 +129,7 @@ class LocalSource(Buffered):
         return self.ledger.counters().emitted
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):  # the monitor is unloaded below anyway
-            self._monitor.remove_run(RUN_KEY, self._cgroup.id)
+        """Unload the run's own monitor (its maps, the run's key with them)."""
         self._monitor.close()
         if isinstance(self._observer, BatchObserver):
             self._observer.close()  # after the monitor: libbpf no longer holds its buffers

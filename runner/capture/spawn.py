@@ -30,6 +30,7 @@ from pathlib import Path
 
 from runner.capture.cgroup import RunCgroup
 from runner.display import printable
+from runner.enforce.identity import Credentials
 from runner.enforce.landlock import Ruleset
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER_ERROR, RunnerError
 
@@ -48,15 +49,6 @@ def exit_code(status: int) -> int:
 
 def _die_with_parent() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Who the command runs as when it must not run as root."""
-
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -101,6 +93,8 @@ class Spawned:
     helper_pid: int
     shim_pid: int
     _go_fd: int
+    exit_fd: int | None = None
+    """A pidfd of the helper: readable once it (and so the command) exited."""
 
     def start(self) -> None:
         """Let the init fork and exec the command."""
@@ -110,7 +104,12 @@ class Spawned:
     def poll(self) -> int | None:
         """The command's exit code once it (and so the helper) has exited."""
         pid, status = os.waitpid(self.helper_pid, os.WNOHANG)
-        return exit_code(status) if pid else None
+        if not pid:
+            return None
+        if self.exit_fd is not None:
+            os.close(self.exit_fd)
+            self.exit_fd = None
+        return exit_code(status)
 
     def signal(self, signum: int) -> None:
         """Forward `signum` to the command through the init (it forwards FORWARDED signals)."""
@@ -141,7 +140,8 @@ def spawn(spec: CommandSpec, cgroup: RunCgroup, also_join: tuple[Path, ...] = ()
         os.waitpid(helper, 0)
         os.close(go_w)
         raise RunnerError(f"cannot start the command's namespace: {line.removeprefix('err ')}")
-    return Spawned(helper_pid=helper, shim_pid=int(line.split()[1]), _go_fd=go_w)
+    return Spawned(helper_pid=helper, shim_pid=int(line.split()[1]), _go_fd=go_w,
+                   exit_fd=os.pidfd_open(helper))
 
 
 def _helper(report_w: int, go_r: int, spec: CommandSpec, cgroup: RunCgroup,

@@ -13,7 +13,8 @@ spools go under DIR/gates/NAME/; DIR/manifest.json and
 DIR/subject-checksums.txt form the proof pack, rewritten after every gate.
 `verify` re-checks a pack offline: every digest, every archive, and with
 --require-gates that each required gate is in the pack and passed.
-`prepare` removes DIR and empty cgroups left by earlier acceptance runs.
+`prepare` removes DIR and the cgroups of runners that died (by their owner
+record, as `doctor --fix` does).
 docs/acceptance.md describes the gates and the pack.
 
 Exit codes:
@@ -44,9 +45,9 @@ from runner.acceptance.expect import load as load_expectations
 from runner.acceptance.gates import ALL, GATES, Gate, select
 from runner.acceptance.pack import write_pack
 from runner.acceptance.verify import PackError, verify
-from runner.capture.cgroup import PARENT as CGROUP_PARENT
+from runner.capture import stale
+from runner.capture.cgroup import RunCgroup
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
-from runner.host.mounts import cgroup2_mount
 
 DEFAULT_OUT = Path("build/acceptance")
 
@@ -156,27 +157,25 @@ def list_gates(args: argparse.Namespace) -> int:
 
 
 def prepare(args: argparse.Namespace) -> int:
-    """Start clean: no pack from an earlier job, no cgroups an earlier acceptance run left."""
+    """Start clean: no pack from an earlier job, nothing a dead runner left.
+
+    Cgroups are judged by their owner record (runner/capture/stale.py), never
+    by name: a live run's cgroup, empty while its monitor compiles, is safe.
+    """
     out = args.prepare_out.resolve()
     shutil.rmtree(out, ignore_errors=True)
     print(f"removed {out}")
-    busy = []
+    for line in stale.sweep():
+        print(line)
     try:
-        parent = cgroup2_mount() / CGROUP_PARENT
+        parent = RunCgroup.parent_path()
     except RunnerError as exc:
         print(f"no cgroup v2 to clean: {exc}")
         return 0
-    stale = sorted(parent.glob("acceptance-*")) if parent.is_dir() else []
-    for cg in stale:
-        procs = (cg / "cgroup.procs").read_text().split() if (cg / "cgroup.procs").exists() else []
-        if procs:
-            busy.append(f"{cg}: still has processes {' '.join(procs)}")
-            continue
-        try:
-            cg.rmdir()
-            print(f"removed stale cgroup {cg}")
-        except OSError as exc:
-            busy.append(f"{cg}: cannot remove: {exc.strerror}")
+    busy = []
+    for cg in sorted(parent.glob("acceptance-*")) if parent.is_dir() else []:
+        if pids := RunCgroup(path=cg, id=0, level=0).pids():
+            busy.append(f"{cg}: still has processes {' '.join(map(str, pids))}")
     for line in busy:
         print(line)
     if busy:

@@ -52,10 +52,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_config(path)
     if args.socket:
         config = dataclasses.replace(config, socket_path=Path(args.socket))
-    from runner.host.checks import require_run_prerequisites
-
-    require_run_prerequisites()
-    return Daemon(config).serve()
+    return Daemon(config).serve()  # its sensor process checks the run prerequisites (they load BCC)
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -6,7 +6,10 @@ so each run starts from the same state; each run is observed exactly like
 `run` would, then every member of the archives, manifest included, is
 compared byte for byte with run 1. Differing members are named with their
 first differing lines. Each run must also pass health (kernel_layer=complete,
-ringbuf_drops=0, cgroup_correlation=clean) and exit with the same code.
+ringbuf_drops=0, cgroup_correlation=clean) and exit with the same code, and
+leave the same workdir end state (every path's type, mode and content or
+link target, runner/evidence/endstate.py): a file whose content depends on
+the time is named there, though the archives cannot show it.
 
 Writes --out/run-1/RUN_ID.tar.gz (+ .spool), run-2/, ... and
 --out/determinism-report.json; prints the readable report on stdout and
@@ -15,7 +18,8 @@ workdir is restored).
 
 Exit codes:
   0    every run byte-identical, same exit code, health passing
-  1    members differ, exit codes differ, or a run's health is not passing
+  1    members differ, the workdir end states differ, exit codes differ, or a
+       run's health is not passing
        (health is reported but not failed with --allow-unhealthy)
   2    unusable input: bad options, command not found, workdir cannot be
        snapshotted, --out not writable or holding archives (use --force)
@@ -45,6 +49,7 @@ from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
 from runner.evidence.archive import load_members, sha256_ref, write_atomic
 from runner.evidence.compare import RunInput, build_report, render_text
+from runner.evidence.endstate import end_state
 
 REPORT_NAME = "determinism-report.json"
 SCRATCH_ROOTS = (STATE_DIR, Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"))
@@ -116,9 +121,11 @@ def publish_staged(scratch: Path, targets: list[Path]) -> None:
                 shutil.move(file, target / file.name)
 
 
-def run_all(req: RunRequest, runs: int, snapshot: Snapshot, scratch: Path) -> list[int]:
-    """Restore the workdir and run the command, `runs` times; the exit codes."""
+def run_all(req: RunRequest, runs: int, snapshot: Snapshot, scratch: Path,
+            excluded: frozenset[Path]) -> tuple[list[int], list[dict[str, str]]]:
+    """Restore the workdir and run the command, `runs` times; the exit codes and workdir end states."""
     codes: list[int] = []
+    states: list[dict[str, str]] = []
     for number in range(1, runs + 1):
         progress(f"run {number}/{runs}: restoring {req.workdir} and running {shlex.join(req.argv)}")
         snapshot.restore()
@@ -135,7 +142,8 @@ def run_all(req: RunRequest, runs: int, snapshot: Snapshot, scratch: Path) -> li
             # start the next run (the workdir is still restored on the way out).
             raise KeyboardInterrupt
         codes.append(result.exit_code)
-    return codes
+        states.append(end_state(req.workdir, excluded))
+    return codes, states
 
 
 def main(args: argparse.Namespace) -> int:
@@ -154,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
             snapshot = Snapshot.take(workdir, scratch / "snapshot", excluded)
         except SnapshotError as exc:
             raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc
-        codes = run_all(req, args.runs, snapshot, scratch)
+        codes, states = run_all(req, args.runs, snapshot, scratch, excluded)
     finally:
         if snapshot is not None:
             try:
@@ -165,11 +173,11 @@ def main(args: argparse.Namespace) -> int:
         publish_staged(scratch, targets)
         if not keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    return report(req, out, targets, codes, args.allow_unhealthy)
+    return report(req, out, targets, codes, args.allow_unhealthy, states)
 
 
 def report(req: RunRequest, out: Path, targets: list[Path], codes: list[int],
-           allow_unhealthy: bool) -> int:
+           allow_unhealthy: bool, states: list[dict[str, str]]) -> int:
     """Compare the published archives, write the JSON report, print the readable one."""
     inputs = []
     for target, code in zip(targets, codes, strict=True):
@@ -178,7 +186,7 @@ def report(req: RunRequest, out: Path, targets: list[Path], codes: list[int],
                                load_members(archive)))
     # argv and workdir in v0 text: any byte the user passed survives into the JSON report
     result = build_report(req.run_id, [escape_os(a) for a in req.argv], escape_os(str(req.workdir)),
-                          inputs, allow_unhealthy)
+                          inputs, allow_unhealthy, states)
     path = out / REPORT_NAME
     write_atomic(path, msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
     print(render_text(result))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from blackbox.catalog import CAPTURE_MODES, ENVIRONMENTS, WORKSPACE_MODES
 from blackbox.scenario import SCENARIO_ID, Scenario, ScenarioError, inline_scenario, load_scenario
-from ebpf.monitor import DEFAULT_RINGBUF_PAGES
+from ebpf.wire import DEFAULT_RINGBUF_PAGES
 from runner.blackbox.observe import ObserveRequest, observe
 from runner.cli.cmd_run import check_run_id
 from runner.display import printable_lines

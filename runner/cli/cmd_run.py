@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import os
-import secrets
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ebpf.monitor import DEFAULT_RINGBUF_PAGES
+from ebpf.wire import DEFAULT_RINGBUF_PAGES
 from normalizer.artifacts import is_safe_run_id
 from normalizer.redact import find_unredacted
 from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
@@ -96,6 +94,9 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
 def check_run_id(run_id: str | None) -> str:
     """A valid run id, or a generated one when none was given."""
     if run_id is None:
+        import datetime as dt  # here: the daemon client with a --run-id never pays for them
+        import secrets
+
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         return f"run-{stamp}-{secrets.token_hex(2)}"
     if not is_safe_run_id(run_id) or len(run_id) > RUN_ID_MAX:
@@ -106,6 +107,13 @@ def check_run_id(run_id: str | None) -> str:
     if find_unredacted(run_id) is not None:
         raise RunnerError(f"invalid --run-id {run_id!r}: it looks like a secret, which no archive may carry")
     return run_id
+
+
+def check_ringbuf_pages(pages: int) -> int:
+    """`--ringbuf-pages`, checked the same way in both modes (the daemon's ring is its own size)."""
+    if pages < 1 or pages & (pages - 1):
+        raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
+    return pages
 
 
 def resolve_command(cmd: list[str], workdir: Path, env: dict[str, str]) -> str:
@@ -231,9 +239,7 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     from runner.host.checks import require_run_prerequisites
 
     cmd, run_id, workdir, env, exe = command_inputs(args)
-    pages = args.ringbuf_pages
-    if pages < 1 or pages & (pages - 1):
-        raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
+    pages = check_ringbuf_pages(args.ringbuf_pages)
     user = command_credentials(args.user, env)
     env.update(identity_env(user))
     policy = run_policy(args, workdir, user)

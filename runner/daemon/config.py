@@ -17,6 +17,8 @@ means the defaults below (root only, no floor).
     memory_max = "4G"                 # per run (cgroup memory.max), bytes or K/M/G/T
     [floor]
     policy = "/etc/assay-runner/floor.toml"
+    [sensor]
+    ringbuf_pages = 4096              # the one ring every run shares (16 MiB), a power of two
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Literal
 
 import msgspec
 
+from ebpf.wire import RUN_SLOTS
 from policy.load import PolicyFileError, decode_toml, load_policy
 from policy.model import Policy, PolicyError
 from runner.capture.limits import CgroupLimits
@@ -38,6 +41,10 @@ DEFAULT_SOCKET = "/run/assay-runner/runner.sock"
 DEFAULT_CONFIG = Path("/etc/assay-runner/daemon.toml")
 _SIZE = re.compile(r"(\d+)([KMGT]?)", re.ASCII)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+DAEMON_RINGBUF_PAGES = 4096
+"""16 MiB: the shared ring holds several runs' bursts between the observer's drains."""
+MAX_RINGBUF_PAGES = 16384
+"""64 MiB of pinned kernel memory at most."""
 
 
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -64,12 +71,17 @@ class FloorSection(_Section):
     policy: str | None = None
 
 
+class SensorSection(_Section):
+    ringbuf_pages: int = DAEMON_RINGBUF_PAGES
+
+
 class ConfigDocument(_Section):
     version: Literal[1] = 1
     socket: SocketSection = SocketSection()
     access: AccessSection = AccessSection()
     limits: LimitsSection = LimitsSection()
     floor: FloorSection = FloorSection()
+    sensor: SensorSection = SensorSection()
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,7 @@ class DaemonConfig:
     max_concurrent_runs: int
     limits: CgroupLimits
     floor: Policy | None
+    ringbuf_pages: int = DAEMON_RINGBUF_PAGES
 
 
 def _gid(name: str, loc: tuple[str | int, ...]) -> int:
@@ -112,8 +125,12 @@ def _validate(doc: ConfigDocument) -> None:
         _gid(doc.socket.group, ("socket", "group"))
     for i, name in enumerate(doc.access.allowed_groups):
         _gid(name, ("access", "allowed_groups", i))
-    if doc.limits.max_concurrent_runs < 1:
-        raise PolicyError(("limits", "max_concurrent_runs"), "expected at least 1")
+    if not 1 <= doc.limits.max_concurrent_runs < RUN_SLOTS:
+        raise PolicyError(("limits", "max_concurrent_runs"), f"expected 1 to {RUN_SLOTS - 1} "
+                          "(the runs one loaded monitor tells apart)")
+    pages = doc.sensor.ringbuf_pages
+    if pages < 1 or pages & (pages - 1) or pages > MAX_RINGBUF_PAGES:
+        raise PolicyError(("sensor", "ringbuf_pages"), f"expected a power of two up to {MAX_RINGBUF_PAGES}")
     if doc.limits.pids_max is not None and doc.limits.pids_max < 1:
         raise PolicyError(("limits", "pids_max"), "expected at least 1")
     memory_bytes(doc.limits.memory_max)
@@ -137,6 +154,7 @@ def load_config(path: Path | None) -> DaemonConfig:
         max_concurrent_runs=doc.limits.max_concurrent_runs,
         limits=CgroupLimits(pids_max=doc.limits.pids_max, memory_max=memory_bytes(doc.limits.memory_max)),
         floor=floor,
+        ringbuf_pages=doc.sensor.ringbuf_pages,
     )
 
 

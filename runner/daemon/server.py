@@ -7,8 +7,12 @@ is checked with the kernel's peer credentials before a byte of it is
 decoded; its request is read without blocking (a slow or silent peer cannot
 stall anyone else) and bounded by the protocol's frame limit.
 
-A run request within the limits forks a worker (runner/daemon/worker.py)
-that owns the connection and the passed fds from then on. A status request
+The monitor is loaded once, before listening, and stays for the daemon's
+life in the sensor process (runner/daemon/sensor.py), which reads the ring
+and hands each run its records over the run's channel. A run request
+within the limits takes a run key (its channel goes to the sensor) and
+forks a worker (runner/daemon/worker.py) that owns the connection, the
+passed fds and the run's end of the channel from then on. A status request
 is answered here. SIGTERM stops accepting, asks every worker to end its run
 (SIGUSR1: the run's cgroup is killed and its archive written with a
 `s2_run_ended: reason=daemon_shutdown` health note) and exits when the last
@@ -31,6 +35,7 @@ from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, peer_of, refusal
+from runner.daemon.sensor import SensorHandle, SharedSensor
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
@@ -54,6 +59,8 @@ class ActiveRun:
     worker_pid: int
     report_fd: int
     started: float
+    key: int
+    """The run's key in the sensor's maps."""
     events: int = 0
     drops: int = 0
 
@@ -68,27 +75,36 @@ class Daemon:
         self.stopping = False
         self.listener: socket.socket | None = None
         self.owns_socket = False
+        self.sensor: SensorHandle | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
 
     def serve(self) -> int:
         """Listen until SIGTERM, then end the runs and return 0 once the last worker is gone."""
-        wake_r, wake_w = socket.socketpair()
-        wake_r.setblocking(False)
-        wake_w.setblocking(False)
-        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-            signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
-        self.listener, self.owns_socket = listen(self.config)
-        sweep()  # cgroups of workers (or a daemon) that died: logged as stale.cleaned
-        self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
-        self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
-        log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
-                 max_concurrent_runs=self.config.max_concurrent_runs,
-                 floor=self.config.floor.name if self.config.floor else None)
-        while not (self.stopping and not self.runs):
-            for key, _ in self.sel.select(timeout=1.0):
-                key.data(key.fileobj)
+        t0 = time.monotonic()
+        self.sensor = sensor = SensorHandle(self.config.ringbuf_pages)  # forked before any plumbing
+        log.info("daemon.sensor_loaded", seconds=round(time.monotonic() - t0, 3),
+                 ringbuf_pages=sensor.ringbuf_pages, sensor_pid=sensor.pid)
+        try:
+            worker.preload()
+            wake_r, wake_w = socket.socketpair()
+            wake_r.setblocking(False)
+            wake_w.setblocking(False)
+            signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+                signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
+            self.listener, self.owns_socket = listen(self.config)
+            sweep()  # cgroups of workers (or a daemon) that died: logged as stale.cleaned
+            self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
+            self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
+            log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
+                     max_concurrent_runs=self.config.max_concurrent_runs,
+                     floor=self.config.floor.name if self.config.floor else None)
+            while not (self.stopping and not self.runs):
+                for key, _ in self.sel.select(timeout=1.0):
+                    key.data(key.fileobj)
+        finally:
+            sensor.close()
         log.info("daemon.stopped")
         return 0
 
@@ -124,11 +140,17 @@ class Daemon:
                 return
             if pid == 0:
                 return
+            if self.sensor is not None and pid == self.sensor.pid:
+                log.error("daemon.sensor_died", status=os.waitstatus_to_exitcode(status))
+                self._stop()  # nothing can be observed any more: the runs end, their archives say so
+                continue
             run = self.runs.pop(pid, None)
             if run is not None:
                 self._read_report(run)
                 self.sel.unregister(run.report_fd)
                 os.close(run.report_fd)
+                assert self.sensor is not None
+                self.sensor.end_run(run.key)
                 log.info("run.ended", run_id=run.run_id, uid=run.peer.uid, worker=pid,
                          status=os.waitstatus_to_exitcode(status),
                          seconds=round(time.monotonic() - run.started, 3))
@@ -195,14 +217,14 @@ class Daemon:
         now = time.monotonic()
         for run in self.runs.values():
             self._read_report(run)
-        pids = [os.getpid(), *self.runs]
+        pids = [os.getpid(), *([self.sensor.pid] if self.sensor else []), *self.runs]
         reply = protocol.StatusReply(
             version=protocol.VERSION, pid=os.getpid(), uptime_s=round(now - self.started, 3),
             runs=[protocol.RunInfo(run_id=r.run_id, caller_uid=r.peer.uid, caller_pid=r.peer.pid,
                                    age_s=round(now - r.started, 3), events=r.events, drops=r.drops,
                                    worker_pid=r.worker_pid)
                   for r in sorted(self.runs.values(), key=lambda r: r.started)],
-            bpf_programs=sum(map(_bpf_programs, pids)), rss_bytes=sum(map(_rss_bytes, pids)),
+            bpf_programs=len(set().union(*map(_bpf_programs, pids))), rss_bytes=sum(map(_rss_bytes, pids)),
             max_concurrent_runs=self.config.max_concurrent_runs,
         )
         _reply(pending.conn, reply)
@@ -220,6 +242,12 @@ class Daemon:
         elif len(self.runs) >= self.config.max_concurrent_runs:
             problem = (f"the daemon already runs {len(self.runs)} runs, its limit "
                        f"(limits.max_concurrent_runs = {self.config.max_concurrent_runs}); try again later")
+        assert self.sensor is not None
+        if problem is None:
+            try:
+                key, worker_end = self.sensor.start_run()
+            except RunnerError as exc:
+                problem = str(exc)
         if problem is not None:
             for fd in fds:
                 os.close(fd)
@@ -232,8 +260,10 @@ class Daemon:
             code = 1
             try:
                 self._become_worker(pending.conn)
+                self.sensor.control.close()  # the sensor must see the daemon go, not a worker holding on
                 os.close(report_r)
-                code = worker.serve_run(pending.conn, fds, msg, pending.peer, self.config, report_w)
+                code = worker.serve_run(pending.conn, fds, msg, pending.peer, self.config, report_w,
+                                        SharedSensor(worker_end))
             except BaseException as exc:
                 log.error("run.crashed", error=repr(exc))
                 with contextlib.suppress(Exception):
@@ -241,13 +271,14 @@ class Daemon:
             finally:
                 os._exit(code)
         os.close(report_w)
+        worker_end.close()
         for fd in fds:
             os.close(fd)
         del self.pending[pending.conn.fileno()]
         self.sel.unregister(pending.conn)
         pending.conn.close()
         self.runs[pid] = ActiveRun(run_id=msg.run_id, peer=pending.peer, worker_pid=pid,
-                                   report_fd=report_r, started=time.monotonic())
+                                   report_fd=report_r, started=time.monotonic(), key=key)
         self.sel.register(report_r, selectors.EVENT_READ, lambda _fd, r=self.runs[pid]: self._read_report(r))
         log.info("run.accepted", run_id=msg.run_id, uid=pending.peer.uid, caller_pid=pending.peer.pid,
                  worker=pid, active_runs=len(self.runs))
@@ -319,14 +350,16 @@ def _remove_stale(path: Path) -> None:
     raise RunnerError(f"another daemon is already listening on {path}")
 
 
-def _bpf_programs(pid: int) -> int:
-    """BPF program fds `pid` holds (its fdinfo names a prog_id)."""
-    count = 0
+def _bpf_programs(pid: int) -> set[int]:
+    """Ids of the BPF programs `pid` holds fds of (workers share the daemon's: counted once)."""
+    ids: set[int] = set()
     with contextlib.suppress(OSError):
         for entry in os.scandir(f"/proc/{pid}/fdinfo"):
             with contextlib.suppress(OSError), open(entry.path) as f:
-                count += "prog_id:" in f.read()
-    return count
+                for line in f:
+                    if line.startswith("prog_id:"):
+                        ids.add(int(line.split()[1]))
+    return ids
 
 
 def _rss_bytes(pid: int) -> int:

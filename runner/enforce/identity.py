@@ -19,9 +19,22 @@ from __future__ import annotations
 import os
 import pwd
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from runner.capture.spawn import Credentials
 from runner.errors import RunnerError
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Who the command runs as when it must not run as root.
+
+    Here rather than with the spawn code, so the daemon client (which only
+    names its caller) does not load the capture side.
+    """
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
 
 
 def _groups(name: str | None, gid: int) -> tuple[int, ...]:

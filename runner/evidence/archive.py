@@ -120,13 +120,15 @@ def write_atomic(path: Path, data: bytes, dir_fd: int | None = None) -> None:
     write_streamed(path, lambda f: f.write(data), dir_fd)
 
 
-def write_streamed(path: Path, write: Callable[[BinaryIO], object], dir_fd: int | None = None) -> None:
+def write_streamed(path: Path, write: Callable[[BinaryIO], object], dir_fd: int | None = None,
+                   sync: bool = True) -> None:
     """Call `write(file)` on a new temp file beside `path`, then rename it into place.
 
     Everything happens inside one directory fd (`dir_fd`, or `path`'s parent
     opened once): the temp file is created with O_EXCL|O_NOFOLLOW and renamed
     within that directory, so a symlink planted at either name, or a parent
-    swapped for a symlink meanwhile, never redirects the write.
+    swapped for a symlink meanwhile, never redirects the write. `sync=False`
+    skips the fsync, for a staging copy that is itself copied durably.
     """
     owned = dir_fd is None
     directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if owned else dir_fd
@@ -135,7 +137,8 @@ def write_streamed(path: Path, write: Callable[[BinaryIO], object], dir_fd: int 
         with create_new(directory, tmp) as f:
             write(f)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         rename_within(directory, tmp, path.name)
     except BaseException:
         remove_within(directory, tmp)
@@ -145,9 +148,10 @@ def write_streamed(path: Path, write: Callable[[BinaryIO], object], dir_fd: int 
             os.close(directory)
 
 
-def write_archive(path: Path, run_id: str, members: dict[str, Member], dir_fd: int | None = None) -> None:
+def write_archive(path: Path, run_id: str, members: dict[str, Member], dir_fd: int | None = None,
+                  sync: bool = True) -> None:
     """Stream the archive for `members` to `path` atomically (inside `dir_fd` when given)."""
-    write_streamed(path, lambda f: _write_tar(f, run_id, members), dir_fd)
+    write_streamed(path, lambda f: _write_tar(f, run_id, members), dir_fd, sync)
 
 
 def _safe_name(name: str) -> str:

@@ -31,6 +31,7 @@ from normalizer.artifacts import CapabilitySurface, ObservationHealth
 from runner.display import printable_lines
 from runner.evidence.archive import MANIFEST, MEMBER_ORDER
 from runner.evidence.capdiff import HEALTH, SURFACE, SetChange, diff_surfaces
+from runner.evidence.endstate import NOT_COMPARED, state_digest
 
 REPORT_SCHEMA = "assay.runner.determinism_report.v0"
 MAX_LINE_PAIRS = 5
@@ -107,6 +108,20 @@ class RunRecord(msgspec.Struct):
     archive_sha256: str
     exit_code: int
     health: HealthStatus | None
+    workdir_sha256: str | None = None
+    """Digest of the workdir's end state after the run (runner/evidence/endstate.py), if taken."""
+
+
+class WorkdirDifference(msgspec.Struct):
+    """A workdir path whose end state is not the same after every run.
+
+    `entries` has one item per run, run 1 first: the path's entry
+    (endstate.py: type, mode, content digest or link target), None where the
+    run did not leave it.
+    """
+
+    path: str
+    entries: list[str | None]
 
 
 class DeterminismReport(msgspec.Struct):
@@ -125,6 +140,12 @@ class DeterminismReport(msgspec.Struct):
     members_compared: list[str]
     differing_members: list[MemberDifference]
     health_failures: list[HealthFailure]
+    workdir_compared: bool = False
+    """The workdir's end states were taken after each run and compared."""
+    workdir_identical: bool = True
+    workdir_differences: list[WorkdirDifference] = msgspec.field(default_factory=list)
+    content_not_compared: list[str] = msgspec.field(default_factory=list)
+    """Workdir files compared by type and mode only (caches that record times, endstate.TIME_RECORDS)."""
 
 
 @dataclass(frozen=True)
@@ -263,16 +284,29 @@ def check_health(run: int, members: dict[str, bytes]) -> tuple[HealthStatus | No
 # --- the report -------------------------------------------------------------
 
 
+def compare_end_states(states: list[dict[str, str]]) -> list[WorkdirDifference]:
+    """Every workdir path whose entry is not the same after every run, sorted by path."""
+    paths = sorted({p for state in states for p in state})
+    return [WorkdirDifference(p, [s.get(p) for s in states]) for p in paths
+            if len({s.get(p) for s in states}) > 1]
+
+
 def build_report(run_id: str, command: list[str], workdir: str, runs: list[RunInput],
-                 allow_unhealthy: bool) -> DeterminismReport:
-    """Compare the runs, check their health and exit codes, and give the verdict."""
+                 allow_unhealthy: bool, end_states: list[dict[str, str]] | None = None) -> DeterminismReport:
+    """Compare the runs, check their health and exit codes, and give the verdict.
+
+    `end_states`: the workdir after each run (endstate.end_state); when
+    given, they must be the same too.
+    """
     records: list[RunRecord] = []
     failures: list[HealthFailure] = []
     for number, run in enumerate(runs, start=1):
         status, problems = check_health(number, run.members)
         failures += problems
-        records.append(RunRecord(number, run.archive, run.archive_sha256, run.exit_code, status))
+        records.append(RunRecord(number, run.archive, run.archive_sha256, run.exit_code, status,
+                                 state_digest(end_states[number - 1]) if end_states else None))
     differing = compare_runs([r.members for r in runs])
+    workdir_differences = compare_end_states(end_states) if end_states else []
     identical = not differing
     exit_codes_match = len({r.exit_code for r in runs}) == 1
     health_passing = not failures
@@ -286,10 +320,16 @@ def build_report(run_id: str, command: list[str], workdir: str, runs: list[RunIn
         exit_codes_match=exit_codes_match,
         health_passing=health_passing,
         allow_unhealthy=allow_unhealthy,
-        passed=identical and exit_codes_match and (health_passing or allow_unhealthy),
+        passed=identical and exit_codes_match and (health_passing or allow_unhealthy)
+        and not workdir_differences,
         members_compared=member_order(n for r in runs for n in r.members),
         differing_members=differing,
         health_failures=failures,
+        workdir_compared=bool(end_states),
+        workdir_identical=not workdir_differences,
+        workdir_differences=workdir_differences,
+        content_not_compared=sorted({p for s in end_states or () for p, e in s.items()
+                                     if f" {NOT_COMPARED} (" in e}),
     )
 
 
@@ -330,6 +370,23 @@ def _member_text(diff: MemberDifference) -> list[str]:
     return lines
 
 
+def _workdir_text(report: DeterminismReport) -> list[str]:
+    if not report.workdir_compared:
+        return []
+    skipped = (f" ({len(report.content_not_compared)} time-recording cache file(s) by type and mode only: "
+               + ", ".join(report.content_not_compared) + ")") if report.content_not_compared else ""
+    if report.workdir_identical:
+        return [f"workdir end state: identical after every run{skipped}"]
+    lines = [f"workdir end state: {len(report.workdir_differences)} path(s) differ{skipped}:"]
+    for diff in report.workdir_differences[:MAX_SET_ENTRIES]:
+        lines.append(f"  {diff.path}")
+        lines += [f"    run {n}: {entry if entry is not None else '(absent)'}"
+                  for n, entry in enumerate(diff.entries, start=1)]
+    if len(report.workdir_differences) > MAX_SET_ENTRIES:
+        lines.append(f"  … {len(report.workdir_differences) - MAX_SET_ENTRIES} more path(s)")
+    return lines
+
+
 def render_text(report: DeterminismReport) -> str:
     """The readable report: runs, differing members with excerpts, health, verdict."""
     lines = [f"determinism: {len(report.runs)} runs of {shlex.join(report.command)} "
@@ -345,6 +402,7 @@ def render_text(report: DeterminismReport) -> str:
         lines.append(f"members: {len(report.members_compared)} compared, all byte-identical")
     for diff in report.differing_members:
         lines += _member_text(diff)
+    lines += _workdir_text(report)
     if report.health_failures:
         allowed = " (allowed by --allow-unhealthy)" if report.allow_unhealthy else ""
         lines.append(f"health failures{allowed}:")
@@ -353,6 +411,7 @@ def render_text(report: DeterminismReport) -> str:
         lines.append("exit codes differ: " + ", ".join(f"run {r.run}: {r.exit_code}" for r in report.runs))
     reasons = [text for bad, text in (
         (not report.identical, "members differ"),
+        (not report.workdir_identical, "workdir end state differs"),
         (not report.exit_codes_match, "exit codes differ"),
         (not report.health_passing and not report.allow_unhealthy, "health not passing"),
     ) if bad]

@@ -43,11 +43,12 @@ def unredacted(members: dict[str, Member]) -> tuple[str, str] | None:
     return None
 
 
-def publish(run: NormalizedRun, archive: Path, dir_fd: int | None = None) -> None:
+def publish(run: NormalizedRun, archive: Path, dir_fd: int | None = None, sync: bool = True) -> None:
     """Validate and sweep what is about to be written, then write it atomically.
 
     With `dir_fd` the archive is created inside that open directory (the
-    run's `--out`), whatever its path points at by then.
+    run's `--out`), whatever its path points at by then. `sync=False`: no
+    fsync (a staging copy, delivered durably later).
     """
     from runner.evidence.validate import validate_members
 
@@ -68,4 +69,4 @@ def publish(run: NormalizedRun, archive: Path, dir_fd: int | None = None) -> Non
     if problems:
         shown = "; ".join(problems[:3])
         raise RunnerError(f"normalized archive fails validation ({len(problems)} problems): {shown}")
-    write_archive(archive, run.run_id, members, dir_fd)
+    write_archive(archive, run.run_id, members, dir_fd, sync)

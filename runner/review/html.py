@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import shlex
 
-from runner.review.escape import printable
+from runner.display import printable
 from runner.review.view import PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
 
 WIDTH = 960

@@ -1,6 +1,7 @@
 """What only the raw spool knows: runner-clock times, parent links, tool-call windows.
 
-The archive is deterministic, so it carries no times, no argv, and numbers
+The archive is deterministic, so it carries no times, no argv, no raw
+transient names (`tmp_obj_~1`, normalizer/transient.py), and numbers
 processes without saying who created whom. A reviewer wants all three: which
 kernel events happened inside which tool call, and the process tree with
 each program's command line. The spool kept the
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from normalizer.artifacts import KernelEvent
-from normalizer.build import candidates
+from normalizer.build import named_candidates
 from normalizer.decode import iter_decode
 from normalizer.execlog import ExecLog, exec_log
 from normalizer.redact import Redactor
@@ -51,6 +52,8 @@ class SpoolFacts:
     """The command line the runner was asked to observe (redacted like the archive's strings)."""
     execs: ExecLog
     """Every exec with its argv and result, and how each process ended (normalizer/execlog.py)."""
+    transient: dict[str, str]
+    """Canonical transient path (`.../tmp_obj_~1`) -> the raw name the run used (not redacted)."""
 
     def offset_ms(self, ts: int) -> float:
         """Milliseconds since the first phase marker."""
@@ -68,7 +71,7 @@ def read_facts(path: Path, kernel: list[KernelEvent]) -> SpoolFacts:
     """Recompute the spool's facts and check that they fit `kernel` (the archive's lines)."""
     try:
         spool = read_spool(path)
-        evidence, _, _ = candidates(spool)
+        evidence, _, _, names = named_candidates(spool)
     except (OSError, SpoolError, ValueError) as exc:
         raise SpoolMismatch(f"cannot read spool {path}: {exc}") from exc
     evidence = [c for c in evidence if not is_telemetry(c)]
@@ -92,6 +95,7 @@ def read_facts(path: Path, kernel: list[KernelEvent]) -> SpoolFacts:
         tool_calls=calls,
         argv=[Redactor().redact(a) for a in spool.header.argv],
         execs=exec_log(spool),
+        transient={canonical: raw for raw, canonical in names.renames().items()},
     )
 
 

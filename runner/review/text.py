@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from runner.review.escape import printable as p
+from runner.display import printable as p
 from runner.review.view import PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
 
 
@@ -76,7 +76,11 @@ def render(view: RunView) -> str:
             how = ",".join(f.access_modes + f.operation_flags) or "-"
             extra = "".join([f" failed={f.failed}" if f.failed else "",
                              f" BLOCKED({','.join(f.blocked)})" if f.blocked else ""])
-            out.append(f"    {p(f.name)}  [{how}] opens={f.opens}{extra}")
+            raw = f"  (raw: {p(f.raw_path)})" if f.raw_path else ""
+            out.append(f"    {p(f.name)}  [{how}] opens={f.opens}{extra}{raw}")
+    if view.transient_names:
+        out += ["", "transient names (canonical in the archive <- raw in the spool):"]
+        out += [f"  {p(t.canonical)}  <-  {p(t.raw)}" for t in view.transient_names]
     out += ["", "endpoints:"] + ([f"  {p(e.endpoint)}  {', '.join(e.kinds)} ({e.events})"
                                   for e in view.endpoints] or ["  none"])
     out += ["", "blocks:"] + ([

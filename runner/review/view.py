@@ -3,8 +3,8 @@
 Built from the archive's members, decoded through the contract's models
 (normalizer/artifacts.py), and, when a spool is given, from `SpoolFacts`
 (times, parent links, windows). Strings are kept exactly as recorded here;
-each renderer escapes them for its medium (escape.py for terminals, HTML
-escaping for the report).
+each renderer escapes them for its medium (runner/display.py for
+terminals, then HTML escaping for the report).
 
 Without a spool, what the archive alone cannot say is left empty and
 `timeline` says so: processes have no parents, bindings have the archive's
@@ -23,6 +23,7 @@ import msgspec
 
 from normalizer.artifacts import Binding, KernelEvent, ObservationHealth, PolicyEvent, RunEvent, SdkEvent
 from normalizer.redact import Redactor
+from normalizer.text import escape_bytes
 from runner.evidence.capdiff import decode_artifacts
 from runner.evidence.compare import PASSING, check_health
 from runner.review.notes import meaning
@@ -57,6 +58,15 @@ class FileEntry(msgspec.Struct):
     """Opens that returned an error (not policy blocks)."""
     blocked: list[str]
     """Accesses the policy refused (`file_blocked` lines), sorted."""
+    raw_path: str | None = None
+    """For a path with a transient name (`~N`): the path the run really used (from the spool)."""
+
+
+class TransientEntry(msgspec.Struct):
+    """A transient random name: its canonical form in the archive, and the raw name from the spool."""
+
+    canonical: str
+    raw: str
 
 
 class DirectoryGroup(msgspec.Struct):
@@ -201,6 +211,8 @@ class RunView(msgspec.Struct):
     blocks: list[BlockEntry]
     bindings: list[BindingEntry]
     phases: list[PhaseEntry]
+    transient_names: list[TransientEntry] = msgspec.field(default_factory=list)
+    """Every transient name of the run with its raw name (needs the spool: empty without it)."""
 
 
 def _lines(members: dict[str, bytes], name: str, kind: type[T]) -> list[T]:
@@ -266,8 +278,12 @@ def exec_text(x: ExecEntry) -> str:
 
 
 def _argv(raw: list[bytes], redactor: Redactor) -> list[str]:
-    """argv as text, with the same secret redaction as the archive's strings (the spool keeps raw bytes)."""
-    return [redactor.redact(a.decode("utf-8", "backslashreplace")) for a in raw]
+    """argv as v0 text (docs/artifacts.md, "Byte encoding"), redacted as the archive's strings are.
+
+    The spool keeps raw bytes; the v0 encoding is lossless, so every value a
+    reviewer sees reads the same as it would in the archive.
+    """
+    return [redactor.redact(escape_bytes(a)) for a in raw]
 
 
 def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
@@ -360,6 +376,26 @@ def _health(members: dict[str, bytes], health: ObservationHealth) -> HealthView:
     )
 
 
+def _transient(directories: list[DirectoryGroup], facts: SpoolFacts | None) -> list[TransientEntry]:
+    """The raw names behind the archive's `~N` names, redacted as the archive's strings are.
+
+    Each file entry below a transient name gets its raw path too (the longest
+    transient prefix of its path replaced by the raw one).
+    """
+    if facts is None:
+        return []
+    redactor = Redactor()
+    raw = {redactor.redact(c): redactor.redact(r) for c, r in facts.transient.items()}
+    for group in directories:
+        for f in group.files:
+            path = f.path
+            while path not in raw and path not in ("", "/"):
+                path = posixpath.dirname(path)
+            if path in raw:
+                f.raw_path = raw[path] + f.path[len(path):]
+    return [TransientEntry(c, r) for c, r in sorted(raw.items())]
+
+
 def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | None) -> RunView:
     """Arrange one run for review; ReviewError when a member does not decode."""
     try:
@@ -396,6 +432,7 @@ def build_view(archive: Path, members: dict[str, bytes], facts: SpoolFacts | Non
         summary=summary, health=_health(members, art.health), processes=processes,
         directories=directories, endpoints=_endpoints(kernel), blocks=blocks,
         bindings=_bindings(art.correlation.bindings, sdk, kernel, facts), phases=phases,
+        transient_names=_transient(directories, facts),
     )
 
 

@@ -45,6 +45,16 @@ def _kernel_validator() -> Any:
     return Draft202012Validator(schema)
 
 
+def warm() -> None:
+    """Load the kernel line schema's validator now.
+
+    A process that forks a worker per run (the daemon) calls this once, so
+    its workers inherit the validator instead of each importing jsonschema
+    and checking the schema again (about 40 ms of every run).
+    """
+    _kernel_validator()
+
+
 def _where(path: Any) -> str:
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
 
