@@ -33,6 +33,10 @@ REPO = Path(__file__).resolve().parent.parent
 PROBES = ("start", "rate", "memory", "daemon")
 PEERS = ("strace", "bpftrace", "floor")
 BUSY_LOAD = 0.5
+PY_CONSUMER = "runner-py"
+BASELINE = "baseline"
+CONSUMER_ENV = "ASSAY_RUNNER_RING_CONSUMER"
+"""runner/capture/sources.py's switch (the bench imports nothing of the capture side)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +60,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--daemon", action="store_true",
                    help="also run every workload through 'assay-runner daemon' (the 'daemon' column); "
                         "the 'daemon' probe always does")
+    p.add_argument("--py-consumer", action="store_true",
+                   help="also run the runner with the per-record Python ring reader instead of the "
+                        "C consumer (the 'runner-py' column): an A/B in the same rounds")
+    p.add_argument("--baseline-runner", action="append", metavar="[NAME=]PATH",
+                   help="also run this other assay-runner (e.g. a checkout of main) in the same rounds, "
+                        "in a column NAME (default 'baseline'); repeatable: before/after in one session")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "latest.json",
                    help="where to write the JSON results")
     args = p.parse_args(argv)
@@ -81,6 +91,11 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
         Bpftrace("bpftrace", "monitor.bt", cgroup, args.work, check=True),
         Bpftrace("floor", "floor.bt", cgroup, args.work, check=False),
     ]
+    for name, path in baselines(args):
+        candidates.insert(2, Runner(path, args.work / f"runs-{name}", name=name))
+    if args.py_consumer:
+        candidates.insert(2, Runner(args.runner, args.work / "runs-py", name=PY_CONSUMER,
+                                    env={CONSUMER_ENV: "python"}))
     if args.daemon:
         candidates.insert(2, daemon.DaemonRunner(args.runner, args.work / "daemon-runs", daemon_socket(args)))
     usable, skipped = [], {}
@@ -92,9 +107,19 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
     return usable, skipped
 
 
+def baselines(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(column, runner path) of every --baseline-runner."""
+    out = []
+    for item in args.baseline_runner or []:
+        name, _, path = item.rpartition("=")
+        out.append((name or BASELINE, path))
+    return out
+
+
 def overhead_table(results: list[WorkloadResult]) -> str:
     """workload, bare time, ratios, target, runner against peers, status."""
-    modes = [RUNNER, *(["daemon"] if any("daemon" in r.medians for r in results) else [])]
+    extra = {"daemon", PY_CONSUMER, *(name for r in results for name in r.medians)} - {"bare", RUNNER, *PEERS}
+    modes = [RUNNER, *sorted(m for m in extra if any(m in r.medians for r in results))]
     headers = ["workload", "bare s", *modes, *PEERS, "target", "runner/strace",
                "runner/bpftrace", "status"]
     rows = [[r.workload, seconds(r.medians.get("bare")), *(ratio(r.ratios.get(m)) for m in modes),

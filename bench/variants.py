@@ -111,10 +111,13 @@ class Runner(Variant):
 
     name = "runner"
 
-    def __init__(self, binary: str, out_dir: Path, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, binary: str, out_dir: Path, extra_args: Sequence[str] = (),
+                 name: str | None = None, env: dict[str, str] | None = None) -> None:
         self.binary = binary
         self.out_dir = out_dir
         self.extra_args = tuple(extra_args)
+        self.name = name or self.name
+        self.env = None if env is None else {**os.environ, **env}
 
     def unavailable(self) -> str | None:
         try:
@@ -135,7 +138,7 @@ class Runner(Variant):
         try:
             done = run_measured([self.binary, "run", "--out", str(out), "--run-id", run_id,
                                  "--force", *self.extra_args, "--", *argv],
-                                rss_of=_rss_of(argv, rss))
+                                env=self.env, rss_of=_rss_of(argv, rss))
             archive = out / f"{run_id}.tar.gz"
             if done.failure():
                 return measurement(self.name, done)

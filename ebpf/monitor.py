@@ -175,7 +175,8 @@ class Monitor:
                 self._bpf.attach_tracepoint(tp=f"syscalls:sys_exit_{name}".encode(), fn_name=b"on_sys_exit")
         except Exception as exc:
             raise MonitorError(f"cannot attach the syscall exit program: {exc}") from exc
-        self._bpf[b"rb"].open_ring_buffer(self._on_record)
+        self._ring_open = False
+        """The ring's reader is chosen on first use: records wait in the ring until then."""
 
     # --- runs ----------------------------------------------------------------------------------
 
@@ -262,15 +263,34 @@ class Monitor:
             os.close(fd)
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
-        """Send records to `sink` from now on."""
+        """Send records to `sink` from now on (one Python call per record)."""
         self._sink = sink
+
+    def open_ring(self, callback: object, ctx: int) -> None:
+        """Read the ring with a C callback (a ctypes function pointer, ebpf/ringsink.py)
+        and its context instead of the per-record Python sink; before the first wait/drain."""
+        if self._ring_open:
+            raise MonitorError("the ring buffer already has its reader")
+        from bcc.libbcc import _RINGBUF_CB_TYPE
+
+        table = self._bpf[b"rb"]
+        fn = ctypes.cast(callback, _RINGBUF_CB_TYPE)  # the type BCC's prototypes ask for
+        table.bpf._open_ring_buffer(table.map_fd, fn, ctypes.c_void_p(ctx))
+        table._cbs[0] = (callback, fn)  # kept alive as BCC's open_ring_buffer keeps its own
+        self._ring_open = True
 
     def _on_record(self, _ctx: int, data: int, size: int) -> int:
         self._sink(ctypes.string_at(data, size))
         return 0
 
+    def _reader(self) -> None:
+        if not self._ring_open:
+            self._bpf[b"rb"].open_ring_buffer(self._on_record)
+            self._ring_open = True
+
     def wait(self, timeout_ms: int, wake: int | None = None) -> None:
         """Sleep until the kernel forces a wakeup (buffer filling), `wake` is readable, or timeout."""
+        self._reader()
         if wake is None:
             self._bpf.ring_buffer_poll(timeout_ms)
             return
@@ -278,12 +298,14 @@ class Monitor:
 
     def ring_fd(self) -> int:
         """An fd that is readable when the kernel woke the ring's reader (the ring is filling)."""
+        self._reader()
         if self._epoll_fd is None:
             self._epoll_fd = _libbpf().ring_buffer__epoll_fd(ctypes.c_void_p(self._bpf._ringbuf_manager))
         return self._epoll_fd
 
     def drain(self) -> None:
         """Hand every record currently in the ring buffer to the sink."""
+        self._reader()
         self._bpf.ring_buffer_consume()
 
     def counters(self, key: int) -> RunCounters:

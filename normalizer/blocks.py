@@ -30,16 +30,26 @@ EPERM = 1
 
 def merge_net_blocks(resolved: Iterable[Resolved]) -> Iterator[Resolved]:
     """Drop each failed connect/send that a preceding NET_BLOCK of its thread stands for."""
-    awaiting: set[Thread] = set()
-    for r in resolved:
-        e, thread = r.item.event, r.item.thread
+    merge = NetBlockMerge()
+    return (r for r in resolved if merge.keep(r))
+
+
+class NetBlockMerge:
+    """`merge_net_blocks` one event at a time, in ring order."""
+
+    def __init__(self) -> None:
+        self._awaiting: set[Thread] = set()
+
+    def keep(self, r: Resolved) -> bool:
+        """False for a failed connect/send that its thread's preceding NET_BLOCK stands for."""
+        e = r.item.event
         if e.hook == HOOK_NET_BLOCK:
-            awaiting.add(thread)
-        elif e.hook in NETWORK_HOOKS and thread in awaiting:
-            awaiting.discard(thread)
+            self._awaiting.add(r.item.thread)
+        elif e.hook in NETWORK_HOOKS and r.item.thread in self._awaiting:
+            self._awaiting.discard(r.item.thread)
             if e.ret == -EPERM:
-                continue
-        yield r
+                return False
+        return True
 
 
 EACCES = 13

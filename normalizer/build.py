@@ -11,20 +11,17 @@ gathering what the other members need.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
 
 import msgspec
 
 from ebpf.wire import HOOK_NAMES
 from normalizer.artifacts import (
-    KERNEL_EVENT_SCHEMA,
     RUN_EVENT_SCHEMA,
     SURFACE_SCHEMA,
     CapabilitySurface,
@@ -35,14 +32,15 @@ from normalizer.artifacts import (
     RunEvent,
     SdkEvent,
 )
-from normalizer.blocks import FileBlockJudge, merge_net_blocks
-from normalizer.classify import Classified, classify
+from normalizer.blocks import FileBlockJudge, NetBlockMerge
+from normalizer.classify import CLASSIFIED_HOOKS, Classified, OpenMeta, classify
 from normalizer.correlate import END, Block, correlate, decisions, policy_events
-from normalizer.decode import iter_decode
+from normalizer.decode import decode_one
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.faults import fault_notes
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts, observation_health, privilege_note
+from normalizer.kernel_lines import MEMO_ENTRIES, KernelLayer, KernelLines
 from normalizer.order import process_order
 from normalizer.paths import PathResolver, Resolved
 from normalizer.redact import Redactor
@@ -55,7 +53,6 @@ from spool.format import Spool, SpoolTrailer
 _encoder = msgspec.json.Encoder()
 _msgpack = msgspec.msgpack.Encoder()
 _classified = msgspec.msgpack.Decoder(list[Classified])
-_kernel_line = msgspec.json.Decoder(KernelEvent)
 SPILL_EVERY = 50_000
 """Evidence events held in memory before they are spilled to disk."""
 
@@ -64,6 +61,8 @@ BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
 ENDPOINT_KINDS = frozenset({"connect", "connect_blocked", "event_6", "event_7"})
 """Kinds whose values are network endpoints: connects and datagram peers (sendto,
 sendmsg), as upstream's surface builder (crates/assay-runner-core/src/kernel.rs:198-210)."""
+EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS
+"""Hooks that can give evidence; the others (close, dup, exit, ...) only update state."""
 RUN_PHASES = ("run_started", "run_finished")
 """The markers `events.ndjson` carries: upstream's run event types (run.rs:166-209)."""
 
@@ -126,37 +125,41 @@ class _Scan:
         self.captured = 0
         self._records = spool.records
 
-    def _counted(self) -> Iterator[bytes]:
-        for record in self._records:
-            self.captured += 1
-            yield record
-
     def __iter__(self) -> Iterator[tuple[Thread, Classified]]:
         """Evidence candidates with their threads, in ring order.
 
         Ring order is causal: a task's creation record is written before the
         task runs, and a thread's records in its own syscall order, so path
         and process-tree state are always up to date when an event needs it.
+        One loop calls each stage per record (no generator per stage: this
+        is the normalizer's hot path, docs/benchmarks.md).
         """
-        items = self.tree.attribute(iter_decode(self._counted()))
-        resolved = merge_net_blocks(self.resolver.resolve(item) for item in items)
-        for order, r in enumerate(resolved):
-            for c in self._evidence(r, order):
-                yield r.item.thread, c
+        attribute, resolve, keep = self.tree.attribute_one, self.resolver.resolve, NetBlockMerge().keep
+        order = 0
+        for arrival, record in enumerate(self._records):
+            item = attribute(decode_one(record, arrival))
+            self.captured = arrival + 1
+            if item is None:
+                continue
+            r = resolve(item)
+            if not keep(r):
+                continue
+            if item.event.hook in EVIDENCE_HOOKS:
+                for c in self._evidence(r, order):
+                    yield item.thread, c
+            order += 1
 
-    def _evidence(self, r: Resolved, order: int) -> Iterator[Classified]:
+    def _evidence(self, r: Resolved, order: int) -> list[Classified]:
         hook = r.item.event.hook
         if hook in FS_HOOKS:
             if hook in UNTRACED_IO_HOOKS:
                 self.untraced_io[HOOK_NAMES[hook]] += 1
-            yield from fs_events(r, order)
-            return
+            return list(fs_events(r, order))
         if hook in ESCAPE_HOOKS:
             c = self.escapes.classify(r, order)
         else:
             c = classify(r, order, self.judge.blocked_access(r))
-        if c is not None:
-            yield c
+        return [] if c is None else [c]
 
     def facts(self, trailer: SpoolTrailer, platform: str) -> CaptureFacts:
         return CaptureFacts(
@@ -261,84 +264,6 @@ def dac_questions(spool: Spool) -> list[tuple[str, str]]:
     return sorted(set(scan.judge.unattributed))
 
 
-def kernel_event(run_id: str, seq: int, c: Classified, pid: int) -> KernelEvent:
-    """The `layers/kernel.ndjson` line for one evidence event of process `pid`.
-
-    Open metadata follows classify.open_meta: `return_value`/`status` only on
-    a failed open, `operation_flags` only when non-empty (as upstream,
-    kernel.rs:60) and consistent with Assay's derivation.
-    """
-    event = KernelEvent(
-        schema=KERNEL_EVENT_SCHEMA,
-        run_id=run_id,
-        seq=seq,
-        pid=pid,
-        event_type=c.event_type,
-        kind=c.kind,
-        value=c.value,
-    )
-    m = c.meta
-    if m is not None:
-        event.flags = m.flags
-        if m.mode is not None:
-            event.mode = m.mode
-        if m.resolve is not None:
-            event.resolve = m.resolve
-        if m.return_value is not None:
-            event.return_value = m.return_value
-        event.access_mode = m.access_mode
-        if m.operation_flags:
-            event.operation_flags = m.operation_flags
-        if m.status is not None:
-            event.status = m.status
-    return event
-
-
-class KernelLayer:
-    """`layers/kernel.ndjson`, written line by line to a temp file with its digest.
-
-    Large layers spill to disk (SpooledTemporaryFile), so the archive writer
-    streams them instead of holding them in memory.
-    """
-
-    def __init__(self) -> None:
-        self._file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - lives as long as the run
-            max_size=16 << 20, prefix="assay-kernel-")
-        self._hash = hashlib.sha256()
-        self.size = 0
-        self.count = 0
-
-    def write(self, event: KernelEvent) -> None:
-        line = _encoder.encode(event) + b"\n"
-        self._file.write(line)
-        self._hash.update(line)
-        self.size += len(line)
-        self.count += 1
-
-    @property
-    def sha256(self) -> str:
-        return self._hash.hexdigest()
-
-    def reader(self) -> BinaryIO:
-        """The layer's bytes from the start (a shared handle: read it before asking again)."""
-        self._file.seek(0)
-        return self._file  # type: ignore[return-value]
-
-    def read_bytes(self) -> bytes:
-        return self.reader().read()
-
-    def events(self) -> list[KernelEvent]:
-        """Decoded lines (for tests and small runs)."""
-        return [_kernel_line.decode(line) for line in self.read_bytes().splitlines()]
-
-    @classmethod
-    def of(cls, events: Iterable[KernelEvent]) -> KernelLayer:
-        layer = cls()
-        for event in events:
-            layer.write(event)
-        return layer
-
-
 class _Windows:
     """Union of the tool-call windows: is a capture time inside any of them?"""
 
@@ -376,29 +301,57 @@ class _Collector:
         self._redactor = redactor
         self._names = names or Substitution({})
         self._windows = _Windows(calls)
+        self._any_window = bool(calls)
+        self._lines = KernelLines(run_id)
+        self._tails: dict[tuple[int, str, str | None, OpenMeta | None], bytes] = {}
 
     def add(self, pid: int, c: Classified) -> None:
-        if c.value is not None:
-            c = msgspec.structs.replace(c, value=self._redactor.redact(self._names.apply(c.value)))
-        self.layer.write(kernel_event(self.run_id, self.layer.count, c, pid))
-        self.kinds.add(c.kind)
-        if c.ts in self._windows:
+        """Write `c`'s line for process `pid`; an event shape seen before costs one lookup."""
+        tail = self._tails.get((c.event_type, c.kind, c.value, c.meta))
+        if tail is None:
+            tail = self._first(c)
+        self.layer.write_line(self._lines.line(self.layer.count, pid, tail))
+        if self._any_window and c.ts in self._windows:
             self.stamps.append(c.ts)
             if c.kind in BLOCK_KINDS:
                 self.blocks.append(Block(c.ts, c.kind))
-        if c.value is None:
-            return
+
+    def _first(self, c: Classified) -> bytes:
+        """The line tail of an event shape not in the memo, with its value collected.
+
+        The value is substituted (transient names), then redacted. A shape
+        whose value redaction left alone is memoized (most: paths and
+        endpoints repeat); one holding a secret never is, so each occurrence
+        is redacted again and the per-rule tally stays a count of occurrences.
+        The memo is emptied past `MEMO_ENTRIES`: memory stays flat.
+        """
+        value = c.value
+        if value is not None:
+            before = self._redactor.total
+            value = self._redactor.redact(self._names.apply(value))
+            clean = self._redactor.total == before
+        else:
+            clean = True
+        tail = self._lines.tail(c, value)
+        if clean:
+            if len(self._tails) >= MEMO_ENTRIES:
+                self._tails.clear()
+            self._tails[(c.event_type, c.kind, c.value, c.meta)] = tail
+        self.kinds.add(c.kind)
+        if value is None:
+            return tail
         if c.kind in FILE_KINDS:
-            self.values["files"].add(c.value)
+            self.values["files"].add(value)
             if c.kind == "openat" and c.meta and c.meta.status is None \
                     and c.meta.access_mode in ("write", "read_write"):
-                self.values["written"].add(c.value)
+                self.values["written"].add(value)
         elif c.kind in ENDPOINT_KINDS:
-            self.values["endpoints"].add(c.value)
+            self.values["endpoints"].add(value)
         elif c.kind == "exec":
-            self.values["execs"].add(c.value)
+            self.values["execs"].add(value)
         if c.kind in BLOCK_KINDS:
-            self.values["blocked"].add(c.value)
+            self.values["blocked"].add(value)
+        return tail
 
     def surface(self, policy_lines: list[PolicyEvent]) -> CapabilitySurface:
         """The surface: kernel values, and the tools and `{decision}:{tool}` of the policy lines."""

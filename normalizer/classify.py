@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+from functools import lru_cache
 
 import msgspec
 
@@ -33,6 +34,8 @@ FILE_BLOCKED = 10
 CONNECT_BLOCKED = 20
 EXEC_FAILED = 101
 NETWORK_HOOKS = (HOOK_CONNECT, HOOK_SENDTO, HOOK_SENDMSG)
+CLASSIFIED_HOOKS = frozenset({HOOK_OPEN, HOOK_EXEC, HOOK_EXECVE, HOOK_NET_BLOCK, *NETWORK_HOOKS})
+"""The hooks `classify` can turn into evidence; it returns None for every other."""
 
 O_ACCMODE = 0o3
 ACCESS_MODES = ("read", "write", "read_write", "unknown")
@@ -62,11 +65,12 @@ class OpenMeta(msgspec.Struct, frozen=True, array_like=True):
     resolve: int | None
     return_value: int | None
     access_mode: str
-    operation_flags: list[str] | None
+    operation_flags: tuple[str, ...] | None
+    """A tuple, so a meta is hashable (the kernel-line writer memoizes on it); JSON: an array."""
     status: str | None
 
 
-def operation_flags(flags: int) -> list[str] | None:
+def operation_flags(flags: int) -> tuple[str, ...] | None:
     """The operation hints of `flags`, or None where Assay's derivation would contradict them.
 
     The list is what the bits mean. Assay reads `exclusive` as bit 0o400
@@ -76,7 +80,7 @@ def operation_flags(flags: int) -> list[str] | None:
     """
     if bool(flags & O_EXCL) != bool(flags & UPSTREAM_EXCLUSIVE_BIT):
         return None
-    return [name for name, bit in OPERATION_FLAGS if flags & bit]
+    return tuple(name for name, bit in OPERATION_FLAGS if flags & bit)
 
 
 def open_meta(flags: int, mode: int, resolve: int, ret: int) -> OpenMeta:
@@ -102,6 +106,11 @@ def open_meta(flags: int, mode: int, resolve: int, ret: int) -> OpenMeta:
         operation_flags=operation_flags(flags),
         status="error" if failed else None,
     )
+
+
+_open_meta = lru_cache(maxsize=4096)(open_meta)
+"""`open_meta` memoized: a success's fd number does not enter it (passed as 0), so an agent's
+opens share a handful of (flags, mode, resolve, errno) shapes. The result is frozen."""
 
 
 def endpoint(sockaddr: bytes) -> str | None:
@@ -166,7 +175,7 @@ def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> 
     denied = None
     if e.hook == HOOK_OPEN:
         value = resolved.path
-        meta = open_meta(e.a1, e.a2, e.a3, e.ret)
+        meta = _open_meta(e.a1, e.a2, e.a3, min(e.ret, 0))
         if file_denied is not None:
             event_type, denied = FILE_BLOCKED, file_denied
     elif e.hook == HOOK_EXEC:

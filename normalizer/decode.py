@@ -43,15 +43,22 @@ def decode(records: Iterable[bytes]) -> list[RawEvent]:
 
 def iter_decode(records: Iterable[bytes]) -> Iterator[RawEvent]:
     """Decode records one by one in arrival (ring) order."""
-    unpack = HEADER.unpack_from
-    size = HEADER.size
     for arrival, rec in enumerate(records):
-        if len(rec) < size:
-            raise DecodeError(f"record {arrival} has {len(rec)} bytes, header needs {size}")
-        ts, tgid, tid, hook, data_len, truncated, _run, ret, a0, a1, a2, a3 = unpack(rec)
-        data = rec[size : size + data_len]
-        if len(data) != data_len:
-            raise DecodeError(f"record {arrival} payload is {len(data)} bytes, header says {data_len}")
-        yield RawEvent(ts, tgid, tid, hook, ret, a0, a1, a2, a3, data, truncated, arrival)
+        yield decode_one(rec, arrival)
+
+
+_SIZE = HEADER.size
+_unpack = HEADER.unpack_from
+
+
+def decode_one(rec: bytes, arrival: int) -> RawEvent:
+    """Decode the `arrival`-th record of the ring."""
+    if len(rec) < _SIZE:
+        raise DecodeError(f"record {arrival} has {len(rec)} bytes, header needs {_SIZE}")
+    ts, tgid, tid, hook, data_len, truncated, _run, ret, a0, a1, a2, a3 = _unpack(rec)
+    data = rec[_SIZE : _SIZE + data_len]
+    if len(data) != data_len:
+        raise DecodeError(f"record {arrival} payload is {len(data)} bytes, header says {data_len}")
+    return RawEvent(ts, tgid, tid, hook, ret, a0, a1, a2, a3, data, truncated, arrival)
 
 

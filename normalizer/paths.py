@@ -24,6 +24,8 @@ import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ebpf.wire import (
     HOOK_CHDIR,
     HOOK_CHMOD,
@@ -47,7 +49,7 @@ from ebpf.wire import (
     TRUNC_SECOND,
 )
 from normalizer.decode import RawEvent
-from normalizer.reopen import proc_fd_target
+from normalizer.reopen import PROC_FD_PREFIXES, proc_fd_target
 from normalizer.text import escape_bytes
 from normalizer.tree import Attributed, Process, Thread
 
@@ -56,6 +58,8 @@ AT_EMPTY_PATH = 0x1000
 O_CLOEXEC = 0o2000000
 CLOSE_RANGE_CLOEXEC = 4
 FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP, HOOK_OPEN_BY_HANDLE})
+JOIN_MEMO = 1 << 12
+"""Distinct (base, payload) joins remembered at once."""
 ONE_PATH_HOOKS = frozenset({HOOK_UNLINK, HOOK_MKDIR, HOOK_MKNOD, HOOK_TRUNCATE, HOOK_CHMOD})
 
 
@@ -91,6 +95,24 @@ def to_int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+def _joined(base: str | None, path: str) -> str | None:
+    """`path` made absolute against `base` (None: unknown), normalized lexically.
+
+    Already-normal absolute paths and plain names under a normal base skip
+    posixpath (most opens are one of the two); the result is the same.
+    """
+    if path.startswith("/"):
+        if "//" in path or "/." in path or path.endswith("/"):
+            return posixpath.normpath(path).replace("//", "/", 1)
+        return path
+    if base is None:
+        return None
+    if "/" not in path and path not in (".", "..") and base.startswith("/") \
+            and not ("//" in base or "/." in base or base.endswith("/")):
+        return base + "/" + path
+    return posixpath.normpath(posixpath.join(base, path))
+
+
 @dataclass
 class FsState:
     """A process's working directory and traced fd table."""
@@ -105,16 +127,11 @@ class FsState:
     def join(self, base_fd: int, path: str) -> str | None:
         """Absolute form of `path` relative to `base_fd` (or the cwd)."""
         if path.startswith("/"):
-            return posixpath.normpath(path).replace("//", "/", 1)
+            return _joined(None, path)
         if base_fd == AT_FDCWD:
-            base = self.cwd
-        else:
-            entry = self.fds.get(base_fd)
-            base = entry[0] if entry else None
-        if base is None:
-            return None
-        return posixpath.normpath(posixpath.join(base, path))
-
+            return _joined(self.cwd, path)
+        entry = self.fds.get(base_fd)
+        return _joined(entry[0] if entry else None, path)
 
     def fd_path(self, fd: int) -> str | None:
         entry = self.fds.get(fd)
@@ -137,9 +154,10 @@ class FsState:
             self.fds[ret] = (None, bool(a1 & O_CLOEXEC))  # a handle names no path
 
 
-@dataclass
-class Resolved:
+class Resolved(msgspec.Struct, gc=False):
     """An attributed event with its resolved path(s) (None when not a path event).
+
+    A Struct, not a dataclass: one is made per record, and Struct creation is cheaper.
 
     `path2` is the second path of a two-path syscall (rename/link: the new
     name) or a symlink's target text as written (never resolved).
@@ -162,6 +180,7 @@ class PathResolver:
         """/proc fd reopens whose fd has no known path (value null)."""
         self.truncated = 0
         """Path payloads the kernel cut at its capture limit (marked in their values)."""
+        self._joined: dict[tuple[str | None, bytes, bool], tuple[bool, str | None]] = {}
 
     def _state(self, proc: Process) -> FsState:
         state = self._states.get(proc)
@@ -179,6 +198,17 @@ class PathResolver:
         """Update state for `item` and return its absolute path, if it has one."""
         e = item.event
         state = self._state(item.thread.process)
+        # the hottest hooks first (hooks are disjoint, so the order is only speed)
+        if e.hook == HOOK_OPEN:
+            path = self._join(state, to_int32(e.a0), e.data, first_cut(e))
+            if path is not None and path.startswith(PROC_FD_PREFIXES):
+                path = self._reopen(item.thread, path)
+            if e.ret >= 0:
+                state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
+            return Resolved(item, path)
+        if e.hook in FD_HOOKS:
+            state.on_fd_event(e.hook, e.ret, e.a0, e.a1, e.a2)
+            return Resolved(item, None)
         if e.hook == HOOK_NEWTASK:
             if item.spawned is not None:
                 self._states[item.spawned] = state.copy()
@@ -198,14 +228,6 @@ class PathResolver:
             if e.ret == 0:
                 state.cwd = path
             return Resolved(item, path)
-        if e.hook == HOOK_OPEN:
-            path = self._reopen(item.thread, self._join(state, to_int32(e.a0), e.data, first_cut(e)))
-            if e.ret >= 0:
-                state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
-            return Resolved(item, path)
-        if e.hook in FD_HOOKS:
-            state.on_fd_event(e.hook, e.ret, e.a0, e.a1, e.a2)
-            return Resolved(item, None)
         if e.hook in ONE_PATH_HOOKS:
             by_fd = e.hook == HOOK_CHMOD and bool(e.a3 == 1 or e.a2 & AT_EMPTY_PATH)
             return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
@@ -247,12 +269,28 @@ class PathResolver:
         return known + rest
 
     def _join(self, state: FsState, base_fd: int, data: bytes, cut: bool = False) -> str | None:
-        """`data`'s path against `base_fd`; `cut`: the kernel cut it (the value is marked)."""
-        text = c_string(data, cut)
-        if text is None:
-            return None
-        self.truncated += cut
-        path = state.join(base_fd, text)
-        if path is None:
-            self.unresolved += 1
+        """`data`'s path against `base_fd`; `cut`: the kernel cut it (the value is marked).
+
+        The answer depends only on the base directory, the payload and `cut`,
+        and agents open the same names again and again, so it is memoized on
+        those (the memo is emptied past `JOIN_MEMO` entries: memory stays flat).
+        """
+        if data[:1] == b"/":
+            base = None
+        elif base_fd == AT_FDCWD:
+            base = state.cwd
+        else:
+            base = state.fd_path(base_fd)
+        key = (base, data, cut)
+        hit = self._joined.get(key)
+        if hit is None:
+            text = c_string(data, cut)
+            hit = (text is not None, None if text is None else _joined(base, text))
+            if len(self._joined) >= JOIN_MEMO:
+                self._joined.clear()
+            self._joined[key] = hit
+        has_text, path = hit
+        if has_text:
+            self.truncated += cut
+            self.unresolved += path is None
         return path

@@ -17,9 +17,13 @@ _PROC_FD = re.compile(
 )
 
 
+PROC_FD_PREFIXES = ("/proc/", "/dev/fd/")
+"""Every reopen path starts with one of these."""
+
+
 def proc_fd_target(path: str) -> tuple[int | None, int, str] | None:
     """(host pid or None for the opener itself, fd, rest of the path) for a reopen, else None."""
-    if not path.startswith(("/proc/", "/dev/fd/")):
+    if not path.startswith(PROC_FD_PREFIXES):
         return None
     match = _PROC_FD.match(path)
     if match is None:

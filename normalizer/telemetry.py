@@ -12,6 +12,7 @@ and `pybuilddir.txt` (docs/artifacts.md).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from normalizer.classify import Classified
 
@@ -33,6 +34,7 @@ _TELEMETRY = re.compile(
 )
 
 
+@lru_cache(maxsize=4096)
 def is_telemetry_path(path: str) -> bool:
     """True for a path whose successful opens the contract classes as telemetry."""
     return bool(_TELEMETRY.match(path))

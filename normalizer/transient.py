@@ -31,6 +31,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from normalizer.classify import Classified
 from normalizer.fsops import LINK_TO, MKDIR, MKNOD, RENAME_FROM, RENAME_TO, RMDIR, SYMLINK, UNLINK
@@ -59,15 +60,18 @@ class Template:
 
     def random_span(self, path: str, exclusive: bool = True) -> tuple[int, int] | None:
         """Where the random part of `path`'s last component is, as offsets into `path`."""
+        head, base = posixpath.split(path)
+        return self.span_in(head, base, len(path) - len(base), exclusive)
+
+    def span_in(self, head: str, base: str, offset: int, exclusive: bool) -> tuple[int, int] | None:
+        """`random_span` of a path already split into `head` and `base` (at `offset`)."""
         if self.exclusive and not exclusive:
             return None
-        head, base = posixpath.split(path)
         m = self.pattern.fullmatch(base)
         if m is None:
             return None
         if self.parent is not None and not self.parent.fullmatch(posixpath.basename(head)):
             return None
-        offset = len(path) - len(base)
         return offset + m.start("rand"), offset + m.end("rand")
 
 
@@ -94,10 +98,13 @@ TEMPLATES: tuple[Template, ...] = (
 PLACEHOLDER = "~"
 
 
+@lru_cache(maxsize=4096)
 def random_span(path: str, exclusive: bool = True) -> tuple[int, int] | None:
     """The random part of `path`'s last component under the first matching template."""
+    head, base = posixpath.split(path)
+    offset = len(path) - len(base)
     for template in TEMPLATES:
-        span = template.random_span(path, exclusive)
+        span = template.span_in(head, base, offset, exclusive)
         if span is not None:
             return span
     return None

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ebpf.wire import HOOK_CGROUP_ATTACH, HOOK_EXEC, HOOK_NEWTASK, HOOK_SIGNAL
 from normalizer.decode import RawEvent
 
@@ -54,9 +56,12 @@ def _new_process(parent: Process | None) -> Process:
     return proc
 
 
-@dataclass(frozen=True)
-class Attributed:
-    """An event with the thread it belongs to; `spawned` is set for a new process."""
+class Attributed(msgspec.Struct, frozen=True, gc=False):
+    """An event with the thread it belongs to; `spawned` is set for a new process.
+
+    A Struct, not a dataclass: one is made per record, and a frozen
+    dataclass's __init__ costs several times more.
+    """
 
     event: RawEvent
     thread: Thread
@@ -84,20 +89,24 @@ class TreeBuilder:
     def attribute(self, events: Iterable[RawEvent]) -> Iterator[Attributed]:
         """Yield the run's own events with their threads, in input order."""
         for e in events:
-            if e.hook == HOOK_NEWTASK:
-                attributed = self._on_newtask(e)
-            elif e.hook in (HOOK_SIGNAL, HOOK_CGROUP_ATTACH):
-                # written in the sender's (mover's) context: it belongs to its target
-                target = self._tasks.get(e.a1 if e.hook == HOOK_SIGNAL else e.a0)
-                attributed = Attributed(e, target) if target else None
-            else:
-                if e.hook == HOOK_EXEC and e.a0 != e.tid and e.a0 in self._tasks:
-                    # a non-leader thread exec'd: it takes over the leader's id
-                    self._tasks[e.tid] = self._tasks.pop(e.a0)
-                thread = self._tasks.get(e.tid)
-                attributed = Attributed(e, thread) if thread else self._unowned(e)
+            attributed = self.attribute_one(e)
             if attributed is not None:
                 yield attributed
+
+    def attribute_one(self, e: RawEvent) -> Attributed | None:
+        """The next event in ring order with its thread, or None when it is not the run's."""
+        hook = e.hook
+        if hook == HOOK_NEWTASK:
+            return self._on_newtask(e)
+        if hook in (HOOK_SIGNAL, HOOK_CGROUP_ATTACH):
+            # written in the sender's (mover's) context: it belongs to its target
+            target = self._tasks.get(e.a1 if hook == HOOK_SIGNAL else e.a0)
+            return Attributed(e, target) if target else None
+        if hook == HOOK_EXEC and e.a0 != e.tid and e.a0 in self._tasks:
+            # a non-leader thread exec'd: it takes over the leader's id
+            self._tasks[e.tid] = self._tasks.pop(e.a0)
+        thread = self._tasks.get(e.tid)
+        return Attributed(e, thread) if thread else self._unowned(e)
 
     def thread_of(self, tid: int) -> Thread | None:
         """The run's live thread with host id `tid`, if any."""

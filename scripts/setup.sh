@@ -105,6 +105,17 @@ else
   say "pip install -e .[$EXTRAS]: installed"
 fi
 
+# 3b. The C ring-buffer consumer (ebpf/ringsink.c, loaded with ctypes by
+#     ebpf/ringsink.py), rebuilt when its source is newer. Without it the
+#     runner reads the ring with one Python call per record.
+so=ebpf/_ringsink.so
+if [ -f "$so" ] && [ "$so" -nt ebpf/ringsink.c ]; then
+  say "ring consumer: already built ($so)"
+else
+  quiet gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$so" ebpf/ringsink.c
+  say "ring consumer: built $so"
+fi
+
 # 4. Kernel side: tracefs/debugfs mounts and kernel headers (exact package,
 #    else the closest distro headers + /lib/modules links), then every check.
 if [ "$run_doctor" -eq 0 ]; then

@@ -169,6 +169,24 @@ def _remaining(stream: BinaryIO) -> int:
         return MAX_FRAME  # not a file: MAX_FRAME is the bound
 
 
+_BATCH_HEAD = b"\x82\xa4type\xa5batch\xa7records"
+"""msgpack of a Batch up to its records array: a 2-entry map, the tag first (as msgspec writes it)."""
+
+
+def batch_head(count: int, items_size: int) -> bytes:
+    """The bytes of a Batch frame before its `count` records, which are already encoded as
+    msgpack `bin` items (`items_size` bytes in all) and follow it unchanged: head + items
+    is what `encode_frame(Batch(records=...))` gives for those records (tests/test_ringsink.py),
+    built without a Python object per record."""
+    if count < 16:
+        array = bytes([0x90 | count])
+    elif count < 1 << 16:
+        array = b"\xdc" + count.to_bytes(2, "big")
+    else:
+        array = b"\xdd" + count.to_bytes(4, "big")
+    return _LEN.pack(len(_BATCH_HEAD) + len(array) + items_size) + _BATCH_HEAD + array
+
+
 def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
     """Frames in file order; raises SpoolError on a torn or foreign frame."""
     while True:

@@ -26,7 +26,7 @@ import os
 import time
 
 from spool.dirfd import append_to, create_new_fd, remove_within, rename_within, same_file
-from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, encode_frame
+from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, batch_head, encode_frame
 
 
 class SpoolReplaced(RuntimeError):
@@ -87,6 +87,12 @@ class Spooler:
     def add(self, record: bytes) -> None:
         """Sink for the monitor: one raw record."""
         self._pending.append(record)
+
+    def add_batch(self, items: bytes, count: int) -> None:
+        """Sink for the C ring consumer: `count` records already encoded as the msgpack
+        items of a Batch's `records` array (ebpf/ringsink.c), written as one Batch frame."""
+        self.flush()
+        self._write(batch_head(count, len(items)) + items, count)  # one whole frame (at most 1 MiB)
 
     def flush(self) -> int:
         """Write pending records as one batch; returns how many were drained."""

@@ -8,6 +8,7 @@ independent `../shared/tools/assay-compat/assay_compat.py`, which must report
 
 from __future__ import annotations
 
+import io
 import random
 import re
 import shutil
@@ -128,9 +129,22 @@ def test_the_prefilter_never_changes_a_result(monkeypatch: pytest.MonkeyPatch) -
     corpus = _corpus()
     filtered = [(Redactor().redact(t), find_unredacted(t)) for t in corpus]
     monkeypatch.setattr(redact, "NEEDLES", {})
-    monkeypatch.setattr(redact, "_any_literal", lambda: None)
+    monkeypatch.setattr(redact, "_literals", lambda: None)
     assert [(Redactor().redact(t), find_unredacted(t)) for t in corpus] == filtered
     assert sum(1 for _, rule in filtered if rule) > 100  # the corpus does hit the rules
+
+
+@pytest.mark.parametrize("block", [64, 1000, 1 << 20])
+def test_the_block_sweep_gives_the_per_line_answer(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Blocks skipped whole never hide a line's match, and the first matching line's rule is the answer."""
+    monkeypatch.setattr(redact, "SWEEP_BLOCK", block)
+    corpus = [t.replace("\n", " ") for t in _corpus()]
+    clean = [t for t in corpus if find_unredacted(t) is None]
+    for stream in (clean, clean[:500] + corpus, corpus[::-1]):
+        lines = [f"{t}\n".encode() for t in stream]
+        expected = next((r for r in map(find_unredacted, (line.decode() for line in lines)) if r), None)
+        assert redact.find_unredacted_lines(io.BytesIO(b"".join(lines))) == expected
+    assert redact.find_unredacted_lines(io.BytesIO(b"".join(f"{t}\n".encode() for t in clean))) is None
 
 
 # --- publishing fails closed -----------------------------------------------

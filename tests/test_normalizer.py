@@ -185,7 +185,8 @@ def test_events_of_unknown_tasks_make_correlation_partial() -> None:
 def test_open_metadata(flags: int, mode: int, access: str, ops: list[str] | None, has_mode: bool) -> None:
     """A successful open: derived hints, and neither status nor return_value (schema allOf/5)."""
     meta = open_meta(flags, mode, 0, 3)
-    assert (meta.flags, meta.access_mode, meta.operation_flags) == (flags, access, ops)
+    hints = None if meta.operation_flags is None else list(meta.operation_flags)
+    assert (meta.flags, meta.access_mode, hints) == (flags, access, ops)
     assert (meta.mode is not None) == has_mode
     assert (meta.status, meta.return_value) == (None, None)
 

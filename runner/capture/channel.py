@@ -112,6 +112,18 @@ class ChannelWriter:
         self._backlog += FRAME.pack(len(record))
         self._backlog += record
 
+    def add_frames(self, frames: bytes, count: int) -> None:
+        """Sink for the C consumer (ebpf/ringsink.py, format FRAMES): `count` records already
+        framed. Within the bound they are queued in one go; past it, frame by frame as `add`."""
+        if len(self._backlog) + len(frames) <= BACKLOG_MAX:
+            self._backlog += frames
+            return
+        pos = 0
+        for _ in range(count):
+            (size,) = FRAME.unpack_from(frames, pos)
+            self.add(frames[pos + FRAME.size:pos + FRAME.size + size])
+            pos += FRAME.size + size
+
     def reply(self, msg: Reply) -> None:
         """Queue a control frame behind the records queued so far."""
         self._backlog += CONTROL + framed(_encode(msg))

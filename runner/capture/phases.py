@@ -17,7 +17,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from runner.capture.control import End, Interrupt, RunControl
 from runner.capture.interrupt import Interruptions, reason
@@ -52,6 +52,14 @@ class EventSource(Protocol):
     def drops(self) -> dict[str, int]: ...
 
     def emitted(self) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """A source that can also hand over records in encoded batches (the C consumer,
+    ebpf/ringsink.py): `sink(items, count)` writes them as one spool Batch."""
+
+    def set_batch_sink(self, sink: Callable[[bytes, int], None]) -> None: ...
 
 
 class Command(Protocol):
@@ -94,6 +102,8 @@ def capture(source: EventSource, spooler: Spooler, command: Command, group: Grou
     caller writes the trailer.
     """
     source.set_sink(spooler.add)
+    if isinstance(source, BatchSource):
+        source.set_batch_sink(spooler.add_batch)
     if on_start is not None:
         on_start()
     spooler.phase("run_started")

@@ -14,17 +14,22 @@ run's `RunSource`, the `EventSource` the capture phases drain
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Protocol
 
+from ebpf import ringsink
 from ebpf.monitor import RUN_KEY, Monitor, MonitorConfig, MonitorError, NetPolicySpec, RunCounters, RunLedger
 from ebpf.observer import Observer
+from ebpf.ringsink import BatchObserver, BatchSink
 from runner.capture.cgroup import RunCgroup
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
 log = get_logger("session")
+CONSUMER_ENV = "ASSAY_RUNNER_RING_CONSUMER"
+"""`python` keeps the per-record Python observer although the C consumer is built (A/B benchmarks)."""
 
 
 class RunSource(Protocol):
@@ -53,17 +58,30 @@ class Sensor(Protocol):
 
 
 class Buffered:
-    """Holds records that arrive before the sink is set (the spool is made after the spawn)."""
+    """Holds records that arrive before the sink is set (the spool is made after the spawn).
+
+    Records come one by one (`sink`) or, from the C consumer, as encoded
+    batches (`batch_sink`, ebpf/ringsink.py); a source uses one of the two.
+    """
 
     def __init__(self) -> None:
         self._early: list[bytes] = []
+        self._early_batches: list[tuple[bytes, int]] = []
         self.sink: Callable[[bytes], None] = self._early.append
+        self.batch_sink: BatchSink = lambda items, count: self._early_batches.append((items, count))
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         for record in self._early:
             sink(record)
         self._early.clear()
         self.sink = sink
+
+    def set_batch_sink(self, sink: BatchSink) -> None:
+        """Where batches go from now on (`spool.writer.Spooler.add_batch`)."""
+        for items, count in self._early_batches:
+            sink(items, count)
+        self._early_batches.clear()
+        self.batch_sink = sink
 
 
 class LocalSource(Buffered):
@@ -72,8 +90,15 @@ class LocalSource(Buffered):
     def __init__(self, monitor: Monitor, cgroup: RunCgroup, net: NetPolicySpec | None) -> None:
         super().__init__()
         self._monitor = monitor
-        self._observer = Observer(monitor)
-        self._observer.open_run(RUN_KEY, self.sink)
+        self.consumer = "c" if ringsink.available() and os.environ.get(CONSUMER_ENV) != "python" else "python"
+        """Which ring reader this run has (logged with `monitor.attached`)."""
+        self._observer: Observer | BatchObserver
+        if self.consumer == "c":
+            self._observer = BatchObserver(monitor)
+            self._observer.open_run(RUN_KEY, lambda items, count: self.batch_sink(items, count))
+        else:
+            self._observer = Observer(monitor)
+            self._observer.open_run(RUN_KEY, self.sink)
         self.ledger = RunLedger(monitor, RUN_KEY)
         monitor.add_run(RUN_KEY, cgroup.id, net)
         if net is not None:
@@ -81,8 +106,9 @@ class LocalSource(Buffered):
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         super().set_sink(sink)
-        self._observer.close_run(RUN_KEY)  # straight to the new sink, no indirection per record
-        self._observer.open_run(RUN_KEY, sink)
+        if isinstance(self._observer, Observer):
+            self._observer.close_run(RUN_KEY)  # straight to the new sink, no indirection per record
+            self._observer.open_run(RUN_KEY, sink)
 
     def wait(self, timeout_ms: int, wake: int | None = None) -> None:
         self._observer.wait(timeout_ms, wake)
@@ -105,6 +131,8 @@ class LocalSource(Buffered):
     def close(self) -> None:
         """Unload the run's own monitor (its maps, the run's key with them)."""
         self._monitor.close()
+        if isinstance(self._observer, BatchObserver):
+            self._observer.close()  # after the monitor: libbpf no longer holds its buffers
 
 
 class LocalSensor:
@@ -129,5 +157,6 @@ class LocalSensor:
             monitor.close()
             raise
         log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
-                 ringbuf_pages=self.ringbuf_pages, cgroup=str(cgroup.path), net_policy=net is not None)
+                 ringbuf_pages=self.ringbuf_pages, cgroup=str(cgroup.path), net_policy=net is not None,
+                 ring_consumer=source.consumer)
         return source

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from normalizer.build import NormalizedRun
-from normalizer.redact import find_unredacted
+from normalizer.redact import find_unredacted, find_unredacted_lines
 from runner.errors import RunnerError
 from runner.evidence.archive import MANIFEST, Member, build_manifest, write_archive
 from runner.logs import get_logger
@@ -34,11 +34,12 @@ log = get_logger("publish")
 def unredacted(members: dict[str, Member]) -> tuple[str, str] | None:
     """(member, rule) of the first secret-shaped value left in any member, or None."""
     for name, member in sorted(members.items()):
-        chunks = [member] if isinstance(member, bytes) else member.reader()
-        for chunk in chunks:
-            rule = find_unredacted(chunk.decode("utf-8", "replace"))
-            if rule is not None:
-                return name, rule
+        if isinstance(member, bytes):
+            rule = find_unredacted(member.decode("utf-8", "replace"))
+        else:
+            rule = find_unredacted_lines(member.reader())
+        if rule is not None:
+            return name, rule
     return None
 
 

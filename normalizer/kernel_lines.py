@@ -1,0 +1,145 @@
+"""`layers/kernel.ndjson`: one line per evidence event, encoded and written in bulk.
+
+A line is `{"schema":..,"run_id":..,"seq":N,"pid":P,` followed by a tail that
+depends only on the event's type, kind, value and open metadata. Agents repeat
+those (the same files opened again and again), so the writer (normalizer/build.py)
+encodes each distinct tail once with msgspec (`KernelLines.tail`) and splices seq
+and pid in (`KernelLines.line`); the bytes are
+exactly what encoding the whole `KernelEvent` gives (tests/test_kernel_lines.py).
+Lines reach the temp file and the digest in blocks of `LINES_PER_WRITE`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Iterable
+from typing import BinaryIO
+
+import msgspec
+
+from normalizer.artifacts import KERNEL_EVENT_SCHEMA, KernelEvent
+from normalizer.classify import Classified
+
+LINES_PER_WRITE = 4096
+"""Kernel lines joined into one write and one digest update."""
+MEMO_ENTRIES = 1 << 12
+"""Distinct entries a memo holds before it is emptied: memory stays flat however long the run."""
+
+_encoder = msgspec.json.Encoder()
+_kernel_line = msgspec.json.Decoder(KernelEvent)
+
+
+def kernel_event(run_id: str, seq: int, c: Classified, pid: int) -> KernelEvent:
+    """The `layers/kernel.ndjson` line for one evidence event of process `pid`.
+
+    Open metadata follows classify.open_meta: `return_value`/`status` only on
+    a failed open, `operation_flags` only when non-empty (as upstream,
+    kernel.rs:60) and consistent with Assay's derivation.
+    """
+    event = KernelEvent(
+        schema=KERNEL_EVENT_SCHEMA,
+        run_id=run_id,
+        seq=seq,
+        pid=pid,
+        event_type=c.event_type,
+        kind=c.kind,
+        value=c.value,
+    )
+    m = c.meta
+    if m is not None:
+        event.flags = m.flags
+        if m.mode is not None:
+            event.mode = m.mode
+        if m.resolve is not None:
+            event.resolve = m.resolve
+        if m.return_value is not None:
+            event.return_value = m.return_value
+        event.access_mode = m.access_mode
+        if m.operation_flags:
+            event.operation_flags = list(m.operation_flags)
+        if m.status is not None:
+            event.status = m.status
+    return event
+
+
+class KernelLayer:
+    """`layers/kernel.ndjson`, written line by line to a temp file with its digest.
+
+    Large layers spill to disk (SpooledTemporaryFile), so the archive writer
+    streams them instead of holding them in memory.
+    """
+
+    def __init__(self) -> None:
+        self._file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - lives as long as the run
+            max_size=16 << 20, prefix="assay-kernel-")
+        self._hash = hashlib.sha256()
+        self._pending: list[bytes] = []
+        self.size = 0
+        self.count = 0
+
+    def write(self, event: KernelEvent) -> None:
+        self.write_line(_encoder.encode(event) + b"\n")
+
+    def write_line(self, line: bytes) -> None:
+        """Append one encoded line (newline included); lines reach the file in blocks."""
+        self._pending.append(line)
+        self.size += len(line)
+        self.count += 1
+        if len(self._pending) >= LINES_PER_WRITE:
+            self._flush()
+
+    def _flush(self) -> None:
+        block = b"".join(self._pending)
+        self._pending.clear()
+        self._file.write(block)
+        self._hash.update(block)
+
+    @property
+    def sha256(self) -> str:
+        self._flush()
+        return self._hash.hexdigest()
+
+    def reader(self) -> BinaryIO:
+        """The layer's bytes from the start (a shared handle: read it before asking again)."""
+        self._flush()
+        self._file.seek(0)
+        return self._file  # type: ignore[return-value]
+
+    def read_bytes(self) -> bytes:
+        return self.reader().read()
+
+    def events(self) -> list[KernelEvent]:
+        """Decoded lines (for tests and small runs)."""
+        return [_kernel_line.decode(line) for line in self.read_bytes().splitlines()]
+
+    @classmethod
+    def of(cls, events: Iterable[KernelEvent]) -> KernelLayer:
+        layer = cls()
+        for event in events:
+            layer.write(event)
+        return layer
+
+
+
+class KernelLines:
+    """Encodes the kernel lines of one run: a tail once per event shape, then seq and pid per line."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        probe = _encoder.encode(KernelEvent(schema=KERNEL_EVENT_SCHEMA, run_id=run_id, seq=0, pid=0,
+                                            event_type=0, kind="openat", value=None))
+        self._head = probe[:probe.index(b'"seq":0,"pid":0,')] + b'"seq":'
+        self._zero = self._head + b'0,"pid":0,'
+
+    def tail(self, c: Classified, value: str | None) -> bytes:
+        """Everything after `"pid":N,` of `c`'s line with (final, redacted) `value`, newline included."""
+        event = msgspec.structs.replace(c, value=value) if value is not c.value else c
+        encoded = _encoder.encode(kernel_event(self.run_id, 0, event, 0))
+        if not encoded.startswith(self._zero):
+            raise RuntimeError("kernel line fields are not in the order the line writer expects")
+        return encoded[len(self._zero):] + b"\n"
+
+    def line(self, seq: int, pid: int, tail: bytes) -> bytes:
+        """The whole line: the run's head, `seq`, `pid`, and a tail from `tail()`."""
+        return b'%b%d,"pid":%d,%b' % (self._head, seq, pid, tail)
