@@ -156,6 +156,25 @@ def test_a_signal_to_the_runner_kills_the_group_and_is_recorded(tmp_path: Path, 
     assert signal.getsignal(signum) == before  # the runner's own handler is back
 
 
+def test_a_ctrl_c_the_command_died_of_first_is_still_the_runs_end(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the command's process group too: the command may exit of it
+    before the loop sees the runner's signal. The run was still ended by SIGINT."""
+    group = Group()
+    order: list[str] = []
+
+    def exit_when() -> bool:
+        os.kill(os.getpid(), signal.SIGINT)  # the runner's copy of the signal ...
+        return True  # ... and the command already dead of its own
+
+    command = Command(order, exit_when, code=130)
+    with Interruptions() as interrupts:
+        interrupts.phase = "command"
+        spooler = OrderedSpooler(tmp_path / "s.spool", order)
+        code, ended_by = capture(ReplaySource(DATA / "example.spool"), spooler, command, group, Sdk(),
+                                 Control([]), interrupts=interrupts)
+    assert (code, ended_by, group.killed) == (130, "sigint", 0)
+
+
 def test_a_promised_graceful_end_forwards_the_first_sigterm_and_kills_at_the_second(tmp_path: Path) -> None:
     group = Group()
     turns = iter(range(10_000))

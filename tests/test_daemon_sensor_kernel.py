@@ -37,9 +37,14 @@ open(target + ".done", "w").close()
 """
 
 
-def _wait_for(path: Path, timeout: float = 60) -> None:
+def _wait_for(path: Path, client: subprocess.Popen | None = None, timeout: float = 60) -> None:
+    """Wait for `path`; a client that ends first fails the test with what it said."""
     deadline = time.monotonic() + timeout
     while not path.exists():
+        if client is not None and client.poll() is not None:
+            out, err = client.communicate()
+            raise AssertionError(f"the run ended (exit {client.returncode}) before {path} appeared:\n"
+                                 f"{out}{err}")
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.02)
 
@@ -151,8 +156,8 @@ def test_each_run_gets_its_own_network_rules_from_the_one_linked_program(tmp_pat
                  "--run-id", f"net-{tag}", *extra, "--", PY, "-c", CONNECTER, str(d / "ready"), str(d / "go"),
                  str(d / "result"), str(allowed), str(other)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        for d, _ in clients.values():
-            _wait_for(d / "ready")
+        for d, client in clients.values():
+            _wait_for(d / "ready", client)
         for d, _ in clients.values():
             (d / "go").touch()
         for _, client in clients.values():

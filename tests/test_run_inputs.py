@@ -137,3 +137,26 @@ def test_bpf_unavailable(out: Path, x: str) -> None:
     line = _error_line(proc)
     # CAP_SYS_ADMIN is the one named: the kernel accepts it for BPF too (docs/setup.md).
     assert "without CAP_SYS_ADMIN" in line and "--cap-add SYS_ADMIN" in line, line
+
+
+def test_out_made_by_a_concurrent_run_at_the_same_moment_is_used(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs sharing one --out (CI jobs, the daemon's clients) may both find it missing: the
+    second mkdir's EEXIST on a directory is not an error."""
+    from runner.cli.cmd_run import make_dirs
+
+    out = tmp_path / "shared" / "out"
+    real_mkdir = Path.mkdir
+
+    def raced(self: Path, mode: int = 0o777, *args: object, **kwargs: object) -> None:
+        real_mkdir(self, mode)  # the other run gets there first ...
+        real_mkdir(self, mode)  # ... so this one's mkdir finds it
+
+    monkeypatch.setattr(Path, "mkdir", raced)
+    make_dirs(out)
+    monkeypatch.undo()
+    assert out.is_dir()
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(Path, "mkdir", raced)
+    with pytest.raises(FileExistsError):  # a file in the way is still an error
+        make_dirs(tmp_path / "file" / "out")

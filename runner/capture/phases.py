@@ -143,12 +143,14 @@ def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, g
             spooler.flush()
             spooler.sdk(sdk.take_messages())
             code = command.poll()
-            if code is not None:
-                return code, ended_by
+            # Taken before acting on the exit: a terminal's Ctrl-C reaches the command's process
+            # group too, and the command may die of it before this loop sees the signal.
             signum = interrupts.take()
             why = reason(signum) if signum is not None else _requested_end(control.requests())
             if why is not None and not killed:
                 ended_by = ended_by or why
+                if code is not None:
+                    return code, ended_by  # already over: nothing left to end
                 if signum in FORWARDED and interrupts.forward_first and not forwarded:
                     forwarded = True  # a graceful end was promised: the next signal kills
                     log.warning("run.forward", signal=signal.Signals(signum).name)
@@ -157,6 +159,8 @@ def _drain_until_exit(source: EventSource, spooler: Spooler, command: Command, g
                     killed = True
                     log.warning("run.end", reason=why, phase="command")
                     group.kill()
+            if code is not None:
+                return code, ended_by
             control.progress(spooler.records, source.drops)
     finally:
         control.done()

@@ -180,7 +180,12 @@ def make_dirs(path: Path) -> None:
             break
         missing.append(p)
     for p in reversed(missing):
-        p.mkdir(mode=0o755)
+        try:
+            p.mkdir(mode=0o755)
+        except FileExistsError:
+            if p.is_dir():
+                continue  # a concurrent run sharing --out made it first
+            raise
         os.chmod(p, 0o755)
 
 
