@@ -36,9 +36,9 @@ from runner.acceptance import probe_gate
 from runner.acceptance.expect import Expectations, check
 from runner.acceptance.gates import REPO, Gate
 from runner.errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_RUNNER_ERROR, RunnerError
-from runner.evidence.archive import ArchiveError, load_members, sha256_ref, write_atomic
+from runner.evidence.archive import load_members, sha256_ref, write_atomic
 from runner.evidence.compare import RunInput, build_report, render_text
-from runner.evidence.validate import validate_path
+from runner.evidence.validate import archive_problems
 from runner.review.html import render
 from runner.review.load import load_view
 
@@ -152,13 +152,9 @@ def _check_runs(gate: Gate, gate_dir: Path, exp: Expectations, workspace: Path, 
     problems: list[str] = []
     for number in range(1, RUNS + 1):
         archive = gate_dir / f"run-{number}" / f"{gate.run_id}.tar.gz"
-        try:
-            report = validate_path(archive)
-        except (ArchiveError, OSError) as exc:
-            problems.append(f"run-{number}: archive unreadable: {exc}")
-            continue
-        problems += [f"run-{number}: {p}" for p in report.problems]
-        _say(log, f"validate run-{number}: {'OK' if report.valid else 'INVALID'} {archive.name}")
+        found = archive_problems(archive)
+        problems += [f"run-{number}: {p}" for p in found]
+        _say(log, f"validate run-{number}: {'INVALID' if found else 'OK'} {archive.name}")
     first = gate_dir / "run-1" / f"{gate.run_id}.tar.gz"
     if not first.exists():
         return [*problems, "run-1: no archive to check the expectations against"]

@@ -39,8 +39,8 @@ from probe_harness.execute import RUNNER_OUT, all_probes
 from runner.acceptance.expect import ProbeMatrixExpectation
 from runner.acceptance.gates import console_script
 from runner.errors import EXIT_INTERRUPTED
-from runner.evidence.archive import ArchiveError, write_atomic
-from runner.evidence.validate import validate_path
+from runner.evidence.archive import write_atomic
+from runner.evidence.validate import archive_problems
 
 RECORDS = "records.ndjson"
 PROBE_LOG = "probe.log"
@@ -112,12 +112,7 @@ def check_run(run_dir: Path, exp: ProbeMatrixExpectation) -> tuple[Table, list[s
             problems.append(f"{name}: {archive.name}: not the one archive of a batch")
             continue
         archives[m["mode"]] = archive
-        try:
-            report = validate_path(archive)
-        except (ArchiveError, OSError) as exc:
-            problems.append(f"{name}: {archive.name}: archive unreadable: {exc}")
-            continue
-        problems += [f"{name}: {archive.name}: invalid archive: {p}" for p in report.problems]
+        problems += [f"{name}: {archive.name}: {p}" for p in archive_problems(archive)]
     runner_modes = [m for m in exp.modes if m != "baseline"]
     problems += [f"{name}: no runner archive for mode {m}" for m in runner_modes if m not in archives]
     batches = [(m, archives[m].name.removesuffix(".tar.gz"), archives[m], by_mode.get(m, []))

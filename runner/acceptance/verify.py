@@ -25,8 +25,7 @@ from runner.acceptance.execute import EXPECTATIONS, RUNS
 from runner.acceptance.expect import ExpectationError, load
 from runner.acceptance.gates import BY_NAME, Gate
 from runner.acceptance.pack import CHECKSUMS, MANIFEST, PACK_SCHEMA, PackManifest, sha256_file
-from runner.evidence.archive import ArchiveError
-from runner.evidence.validate import validate_path
+from runner.evidence.validate import archive_problems
 
 _LINE = re.compile(r"^([0-9a-f]{64})  (\S.*)$")
 WORK = ".work"
@@ -97,12 +96,7 @@ def _subject_problems(pack: Path, manifest: PackManifest) -> list[str]:
         if digest != s.sha256:
             problems.append(f"subject {s.path}: sha256 mismatch (file {digest}, manifest {s.sha256})")
         if s.role == "runner_archive":
-            try:
-                report = validate_path(file)
-            except (ArchiveError, OSError) as exc:
-                problems.append(f"subject {s.path}: archive unreadable: {exc}")
-                continue
-            problems += [f"subject {s.path}: invalid archive: {p}" for p in report.problems]
+            problems += [f"subject {s.path}: {p}" for p in archive_problems(file)]
     listed = {s.path for s in manifest.subjects} | {MANIFEST, CHECKSUMS}
     for file in sorted(pack.rglob("*")):
         rel = file.relative_to(pack).as_posix()

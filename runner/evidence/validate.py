@@ -297,6 +297,16 @@ class Report(msgspec.Struct):
     problems: list[Problem]
 
 
+def archive_problems(path: Path) -> list[str]:
+    """Everything wrong with the archive at `path`, one line each, for checkers that collect
+    problems rather than stop at the first: unreadable, or invalid and why ([] when valid)."""
+    try:
+        report = validate_path(path)
+    except (ArchiveError, OSError) as exc:
+        return [f"archive unreadable: {exc}"]
+    return [f"invalid archive: {p}" for p in report.problems]
+
+
 def validate_path(path: Path) -> Report:
     """Validate the archive (.tar.gz) or directory at `path`.
 
