@@ -22,6 +22,8 @@ from policy.model import ResolvedPolicy
 
 SPOOL_FORMAT = "assay.runner.raw_spool.v1"
 _LEN = struct.Struct("<I")
+FRAME_HEAD = _LEN.size
+"""Bytes of a frame's length prefix."""
 MAX_FRAME = 256 << 20
 
 
@@ -195,9 +197,7 @@ def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
             return
         if len(head) != _LEN.size:
             raise SpoolError("torn frame length at end of spool")
-        (size,) = _LEN.unpack(head)
-        if size > MAX_FRAME:
-            raise SpoolError(f"frame of {size} bytes is too large; not an assay-runner spool?")
+        size = frame_size(head)
         left = _remaining(stream)
         if size > left:
             raise SpoolError(f"torn frame at end of spool: {size} bytes announced, {left} left "
@@ -205,11 +205,24 @@ def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
         body = stream.read(size)
         if len(body) != size:
             raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
-        try:
-            yield _decoder.decode(body)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
-            # ascii(): msgspec quotes the bad value, which may hold a newline; the error stays one line
-            raise SpoolError(f"undecodable frame: {ascii(str(exc))[1:-1]}") from exc
+        yield decode_frame(body)
+
+
+def frame_size(head: bytes) -> int:
+    """The body size a frame's 4-byte length prefix announces; SpoolError past MAX_FRAME."""
+    (size,) = _LEN.unpack(head)
+    if size > MAX_FRAME:
+        raise SpoolError(f"frame of {size} bytes is too large; not an assay-runner spool?")
+    return size
+
+
+def decode_frame(body: bytes | memoryview) -> Frame:
+    """One frame's body (without its length prefix); SpoolError when it is not a frame."""
+    try:
+        return _decoder.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
+        # ascii(): msgspec quotes the bad value, which may hold a newline; the error stays one line
+        raise SpoolError(f"undecodable frame: {ascii(str(exc))[1:-1]}") from exc
 
 
 def read_spool(path: Path) -> Spool:

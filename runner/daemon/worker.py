@@ -50,6 +50,7 @@ from runner.daemon.sensor import SharedSensor
 from runner.daemon.staging import deliver, staging_dir
 from runner.enforce import prepare as enforce
 from runner.errors import RunnerError
+from runner.evidence import publish
 from runner.logs import get_logger
 
 REPORT = struct.Struct(">QQ")
@@ -144,12 +145,7 @@ def preload() -> None:
     Measured per run before: about 40 ms of jsonschema import and schema
     check, 5 ms of validate's decoders, 3 ms of redaction regexes.
     """
-    import runner.evidence.validate  # noqa: F401 - its decoders are built at import
-    from normalizer import redact
-    from runner.evidence.conformance import upstream
-
-    upstream.warm()
-    redact.rules()
+    publish.warm()
 
 
 def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer: Peer,

@@ -1,0 +1,94 @@
+"""Normalizing while the command runs, so the archive is ready soon after it exits.
+
+A `LiveNormalize` thread follows the spool as the drain loop writes it
+(spool/tail.py) and runs the normalizer's stage A (normalizer/build.py
+`scan`: decode, attribute, resolve, classify, file per thread) over the
+records as they arrive. Once it reads the trailer it runs stage B
+(`finish`: numbering, canonical order, the kernel layer and the other
+members) while the runner removes the cgroup and detaches; the session then
+only validates and writes the archive.
+
+The result is byte-identical to `normalize(read_spool(spool))` by
+construction: the same two functions over the same frames in the same
+order (tests/test_live_normalize.py checks it on recorded spools). Two cases
+go back to normalizing the finished spool offline: a non-root run whose
+failed opens need the runner's permission verdicts (they are asked after
+the run and change stage A), and any failure of the live pass (the offline
+pass then reports the problem as it always did).
+
+The thread runs at a lower priority (`LIVE_NICE`): on two cores, the
+command keeps its own core; the drain loop (GIL) is delayed by at most one
+switch interval per wake-up, far less than the ring holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from normalizer.build import NormalizedRun, Scanned, finish, scan
+from runner.evidence.publish import warm
+from runner.logs import get_logger
+from spool.format import Spool
+from spool.tail import SpoolTail
+from spool.writer import Spooler
+
+LIVE_ENV = "ASSAY_RUNNER_LIVE_NORMALIZE"
+"""`0` normalizes only after the command exits (the offline pass, for A/B benchmarks)."""
+LIVE_NICE = 10
+"""The live thread's nice value relative to the runner's (Linux nice is per thread)."""
+log = get_logger("session")
+
+
+def enabled() -> bool:
+    return os.environ.get(LIVE_ENV, "1") != "0"
+
+
+class LiveNormalize:
+    """Stage A over the growing spool, then stage B once the trailer is in, on a thread of its own."""
+
+    def __init__(self, spooler: Spooler, run_id: str) -> None:
+        self._run_id = run_id
+        self._fd = spooler.reader_fd()
+        self._tail = SpoolTail(self._fd, lambda: spooler.size)
+        self._scanned: Scanned | None = None
+        self._result: NormalizedRun | None = None
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name="assay-live-normalize", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with contextlib.suppress(OSError):  # a preference: otherwise it runs at the runner's own
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                           os.getpriority(os.PRIO_PROCESS, 0) + LIVE_NICE)
+        try:
+            header = self._tail.read_header()
+            warm()  # publish's validation imports, while the command runs
+            self._scanned = scan(Spool(header=header, records=self._tail.records(), phases=self._tail.phases,
+                                       trailer=None, sdk=self._tail.sdk))  # type: ignore[arg-type]
+            assert self._tail.trailer is not None  # records() returns only after the trailer
+            whole = Spool(header=header, records=(), phases=self._tail.phases, trailer=self._tail.trailer,
+                          sdk=self._tail.sdk)
+            self._result = finish(self._scanned, whole, self._run_id)
+        except Exception as exc:  # handed to the session, which falls back to the offline pass
+            self._error = exc
+
+    def result(self) -> NormalizedRun | None:
+        """The normalized run once the spool is finished, or None (logged) when the live pass failed."""
+        self._thread.join()
+        if self._error is not None:
+            log.warning("normalize.live_failed", error=f"{type(self._error).__name__}: {self._error}",
+                        hint="normalizing the finished spool instead")
+            return None
+        return self._result
+
+    def dac_questions(self) -> list[tuple[str, str]]:
+        """(access, path) pairs stage A could not judge without permission verdicts (build.dac_questions)."""
+        return [] if self._scanned is None else sorted(set(self._scanned.scan.judge.unattributed))
+
+    def close(self) -> None:
+        """Stop the pass (if the capture failed) and release the spool descriptor."""
+        self._tail.cancel()
+        self._thread.join()
+        os.close(self._fd)
