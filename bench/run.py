@@ -117,14 +117,16 @@ def baselines(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def overhead_table(results: list[WorkloadResult]) -> str:
-    """workload, bare time, ratios, target, runner against peers, status."""
+    """workload, bare time, ratios, target, runner against peers, status, and each runner mode's
+    whole wall (until the archive is ready) over the bare command's wall."""
     extra = {"daemon", PY_CONSUMER, *(name for r in results for name in r.medians)} - {"bare", RUNNER, *PEERS}
     modes = [RUNNER, *sorted(m for m in extra if any(m in r.medians for r in results))]
     headers = ["workload", "bare s", *modes, *PEERS, "target", "runner/strace",
-               "runner/bpftrace", "status"]
+               "runner/bpftrace", "status", *(f"{m} whole wall" for m in modes)]
     rows = [[r.workload, seconds(r.medians.get("bare")), *(ratio(r.ratios.get(m)) for m in modes),
              *(ratio(r.ratios.get(p)) for p in PEERS), f"<= {r.target:.2f}x",
-             ratio(r.runner_vs.get("strace")), ratio(r.runner_vs.get("bpftrace")), r.status]
+             ratio(r.runner_vs.get("strace")), ratio(r.runner_vs.get("bpftrace")), r.status,
+             *(ratio(r.wall_ratios.get(m)) for m in modes)]
             for r in results]
     return render(headers, rows)
 

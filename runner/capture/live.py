@@ -55,13 +55,15 @@ class LiveNormalize:
         self._scanned: Scanned | None = None
         self._result: NormalizedRun | None = None
         self._error: Exception | None = None
+        self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # the runner's (this thread's)
+        self._tid: int | None = None
         self._thread = threading.Thread(target=self._run, name="assay-live-normalize", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        self._tid = threading.get_native_id()
         with contextlib.suppress(OSError):  # a preference: otherwise it runs at the runner's own
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
-                           os.getpriority(os.PRIO_PROCESS, 0) + LIVE_NICE)
+            os.setpriority(os.PRIO_PROCESS, self._tid, self._nice + LIVE_NICE)
         try:
             header = self._tail.read_header()
             warm()  # publish's validation imports, while the command runs
@@ -74,8 +76,16 @@ class LiveNormalize:
         except Exception as exc:  # handed to the session, which falls back to the offline pass
             self._error = exc
 
+    def hurry(self) -> None:
+        """The command has exited: from now on the pass is what the user waits for, so it runs at
+        the runner's own priority (lowering a nice value back needs CAP_SYS_NICE, which the runner has)."""
+        if self._tid is not None:
+            with contextlib.suppress(OSError):  # the thread has ended, or no capability: nothing to gain
+                os.setpriority(os.PRIO_PROCESS, self._tid, self._nice)
+
     def result(self) -> NormalizedRun | None:
         """The normalized run once the spool is finished, or None (logged) when the live pass failed."""
+        self.hurry()
         self._thread.join()
         if self._error is not None:
             log.warning("normalize.live_failed", error=f"{type(self._error).__name__}: {self._error}",

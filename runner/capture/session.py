@@ -196,6 +196,8 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         interrupts.phase = "command"
         exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
                                       req.control or TerminalControl(), req.on_start, interrupts)
+        for pass_ in live:
+            pass_.hurry()
         marks["exited"] = spooler.stamps["command_exited"] / 1e9
         marks["drained"] = time.monotonic()
         counters = source.counters()
