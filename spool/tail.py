@@ -62,6 +62,8 @@ class SpoolTail:
         self.phases: list[Phase] = []
         self.sdk: list[SdkMessage] = []
         self.trailer: SpoolTrailer | None = None
+        self.records_read = 0
+        """Records handed on so far (those of a batch count once it is read)."""
 
     def cancel(self) -> None:
         """Stop waiting for frames: the reader raises TailCancelled at its next wait."""
@@ -83,6 +85,7 @@ class SpoolTail:
             self.read_header()
         for frame in self._frames:
             if isinstance(frame, Batch):
+                self.records_read += len(frame.records)
                 yield from frame.records
             elif isinstance(frame, Phase):
                 self.phases.append(frame)

@@ -147,6 +147,7 @@ def test_deterministic_workloads_give_identical_archives(tmp_path: Path, name: s
     assert all(r["health"]["passing"] for r in report["runs"])
     check(archives[0], work)
     assert "run 2/3" in proc.stderr and "result: PASS" in proc.stdout
+    assert proc.stderr.count('"normalized_by": "live"') == 3  # the live pass made all three (live.py)
     assert _tree(work) == before  # the check leaves the workdir as it found it
 
 

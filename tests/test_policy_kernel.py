@@ -252,6 +252,8 @@ write = ["/dev/null"]
         proc = run_observed(out, "dac", PY, "-I", "-B", PROGRAMS / "open_files.py", *files.values(),
                             workdir=base, extra=("--policy", str(policy), "--user", "nobody"))
         assert proc.returncode == 0, proc.stderr
+        # the verdicts change stage A, which the live pass ran without them (runner/capture/live.py)
+        assert '"normalized_by": "offline_dac"' in proc.stderr
         yield DacRun(Archive(out / "dac.tar.gz"), read_spool(out / "dac.spool"), stdout_json(proc),
                      files["outside/root-only"], files["outside/world-readable"], files["inside/root-only"])
     finally:

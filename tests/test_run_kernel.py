@@ -112,7 +112,9 @@ def test_archive_validates_and_summary_names_it(example) -> None:
 
 
 def test_normalize_spool_reproduces_the_archive(example, tmp_path: Path) -> None:
-    archive, _, _ = example
+    """The run's archive came from the live pass (runner/capture/live.py); offline gives the same bytes."""
+    archive, _, run = example
+    assert '"normalized_by": "live"' in run.stderr
     spool = archive.path.with_name("example.spool")
     again = tmp_path / "again.tar.gz"
     proc = assay("normalize", spool, "--out", again)

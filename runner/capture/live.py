@@ -36,7 +36,7 @@ from spool.writer import Spooler
 
 LIVE_ENV = "ASSAY_RUNNER_LIVE_NORMALIZE"
 """`0` normalizes only after the command exits (the offline pass, for A/B benchmarks)."""
-LIVE_NICE = 10
+LIVE_NICE = int(os.environ.get("ASSAY_RUNNER_LIVE_NICE", "10"))
 """The live thread's nice value relative to the runner's (Linux nice is per thread)."""
 log = get_logger("session")
 
@@ -75,6 +75,11 @@ class LiveNormalize:
             self._result = finish(self._scanned, whole, self._run_id)
         except Exception as exc:  # handed to the session, which falls back to the offline pass
             self._error = exc
+
+    @property
+    def records_read(self) -> int:
+        """How far the pass has got (records read from the spool)."""
+        return self._tail.records_read
 
     def hurry(self) -> None:
         """The command has exited: from now on the pass is what the user waits for, so it runs at

@@ -198,6 +198,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
                                       req.control or TerminalControl(), req.on_start, interrupts)
         for pass_ in live:
             pass_.hurry()
+            marks["live_behind"] = spooler.records - pass_.records_read
         marks["exited"] = spooler.stamps["command_exited"] / 1e9
         marks["drained"] = time.monotonic()
         counters = source.counters()
@@ -251,6 +252,7 @@ def _log_after_exit(marks: dict[str, float], how: str) -> None:
     """Where the time after the command's exit went, step by step (seconds; docs/benchmarks.md)."""
     steps = ("exited", "drained", "spooled", "cleaned_up", "normalized", "published")
     log.info("run.after_exit", normalized_by=how, total_s=round(marks["published"] - marks["exited"], 3),
+             live_behind_records=marks.get("live_behind"),
              **{f"{b}_s": round(marks[b] - marks[a], 3) for a, b in itertools.pairwise(steps)})
 
 
