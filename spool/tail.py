@@ -79,14 +79,19 @@ class SpoolTail:
         self.header = frame
         return frame
 
-    def records(self) -> Iterator[bytes]:
-        """The records after the header, in ring order, until the trailer has been read."""
+    def records(self) -> TailRecords:
+        """The records after the header, in ring order, until the trailer has been read:
+        iterate it for one record at a time, or call `batches()` for one list per spool Batch."""
+        return TailRecords(self)
+
+    def batches(self) -> Iterator[list[bytes]]:
+        """The records after the header, one list per Batch frame, until the trailer has been read."""
         if self.header is None:
             self.read_header()
         for frame in self._frames:
             if isinstance(frame, Batch):
                 self.records_read += len(frame.records)
-                yield from frame.records
+                yield frame.records
             elif isinstance(frame, Phase):
                 self.phases.append(frame)
             elif isinstance(frame, SdkMessage):
@@ -123,3 +128,18 @@ class SpoolTail:
                 yield decode_frame(body)
             offset += pos
             pending = bytes(view[pos:])
+
+
+class TailRecords:
+    """A tail's records, read once: iterable record by record, and `batches()` (one list per
+    Batch frame) for a normalizer that walks the spool batch by batch."""
+
+    def __init__(self, tail: SpoolTail) -> None:
+        self._tail = tail
+
+    def __iter__(self) -> Iterator[bytes]:
+        for batch in self._tail.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[bytes]]:
+        return self._tail.batches()
