@@ -55,6 +55,7 @@ class LiveNormalize:
         self._scanned: Scanned | None = None
         self._result: NormalizedRun | None = None
         self._error: Exception | None = None
+        self._scan_over = threading.Event()
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # the runner's (this thread's)
         self._tid: int | None = None
         self._thread = threading.Thread(target=self._run, name="assay-live-normalize", daemon=True)
@@ -69,12 +70,15 @@ class LiveNormalize:
             warm()  # publish's validation imports, while the command runs
             self._scanned = scan(Spool(header=header, records=self._tail.records(), phases=self._tail.phases,
                                        trailer=None, sdk=self._tail.sdk))  # type: ignore[arg-type]
+            self._scan_over.set()
             assert self._tail.trailer is not None  # records() returns only after the trailer
             whole = Spool(header=header, records=(), phases=self._tail.phases, trailer=self._tail.trailer,
                           sdk=self._tail.sdk)
             self._result = finish(self._scanned, whole, self._run_id)
         except Exception as exc:  # handed to the session, which falls back to the offline pass
             self._error = exc
+        finally:
+            self._scan_over.set()
 
     @property
     def records_read(self) -> int:
@@ -98,9 +102,14 @@ class LiveNormalize:
             return None
         return self._result
 
-    def dac_questions(self) -> list[tuple[str, str]]:
-        """(access, path) pairs stage A could not judge without permission verdicts (build.dac_questions)."""
-        return [] if self._scanned is None else sorted(set(self._scanned.scan.judge.unattributed))
+    def dac_questions(self) -> list[tuple[str, str]] | None:
+        """Once stage A is over: the (access, path) pairs it could not judge without permission
+        verdicts (as build.dac_questions), or None when the pass failed before."""
+        self.hurry()
+        self._scan_over.wait()
+        if self._scanned is None:
+            return None
+        return sorted(set(self._scanned.scan.judge.unattributed))
 
     def close(self) -> None:
         """Stop the pass (if the capture failed) and release the spool descriptor."""

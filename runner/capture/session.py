@@ -77,6 +77,9 @@ class RunRequest:
     """Where the run's records come from; None: a monitor of its own (direct mode)."""
     staged: bool = False
     """`out_dir` is a staging directory whose files are copied durably afterwards (the daemon): no fsync."""
+    on_spool_final: Callable[[], None] | None = None
+    """Called once the spool is complete and the run's processes are gone, before the archive is made
+    (the daemon delivers the spool meanwhile)."""
 
     @property
     def archive_path(self) -> Path:
@@ -142,19 +145,35 @@ def _normalized(req: RunRequest, out_fd: int, spool_name: str,
 
     The finished spool is normalized again when the live pass failed, or when
     the command's permission verdicts (asked now, as its user) can change stage A.
+    `req.on_spool_final` is called as soon as nothing more will be added to the
+    spool: once stage A showed there is nothing to ask, or after the verdicts.
     """
     how = "offline"
     if live is not None:
-        run = live.result()
-        if run is None:
+        questions = live.dac_questions()  # waits for the live pass's stage A
+        if questions is None:
             how = "offline_live_failed"
-        elif _unprivileged(req.user) and live.dac_questions():
+        elif _unprivileged(req.user) and questions:
             how = "offline_dac"
         else:
-            return run, "live"
-    own_view = Path(f"/proc/self/fd/{out_fd}")  # the directory we hold, not the path's current target
-    spool = _with_dac_verdicts(read_spool(own_view / spool_name), out_fd, spool_name, req.user)
+            _spool_final(req)
+            run = live.result()
+            if run is not None:
+                return run, "live"
+            return normalize(_finished_spool(out_fd, spool_name), req.run_id), "offline_live_failed"
+    spool = _with_dac_verdicts(_finished_spool(out_fd, spool_name), out_fd, spool_name, req.user)
+    _spool_final(req)
     return normalize(spool, req.run_id), how
+
+
+def _finished_spool(out_fd: int, spool_name: str) -> Spool:
+    """The published spool, read through the directory we hold (not the path's current target)."""
+    return read_spool(Path(f"/proc/self/fd/{out_fd}") / spool_name)
+
+
+def _spool_final(req: RunRequest) -> None:
+    if req.on_spool_final is not None:
+        req.on_spool_final()
 
 
 def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
