@@ -3,10 +3,10 @@
 A `LiveNormalize` thread follows the spool as the drain loop writes it
 (spool/tail.py) and runs the normalizer's stage A (normalizer/build.py
 `scan`: decode, attribute, resolve, classify, file per thread) over the
-records as they arrive. Once it reads the trailer it runs stage B
-(`finish`: numbering, canonical order, the kernel layer and the other
-members) while the runner removes the cgroup and detaches; the session then
-only validates and writes the archive.
+records as they arrive. Stage B (`finish`: numbering, canonical order, the
+kernel layer and the other members) runs once the session asks for the
+result, after the cgroup is removed and the monitor detached (those fork:
+see `settle`); the session then only validates and writes the archive.
 
 The result is byte-identical to `normalize(read_spool(spool))` by
 construction: the same two functions over the same frames in the same
@@ -56,6 +56,9 @@ class LiveNormalize:
         self._result: NormalizedRun | None = None
         self._error: Exception | None = None
         self._scan_over = threading.Event()
+        self._warmed = threading.Event()
+        self._go = threading.Event()
+        self._stopped = False
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # the runner's (this thread's)
         self._tid: int | None = None
         self._thread = threading.Thread(target=self._run, name="assay-live-normalize", daemon=True)
@@ -66,11 +69,18 @@ class LiveNormalize:
         with contextlib.suppress(OSError):  # a preference: otherwise it runs at the runner's own
             os.setpriority(os.PRIO_PROCESS, self._tid, self._nice + LIVE_NICE)
         try:
+            try:
+                warm()  # publish's validation imports, while the command runs
+            finally:
+                self._warmed.set()
             header = self._tail.read_header()
-            warm()  # publish's validation imports, while the command runs
             self._scanned = scan(Spool(header=header, records=self._tail.records(), phases=self._tail.phases,
                                        trailer=None, sdk=self._tail.sdk))  # type: ignore[arg-type]
             self._scan_over.set()
+            self._go.wait()
+            if self._stopped:  # the session normalizes the finished spool itself
+                self._scanned.buckets.close()
+                return
             assert self._tail.trailer is not None  # records() returns only after the trailer
             whole = Spool(header=header, records=(), phases=self._tail.phases, trailer=self._tail.trailer,
                           sdk=self._tail.sdk)
@@ -85,6 +95,13 @@ class LiveNormalize:
         """How far the pass has got (records read from the spool)."""
         return self._tail.records_read
 
+    def settle(self) -> None:
+        """Wait until the pass does nothing a forked child could trip on: it imports at its start
+        (a module lock held across a fork stays held in the child), then only computes. The
+        runner forks after the command exits (the monitor's detach, permission checks as the
+        command's user); stage B waits for `result()`, after those."""
+        self._warmed.wait()
+
     def hurry(self) -> None:
         """The command has exited: from now on the pass is what the user waits for, so it runs at
         the runner's own priority (lowering a nice value back needs CAP_SYS_NICE, which the runner has)."""
@@ -93,8 +110,10 @@ class LiveNormalize:
                 os.setpriority(os.PRIO_PROCESS, self._tid, self._nice)
 
     def result(self) -> NormalizedRun | None:
-        """The normalized run once the spool is finished, or None (logged) when the live pass failed."""
+        """The normalized run once the spool is finished (stage B runs now), or None (logged) when
+        the live pass failed."""
         self.hurry()
+        self._go.set()
         self._thread.join()
         if self._error is not None:
             log.warning("normalize.live_failed", error=f"{type(self._error).__name__}: {self._error}",
@@ -112,7 +131,9 @@ class LiveNormalize:
         return sorted(set(self._scanned.scan.judge.unattributed))
 
     def close(self) -> None:
-        """Stop the pass (if the capture failed) and release the spool descriptor."""
+        """Stop the pass (the capture failed, or its result is not wanted); release the spool descriptor."""
+        self._stopped = True
         self._tail.cancel()
+        self._go.set()
         self._thread.join()
         os.close(self._fd)

@@ -78,8 +78,8 @@ class RunRequest:
     staged: bool = False
     """`out_dir` is a staging directory whose files are copied durably afterwards (the daemon): no fsync."""
     on_spool_final: Callable[[], None] | None = None
-    """Called once the spool is complete and the run's processes are gone, before the archive is made
-    (the daemon delivers the spool meanwhile)."""
+    """Called once the run's processes are gone and nothing more will be added to the spool (its
+    permission verdicts included), before the archive is made: the daemon delivers the spool meanwhile."""
 
     @property
     def archive_path(self) -> Path:
@@ -248,6 +248,8 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         try:
             cgroup.remove()
         finally:
+            for pass_ in live:
+                pass_.settle()  # the monitor's detach forks: not while the pass imports
             if source is not None:
                 source.close()  # after the cgroup emptied: no task of the run is left to track
             if limits is not None:
