@@ -57,6 +57,7 @@ class SpoolTail:
         self._fd = fd
         self._committed = committed
         self._stop = threading.Event()
+        self._more = threading.Event()
         self._frames = self._read_frames()
         self.header: SpoolHeader | None = None
         self.phases: list[Phase] = []
@@ -68,6 +69,11 @@ class SpoolTail:
     def cancel(self) -> None:
         """Stop waiting for frames: the reader raises TailCancelled at its next wait."""
         self._stop.set()
+        self._more.set()
+
+    def poke(self) -> None:
+        """More has been committed (the trailer, say): read it now rather than at the next poll."""
+        self._more.set()
 
     def read_header(self) -> SpoolHeader:
         """The spool's header, its first frame (waits for it)."""
@@ -113,8 +119,10 @@ class SpoolTail:
             end = self._committed()
             start = offset + len(pending)
             if start >= end:
-                if self._stop.wait(POLL_S):
+                if self._stop.is_set():
                     raise TailCancelled("the capture ended without a spool trailer")
+                self._more.wait(POLL_S)
+                self._more.clear()
                 continue
             pending += os.pread(self._fd, min(end - start, READ_BYTES), start)
             view = memoryview(pending)

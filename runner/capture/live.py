@@ -113,6 +113,7 @@ class LiveNormalize:
         """The normalized run once the spool is finished (stage B runs now), or None (logged) when
         the live pass failed."""
         self.hurry()
+        self._tail.poke()
         self._go.set()
         self._thread.join()
         if self._error is not None:
@@ -125,6 +126,7 @@ class LiveNormalize:
         """Once stage A is over: the (access, path) pairs it could not judge without permission
         verdicts (as build.dac_questions), or None when the pass failed before."""
         self.hurry()
+        self._tail.poke()  # the trailer is in: no need to wait for the next poll
         self._scan_over.wait()
         if self._scanned is None:
             return None
