@@ -103,6 +103,7 @@ def test_a_user_runs_an_agent_with_its_own_ids_and_gets_its_archive(world: World
     assert check.returncode == 0, check.stdout + check.stderr
     written = Archive(archive).values("openat")
     assert str(work / "marker-solo-0.txt") in written
+    assert '"normalized_by": "live"' in world.daemon.logs()  # the worker normalized while it ran (live.py)
 
 
 def test_outsiders_are_refused_with_a_clear_error(world: World) -> None:
@@ -160,6 +161,7 @@ def test_a_callers_policy_cannot_loosen_the_floor(world: World) -> None:
     # the permission verdict reached the caller's spool: it is delivered only once nothing more is added
     # (runner/daemon/staging.py Delivery, while the archive is made), and it rebuilds the same archive
     assert read_spool(out / "floor.spool").dac == {f"write:{forbidden}": True}
+    assert '"normalized_by": "offline_dac"' in world.daemon.logs()
     again = out / "again.tar.gz"
     rebuilt = user.run([*CLI, "normalize", out / "floor.spool", "--out", again], cwd=work)
     assert rebuilt.returncode == 0, rebuilt.stderr

@@ -35,14 +35,25 @@ from spool.tail import SpoolTail
 from spool.writer import Spooler
 
 LIVE_ENV = "ASSAY_RUNNER_LIVE_NORMALIZE"
-"""`0` normalizes only after the command exits (the offline pass, for A/B benchmarks)."""
+"""`1` or `0` turns the live pass on or off whatever the mode (A/B benchmarks)."""
 LIVE_NICE = int(os.environ.get("ASSAY_RUNNER_LIVE_NICE", "10"))
 """The live thread's nice value relative to the runner's (Linux nice is per thread)."""
 log = get_logger("session")
 
 
-def enabled() -> bool:
-    return os.environ.get(LIVE_ENV, "1") != "0"
+def enabled(ring_in_process: bool) -> bool:
+    """Whether to normalize while the command runs; by default only when this process does not
+    drain the ring itself (the daemon's worker: its sensor process drains it).
+
+    In direct mode the drain loop runs in this process and needs the GIL for a moment per
+    wake-up; a pass that is preempted while it holds the GIL (at nice +10, on a loaded machine)
+    stalls the drain loop for as long as it waits for a CPU, and the ring overflows: 85,532
+    records were dropped in one of three loaded open_heavy runs (docs/benchmarks.md). Direct
+    mode keeps the pass off until it runs in a process of its own; `ASSAY_RUNNER_LIVE_NORMALIZE=1`
+    turns it on for measurements.
+    """
+    value = os.environ.get(LIVE_ENV)
+    return value != "0" if value in ("0", "1") else not ring_in_process
 
 
 class LiveNormalize:

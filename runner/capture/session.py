@@ -209,7 +209,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
             policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
-        if live_enabled():
+        if live_enabled(ring_in_process=req.sensor is None or isinstance(req.sensor, LocalSensor)):
             live.append(LiveNormalize(spooler, req.run_id))
         interrupts.check_setup()
         interrupts.phase = "command"
