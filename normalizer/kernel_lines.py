@@ -89,6 +89,14 @@ class KernelLayer:
         if len(self._pending) >= LINES_PER_WRITE:
             self._flush()
 
+    def write_block(self, block: bytes, lines: int) -> None:
+        """Append `lines` whole encoded lines at once (the bulk writer's path)."""
+        self._flush()
+        self._file.write(block)
+        self._hash.update(block)
+        self.size += len(block)
+        self.count += lines
+
     def _flush(self) -> None:
         block = b"".join(self._pending)
         self._pending.clear()
@@ -129,17 +137,40 @@ class KernelLines:
         self.run_id = run_id
         probe = _encoder.encode(KernelEvent(schema=KERNEL_EVENT_SCHEMA, run_id=run_id, seq=0, pid=0,
                                             event_type=0, kind="openat", value=None))
-        self._head = probe[:probe.index(b'"seq":0,"pid":0,')] + b'"seq":'
-        self._zero = self._head + b'0,"pid":0,'
+        self.head = probe[:probe.index(b'"seq":0,"pid":0,')] + b'"seq":'
+        """The bytes of every line before its seq number."""
+        self._zero = self.head + b'0,"pid":0,'
+        self._frames: dict[tuple[int, str, object], tuple[bytes, bytes]] = {}
 
     def tail(self, c: Classified, value: str | None) -> bytes:
-        """Everything after `"pid":N,` of `c`'s line with (final, redacted) `value`, newline included."""
-        event = msgspec.structs.replace(c, value=value) if value is not c.value else c
-        encoded = _encoder.encode(kernel_event(self.run_id, 0, event, 0))
+        """Everything after `"pid":N,` of `c`'s line with (final, redacted) `value`, newline included.
+
+        The tail is the encoded line of `c` with a null value, split around
+        `"value":null`, with the value encoded on its own spliced in: msgspec
+        writes a string the same alone as inside an object
+        (tests/test_kernel_lines.py), so only the frame is memoized per
+        (type, kind, open metadata), a handful per run.
+        """
+        key = (c.event_type, c.kind, c.meta)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = self._frame(c)
+            if len(self._frames) >= MEMO_ENTRIES:
+                self._frames.clear()
+            self._frames[key] = frame
+        before, after = frame
+        return before + after if value is None else before + _encoder.encode(value) + after[4:]
+
+    def _frame(self, c: Classified) -> tuple[bytes, bytes]:
+        """(`..."value":`, `null...` to the newline) of `c`'s tail."""
+        null = msgspec.structs.replace(c, value=None) if c.value is not None else c
+        encoded = _encoder.encode(kernel_event(self.run_id, 0, null, 0))
         if not encoded.startswith(self._zero):
             raise RuntimeError("kernel line fields are not in the order the line writer expects")
-        return encoded[len(self._zero):] + b"\n"
+        tail = encoded[len(self._zero):] + b"\n"
+        cut = tail.index(b',"value":null') + len(b',"value":')
+        return tail[:cut], tail[cut:]
 
     def line(self, seq: int, pid: int, tail: bytes) -> bytes:
         """The whole line: the run's head, `seq`, `pid`, and a tail from `tail()`."""
-        return b'%b%d,"pid":%d,%b' % (self._head, seq, pid, tail)
+        return b'%b%d,"pid":%d,%b' % (self.head, seq, pid, tail)

@@ -134,10 +134,16 @@ class SpoolRecords:
         self._path = path
 
     def __iter__(self) -> Iterator[bytes]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[bytes]]:
+        """The records batch by batch, as the consumer drained them (the normalizer walks these
+        lists without a generator step per record)."""
         with open(self._path, "rb") as f:
             for frame in iter_frames(f):
                 if isinstance(frame, Batch):
-                    yield from frame.records
+                    yield frame.records
 
 
 class Spool(msgspec.Struct):
