@@ -31,16 +31,16 @@ from collections.abc import Hashable, Iterable, Iterator
 from itertools import islice
 
 from ebpf.wire import HEADER, HOOK_CLOSE, HOOK_NAMES, HOOK_OPEN, TRUNC_FIRST
-from normalizer.blocks import FileBlockJudge, NetBlockMerge
+from normalizer.blocks import EACCES, FileBlockJudge, NetBlockMerge
 from normalizer.buckets import Run, ThreadBuckets, full, shape_of
-from normalizer.classify import CLASSIFIED_HOOKS, Classified, cached_open_meta, classify, kind_name
+from normalizer.classify import CLASSIFIED_HOOKS, Classified, OpenMeta, cached_open_meta, classify, kind_name
 from normalizer.decode import decode_one
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts
 from normalizer.paths import AT_FDCWD, O_CLOEXEC, FsState, PathResolver, Resolved, c_string, joined, to_int32
 from normalizer.reopen import PROC_FD_PREFIXES
-from normalizer.telemetry import is_telemetry
+from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, is_telemetry
 from normalizer.transient import TransientNames
 from normalizer.tree import Process, Thread, TreeBuilder
 from spool.format import Spool, SpoolTrailer
@@ -76,17 +76,30 @@ OpenAnswer = tuple[tuple[str, bool] | None, Classified, bool, bool]
 filed as, whether it is dropped telemetry, and whether transient names can ignore it."""
 
 
+OpenContext = tuple[type, str, dict[tuple[int, int, int, int], OpenMeta], bool, bool,
+                    tuple[str, ...], tuple[str, ...], int, tuple[str, ...]]
+"""What the C fast path needs to work out a plain open itself (normalizer/fastscan.c): the
+Classified type, its kind, the open metadata seen so far, whether the block judge can act,
+whether telemetry is dropped, telemetry's prefixes and substrings, the memo's limit, the
+/proc fd reopen prefixes."""
+
+
 def fast_records(batch: list[bytes], i: int, tasks: dict[int, Thread], states: dict[Process, FsState],
-                 memo: dict[tuple[str | None, bytes], OpenAnswer], held: dict[Hashable, Run],
-                 tracked: dict[str, object], order: int, room: int) -> tuple[int, int, int]:
+                 memo: dict[tuple[str | None, bytes], OpenAnswer],
+                 older: dict[tuple[str | None, bytes], OpenAnswer], held: dict[Hashable, Run],
+                 tracked: dict[str, object], order: int, room: int,
+                 ctx: OpenContext | None) -> tuple[int, int, int]:
     """Take `batch[i:]` while each record is a close, or an open remembered in `memo` that
     transient names can ignore (`tracked` empty), of a known thread whose process has a
     state and whose bucket is open in `held`. Returns (the first record not taken, order,
     room); stops after the record that used the last `room`.
 
-    The C accelerator (normalizer/_fastscan.c) is this function, byte for byte in effect;
-    this is its fallback and its reference (tests/test_normspeed.py).
+    The C accelerator (normalizer/fastscan.c) does the same and, given `ctx`, also works
+    out a plain open `memo` does not hold (and `older` does not either), as `Scan._open_answer`
+    would; this twin leaves those to `Scan._one`. It is the fallback when the C is not
+    built, and the reference the C is tested against (tests/test_normspeed.py).
     """
+    del older, ctx  # the twin takes remembered opens only
     n = len(batch)
     tasks_get, states_get, memo_get, held_get = tasks.get, states.get, memo.get, held.get
     while i < n:
@@ -139,6 +152,14 @@ def fast_records(batch: list[bytes], i: int, tasks: dict[int, Thread], states: d
     return i, order, room
 
 
+try:
+    from normalizer._fastscan import fast_records as accelerated_records
+except ImportError:  # not built (scripts/setup.sh builds it): the Python twin, same output
+    accelerated_records = None
+ACCEL = accelerated_records
+"""The fast path in C when it is built; None runs `fast_records` (tests and `--pure` set it)."""
+
+
 class Scan:
     """Stage A: files each thread's evidence candidates, gathering the capture's facts."""
 
@@ -154,6 +175,7 @@ class Scan:
         self._merge = NetBlockMerge()
         self._memo: dict[tuple[str | None, bytes], OpenAnswer] = {}
         self._older: dict[tuple[str | None, bytes], OpenAnswer] = {}
+        self._metas: dict[tuple[int, int, int, int], OpenMeta] = {}
 
     def file(self, buckets: ThreadBuckets, transient: TransientNames, drop_telemetry: bool) -> None:
         """Walk every record: transient names observe every candidate, `buckets` get the
@@ -164,7 +186,9 @@ class Scan:
         it can for the next time.
         """
         tasks, states, held, tracked = self.tree.tasks, self.resolver.states, buckets.held, transient.tracked
-        fast = fast_records if FAST else None
+        fast = (ACCEL or fast_records) if FAST else None
+        ctx: OpenContext = (Classified, _OPENAT, self._metas, self.judge.may_judge(-EACCES), drop_telemetry,
+                            TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, OPEN_MEMO, PROC_FD_PREFIXES)
         self._memo.clear()
         self._older.clear()
         order = arrival = 0
@@ -172,8 +196,8 @@ class Scan:
             i, n = 0, len(batch)
             while i < n:
                 if fast is not None:
-                    i, order, buckets.room = fast(batch, i, tasks, states, self._memo, held, tracked,
-                                                  order, buckets.room)
+                    i, order, buckets.room = fast(batch, i, tasks, states, self._memo, self._older, held,
+                                                  tracked, order, buckets.room, ctx)
                     if buckets.room <= 0:
                         buckets.spill()
                     if i >= n:
@@ -247,8 +271,13 @@ class Scan:
         path = None if text is None else joined(base, text)
         if path is None or path.startswith(PROC_FD_PREFIXES):
             return None
-        shape = Classified(event_type=HOOK_OPEN, kind=_OPENAT, value=path,
-                           meta=cached_open_meta(flags, mode, resolve, min(ret, 0)), order=0, ts=0)
+        meta_key = (flags, mode, resolve, min(ret, 0))
+        meta = self._metas.get(meta_key)
+        if meta is None:
+            if len(self._metas) >= OPEN_MEMO:
+                self._metas.clear()
+            meta = self._metas[meta_key] = cached_open_meta(*meta_key)
+        shape = Classified(event_type=HOOK_OPEN, kind=_OPENAT, value=path, meta=meta, order=0, ts=0)
         fd_entry = (path, bool(flags & O_CLOEXEC)) if ret >= 0 else None
         return fd_entry, shape, drop_telemetry and is_telemetry(shape), TransientNames.inert(shape)
 

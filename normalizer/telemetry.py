@@ -34,17 +34,18 @@ _TELEMETRY = re.compile(
 )
 
 
-_ANCHORED = ("/etc/", "/lib", "/usr/lib/", "/usr/share/locale", "/proc", "/sys", "/dev")
+TELEMETRY_PREFIXES = ("/etc/", "/lib", "/usr/lib/", "/usr/share/locale", "/proc", "/sys", "/dev")
 """A prefix that every match of an anchored alternative of `_TELEMETRY` starts with."""
+TELEMETRY_SUBSTRINGS = ("/lib/python3", "node_modules", "pyvenv.cfg", "pybuilddir.txt", "._pth",
+                        "/.rustup/toolchains/", "/target/")
+"""A substring that every match of an unanchored alternative holds."""
 
 
 def could_be_telemetry(path: str) -> bool:
-    """False only when `_TELEMETRY` cannot match `path`: every alternative needs one of these
-    prefixes or substrings, and most paths hold none (a few substring tests cost less than the
-    regex, whose unanchored alternatives scan the whole path; tests/test_normspeed.py)."""
-    return (path.startswith(_ANCHORED) or "/lib/python3" in path or "node_modules" in path
-            or "pyvenv.cfg" in path or "pybuilddir.txt" in path or "._pth" in path
-            or "/.rustup/toolchains/" in path or "/target/" in path)
+    """False only when `_TELEMETRY` cannot match `path`: every alternative needs one of the
+    prefixes or substrings above, and most paths hold none (a few substring tests cost less than
+    the regex, whose unanchored alternatives scan the whole path; tests/test_normspeed.py)."""
+    return path.startswith(TELEMETRY_PREFIXES) or any(s in path for s in TELEMETRY_SUBSTRINGS)
 
 
 def is_telemetry_path(path: str) -> bool:
