@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from operator import attrgetter
 
 import msgspec
 
@@ -35,7 +35,7 @@ from normalizer.classify import Classified
 from normalizer.correlate import END, Block, correlate, decisions, policy_events
 from normalizer.faults import fault_notes
 from normalizer.health import CaptureFacts, observation_health, privilege_note
-from normalizer.kernel_lines import MEMO_ENTRIES, KernelLayer, KernelLines
+from normalizer.kernel_lines import MEMO_ENTRIES, KernelLayer, KernelLines, join_lines
 from normalizer.order import other_threads_order
 from normalizer.redact import Redactor, may_hold_secrets
 from normalizer.scan import Scan
@@ -53,6 +53,8 @@ BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
 ENDPOINT_KINDS = frozenset({"connect", "connect_blocked", "event_6", "event_7"})
 """Kinds whose values are network endpoints: connects and datagram peers (sendto,
 sendmsg), as upstream's surface builder (crates/assay-runner-core/src/kernel.rs:198-210)."""
+_KIND = attrgetter("kind")
+_WRITES = ("write", "read_write")
 RUN_PHASES = ("run_started", "run_finished")
 """The markers `events.ndjson` carries: upstream's run event types (run.rs:166-209)."""
 
@@ -213,16 +215,13 @@ class _Collector:
         """Write the lines of a run of events of process `pid`, as one block.
 
         A shape's tail is looked up by the shape object (the scan shares one
-        per shape: one lookup per distinct shape in the run), then by content;
-        the lines are the run's head, seq and pid spliced onto the tails.
+        per shape: one lookup per distinct shape in the run); the lines are
+        the run's head, seq and pid spliced onto the tails (`join_lines`).
         """
         shapes, pairs = run
         tails = self._tails_of(shapes)
-        seq = self.layer.count
-        block = b"".join(chain.from_iterable(zip(
-            repeat(self._lines.head), map(b"%d".__mod__, range(seq, seq + len(shapes))),
-            repeat(b',"pid":%d,' % pid), tails)))
-        self.layer.write_block(block, len(shapes))
+        self.layer.write_block(join_lines(self._lines.head, self.layer.count, b',"pid":%d,' % pid, tails),
+                               len(shapes))
         if self._any_window:
             for shape, ts in zip(shapes, pairs[1::2], strict=True):
                 if ts in self._windows:
@@ -237,16 +236,16 @@ class _Collector:
         ids = list(map(id, shapes))
         by_id = self._by_id
         missing = list(set(ids).difference(by_id))
-        unclean = []
+        unclean: list[int] = []
         if missing:
-            distinct = dict(zip(ids, shapes, strict=True))
-            new = [distinct[i] for i in missing]
-            for i, shape, (tail, clean) in zip(missing, new, self._first(new), strict=True):
-                if not clean:
-                    unclean.append(i)
-                    self._first([shape] * (ids.count(i) - 1))
-                by_id[i] = tail
-                self._pinned[i] = shape  # alive while its id is a key: ids stay unique
+            new = list(map(dict(zip(ids, shapes, strict=True)).__getitem__, missing))
+            tails, clean = self._first(new)
+            by_id.update(zip(missing, tails, strict=True))
+            self._pinned.update(zip(missing, new, strict=True))  # alive while a key: ids stay unique
+            if not all(clean):
+                unclean = [i for i, ok in zip(missing, clean, strict=True) if not ok]
+                for i in unclean:
+                    self._first([self._pinned[i]] * (ids.count(i) - 1))
         tails = list(map(by_id.__getitem__, ids))
         for i in unclean:
             del by_id[i], self._pinned[i]
@@ -255,7 +254,7 @@ class _Collector:
             self._pinned.clear()
         return tails
 
-    def _first(self, shapes: list[Classified]) -> list[tuple[bytes, bool]]:
+    def _first(self, shapes: list[Classified]) -> tuple[list[bytes], list[bool]]:
         """The line tails of shapes not in the memo, with their values collected, and whether
         redaction left each value alone.
 
@@ -263,37 +262,39 @@ class _Collector:
         that may hold a secret are given to the redactor (`may_hold_secrets`
         tests the others in blocks, at memory speed).
         """
-        apply = self._names.apply
-        values = [None if s.value is None else apply(s.value) for s in shapes]
-        suspects = may_hold_secrets([v or "" for v in values])
-        out = []
+        values = [s.value for s in shapes]
+        if self._names.count:
+            apply = self._names.apply
+            values = [None if v is None else apply(v) for v in values]
+        clean = [True] * len(values)
         redactor = self._redactor
-        for c, value, suspect in zip(shapes, values, suspects, strict=True):
-            clean = True
+        for k, suspect in enumerate(may_hold_secrets(values)):
             if suspect:
                 before = redactor.count
-                value = redactor.redact(value)  # type: ignore[arg-type]
-                clean = redactor.count == before
-            out.append((self._lines.tail(c, value), clean))
-            self._collect(c, value)
-        return out
+                values[k] = redactor.redact(values[k])  # type: ignore[arg-type]
+                clean[k] = redactor.count == before
+        self._collect(shapes, values)
+        return self._lines.tails(shapes, values), clean
 
-    def _collect(self, c: Classified, value: str | None) -> None:
-        """Gather a shape's kind and (final) value for the surface and the summary."""
-        self.kinds.add(c.kind)
-        if value is None:
-            return
-        if c.kind in FILE_KINDS:
-            self.values["files"].add(value)
-            if c.kind == "openat" and c.meta and c.meta.status is None \
-                    and c.meta.access_mode in ("write", "read_write"):
-                self.values["written"].add(value)
-        elif c.kind in ENDPOINT_KINDS:
-            self.values["endpoints"].add(value)
-        elif c.kind == "exec":
-            self.values["execs"].add(value)
-        if c.kind in BLOCK_KINDS:
-            self.values["blocked"].add(value)
+    def _collect(self, shapes: list[Classified], values: list[str | None]) -> None:
+        """Gather the shapes' kinds and (final) values for the surface and the summary."""
+        self.kinds.update(map(_KIND, shapes))
+        files, written, blocked = self.values["files"], self.values["written"], self.values["blocked"]
+        for c, value in zip(shapes, values, strict=True):
+            if value is None:
+                continue
+            kind = c.kind
+            if kind in FILE_KINDS:
+                files.add(value)
+                m = c.meta
+                if kind == "openat" and m is not None and m.status is None and m.access_mode in _WRITES:
+                    written.add(value)
+            elif kind in ENDPOINT_KINDS:
+                self.values["endpoints"].add(value)
+            elif kind == "exec":
+                self.values["execs"].add(value)
+            if kind in BLOCK_KINDS:
+                blocked.add(value)
 
     def surface(self, policy_lines: list[PolicyEvent]) -> CapabilitySurface:
         """The surface: kernel values, and the tools and `{decision}:{tool}` of the policy lines."""

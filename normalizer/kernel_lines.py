@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections.abc import Iterable
+from itertools import chain, repeat
 from typing import BinaryIO
 
 import msgspec
@@ -130,6 +131,12 @@ class KernelLayer:
 
 
 
+def join_lines(head: bytes, seq: int, pid_part: bytes, tails: list[bytes]) -> bytes:
+    """`head`, seq (counting up from `seq`), `pid_part` and the tail, for each tail, as one block."""
+    return b"".join(chain.from_iterable(zip(
+        repeat(head), map(b"%d".__mod__, range(seq, seq + len(tails))), repeat(pid_part), tails)))
+
+
 class KernelLines:
     """Encodes the kernel lines of one run: a tail once per event shape, then seq and pid per line."""
 
@@ -160,6 +167,19 @@ class KernelLines:
             self._frames[key] = frame
         before, after = frame
         return before + after if value is None else before + _encoder.encode(value) + after[4:]
+
+    def tails(self, shapes: list[Classified], values: list[str | None]) -> list[bytes]:
+        """`tail` of each shape with its value, the frames looked up once per distinct metadata."""
+        frames = self._frames
+        out = []
+        for c, value in zip(shapes, values, strict=True):
+            frame = frames.get((c.event_type, c.kind, c.meta))
+            if frame is None:
+                out.append(self.tail(c, value))
+                continue
+            before, after = frame
+            out.append(before + after if value is None else before + _encoder.encode(value) + after[4:])
+        return out
 
     def _frame(self, c: Classified) -> tuple[bytes, bytes]:
         """(`..."value":`, `null...` to the newline) of `c`'s tail."""

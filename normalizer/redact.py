@@ -151,9 +151,9 @@ def _lowered_literals() -> tuple[str, ...] | None:
     return None if literals is None else tuple(dict.fromkeys(x.lower() for x in literals[0] + literals[1]))
 
 
-def may_hold_secrets(texts: list[str]) -> list[bool]:
-    """For each text, whether redaction could change it: False only when no rule's literal is
-    in it, as `Redactor.redact` decides before it runs any rule.
+def may_hold_secrets(texts: list[str | None]) -> list[bool]:
+    """For each text (None: no text), whether redaction could change it: False only when no
+    rule's literal is in it, as `Redactor.redact` decides before it runs any rule.
 
     Texts are tested in blocks: an ASCII block without any literal, lower-cased
     (a superset of the exact comparisons, as `_any_literal_in_block`), clears
@@ -162,7 +162,7 @@ def may_hold_secrets(texts: list[str]) -> list[bool]:
     literals = _lowered_literals()
     out: list[bool] = []
     for start in range(0, len(texts), TEXTS_PER_BLOCK):
-        chunk = texts[start:start + TEXTS_PER_BLOCK]
+        chunk = [text or "" for text in texts[start:start + TEXTS_PER_BLOCK]]
         block = "\n".join(chunk)
         if literals is not None and block.isascii():
             lowered = block.lower()
