@@ -18,6 +18,7 @@ from operator import attrgetter
 
 import msgspec
 
+from normalizer import accel
 from normalizer.artifacts import (
     RUN_EVENT_SCHEMA,
     SURFACE_SCHEMA,
@@ -209,6 +210,7 @@ class _Collector:
         self._any_window = bool(calls)
         self._lines = KernelLines(run_id)
         self._by_id: dict[int, bytes] = {}
+        self._join = accel.native.join_lines if accel.native else join_lines
         self._pinned: dict[int, Classified] = {}
 
     def add_run(self, pid: int, run: Run) -> None:
@@ -220,7 +222,7 @@ class _Collector:
         """
         shapes, pairs = run
         tails = self._tails_of(shapes)
-        self.layer.write_block(join_lines(self._lines.head, self.layer.count, b',"pid":%d,' % pid, tails),
+        self.layer.write_block(self._join(self._lines.head, self.layer.count, b',"pid":%d,' % pid, tails),
                                len(shapes))
         if self._any_window:
             for shape, ts in zip(shapes, pairs[1::2], strict=True):

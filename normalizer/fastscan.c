@@ -375,7 +375,55 @@ static PyObject *fast_records(PyObject *self, PyObject *const *args, Py_ssize_t 
     return Py_BuildValue("(nLL)", i, order, room);
 }
 
+/* join_lines(head, seq, pid_part, tails) -> bytes: for each tail, head + decimal seq (counting up
+ * from `seq`) + pid_part + tail, as normalizer/kernel_lines.py join_lines (its fallback) gives. */
+static PyObject *join_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "join_lines(head: bytes, seq: int, pid_part: bytes, tails: list[bytes])");
+        return NULL;
+    }
+    long long seq = PyLong_AsLongLong(args[1]);
+    if (seq == -1 && PyErr_Occurred())
+        return NULL;
+    if (seq < 0) {
+        PyErr_SetString(PyExc_ValueError, "join_lines: seq must not be negative");
+        return NULL;
+    }
+    PyObject *tails = args[3];
+    Py_ssize_t n = PyList_GET_SIZE(tails), head_n = PyBytes_GET_SIZE(args[0]), pid_n = PyBytes_GET_SIZE(args[2]);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *tail = PyList_GET_ITEM(tails, k);
+        if (!PyBytes_Check(tail)) {
+            PyErr_SetString(PyExc_TypeError, "join_lines: tails must be bytes");
+            return NULL;
+        }
+        total += head_n + 20 + pid_n + PyBytes_GET_SIZE(tail); /* 20: the most digits of a u64 */
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *tail = PyList_GET_ITEM(tails, k);
+        memcpy(w, PyBytes_AS_STRING(args[0]), (size_t)head_n);
+        w += head_n;
+        w += snprintf(w, 21, "%llu", (unsigned long long)(seq + k));
+        memcpy(w, PyBytes_AS_STRING(args[2]), (size_t)pid_n);
+        w += pid_n;
+        memcpy(w, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
+        w += PyBytes_GET_SIZE(tail);
+    }
+    if (_PyBytes_Resize(&out, w - PyBytes_AS_STRING(out)) < 0)
+        return NULL;
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"join_lines", (PyCFunction)(void (*)(void))join_lines, METH_FASTCALL,
+     "Kernel lines spliced in one block (normalizer/kernel_lines.py join_lines, in C)."},
     {"fast_records", (PyCFunction)(void (*)(void))fast_records, METH_FASTCALL,
      "The scan's fast path (normalizer/scan.py fast_records, in C)."},
     {NULL, NULL, 0, NULL},

@@ -132,7 +132,10 @@ class KernelLayer:
 
 
 def join_lines(head: bytes, seq: int, pid_part: bytes, tails: list[bytes]) -> bytes:
-    """`head`, seq (counting up from `seq`), `pid_part` and the tail, for each tail, as one block."""
+    """`head`, seq (counting up from `seq`), `pid_part` and the tail, for each tail, as one block.
+
+    The C accelerator (normalizer/accel.py) has the same function; this is its fallback.
+    """
     return b"".join(chain.from_iterable(zip(
         repeat(head), map(b"%d".__mod__, range(seq, seq + len(tails))), repeat(pid_part), tails)))
 

@@ -31,6 +31,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from itertools import islice
 
 from ebpf.wire import HEADER, HOOK_CLOSE, HOOK_NAMES, HOOK_OPEN, TRUNC_FIRST
+from normalizer import accel
 from normalizer.blocks import EACCES, FileBlockJudge, NetBlockMerge
 from normalizer.buckets import Run, ThreadBuckets, full, shape_of
 from normalizer.classify import CLASSIFIED_HOOKS, Classified, OpenMeta, cached_open_meta, classify, kind_name
@@ -152,14 +153,6 @@ def fast_records(batch: list[bytes], i: int, tasks: dict[int, Thread], states: d
     return i, order, room
 
 
-try:
-    from normalizer._fastscan import fast_records as accelerated_records
-except ImportError:  # not built (scripts/setup.sh builds it): the Python twin, same output
-    accelerated_records = None
-ACCEL = accelerated_records
-"""The fast path in C when it is built; None runs `fast_records` (tests and `--pure` set it)."""
-
-
 class Scan:
     """Stage A: files each thread's evidence candidates, gathering the capture's facts."""
 
@@ -186,7 +179,7 @@ class Scan:
         it can for the next time.
         """
         tasks, states, held, tracked = self.tree.tasks, self.resolver.states, buckets.held, transient.tracked
-        fast = (ACCEL or fast_records) if FAST else None
+        fast = (accel.native.fast_records if accel.native else fast_records) if FAST else None
         ctx: OpenContext = (Classified, _OPENAT, self._metas, self.judge.may_judge(-EACCES), drop_telemetry,
                             TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, OPEN_MEMO, PROC_FD_PREFIXES)
         self._memo.clear()
