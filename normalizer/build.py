@@ -36,7 +36,7 @@ from normalizer.classify import Classified
 from normalizer.correlate import END, Block, correlate, decisions, policy_events
 from normalizer.faults import fault_notes
 from normalizer.health import CaptureFacts, observation_health, privilege_note
-from normalizer.kernel_lines import MEMO_ENTRIES, KernelLayer, KernelLines, join_lines
+from normalizer.kernel_lines import LINES_PER_WRITE, MEMO_ENTRIES, KernelLayer, KernelLines, join_lines
 from normalizer.order import other_threads_order
 from normalizer.redact import Redactor, may_hold_secrets
 from normalizer.scan import Scan
@@ -222,8 +222,10 @@ class _Collector:
         """
         shapes, pairs = run
         tails = self._tails_of(shapes)
-        self.layer.write_block(self._join(self._lines.head, self.layer.count, b',"pid":%d,' % pid, tails),
-                               len(shapes))
+        pid_part = b',"pid":%d,' % pid
+        for start in range(0, len(tails), LINES_PER_WRITE):  # blocks that stay in the cache
+            block = tails[start:start + LINES_PER_WRITE]
+            self.layer.write_block(self._join(self._lines.head, self.layer.count, pid_part, block), len(block))
         if self._any_window:
             for shape, ts in zip(shapes, pairs[1::2], strict=True):
                 if ts in self._windows:
