@@ -225,7 +225,8 @@ class _Collector:
         pid_part = b',"pid":%d,' % pid
         for start in range(0, len(tails), LINES_PER_WRITE):  # blocks that stay in the cache
             block = tails[start:start + LINES_PER_WRITE]
-            self.layer.write_block(self._join(self._lines.head, self.layer.count, pid_part, block), len(block))
+            lines = self._join(self._lines.head, self.layer.count, pid_part, block)
+            self.layer.write_block(lines, len(block))
         if self._any_window:
             for shape, ts in zip(shapes, pairs[1::2], strict=True):
                 if ts in self._windows:

@@ -288,6 +288,53 @@ out:
     return status;
 }
 
+/* The last task looked up: its thread, its process's state and fd table (strong references). */
+struct task {
+    uint32_t tid;
+    PyObject *thread, *state, *fds;
+};
+
+static void forget(struct task *t)
+{
+    Py_CLEAR(t->thread);
+    Py_CLEAR(t->state);
+    Py_CLEAR(t->fds);
+}
+
+/* Fill `t` for `tid`; t->thread stays NULL when the task is unknown, its process has no state
+ * yet or its fd table is not a dict (Python takes the record). -1 on error. */
+static int lookup(struct task *t, PyObject *tasks, PyObject *states, uint32_t tid)
+{
+    PyObject *key = PyLong_FromUnsignedLong(tid);
+    if (key == NULL)
+        return -1;
+    PyObject *thread = PyDict_GetItemWithError(tasks, key);
+    Py_DECREF(key);
+    if (thread == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *process = PyObject_GetAttr(thread, s_process);
+    if (process == NULL)
+        return -1;
+    PyObject *state = PyDict_GetItemWithError(states, process);
+    Py_DECREF(process);
+    if (state == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *fds = PyObject_GetAttr(state, s_fds);
+    if (fds == NULL)
+        return -1;
+    if (!PyDict_Check(fds)) {
+        Py_DECREF(fds);
+        return 0;
+    }
+    Py_INCREF(thread);
+    Py_INCREF(state);
+    t->tid = tid;
+    t->thread = thread;
+    t->state = state;
+    t->fds = fds;
+    return 0;
+}
+
 static PyObject *fast_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -307,6 +354,7 @@ static PyObject *fast_records(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (PyErr_Occurred())
         return NULL;
     int tracking = PyDict_GET_SIZE(tracked) > 0;
+    struct task cache = {0, NULL, NULL, NULL};
     while (i >= 0 && i < PyList_GET_SIZE(batch)) {
         PyObject *rec = PyList_GET_ITEM(batch, i);
         if (!PyBytes_Check(rec) || PyBytes_GET_SIZE(rec) < HEADER_SIZE)
@@ -315,56 +363,33 @@ static PyObject *fast_records(PyObject *self, PyObject *const *args, Py_ssize_t 
         uint16_t hook = u16_at(p + 16), dlen = u16_at(p + 18);
         if ((hook != HOOK_OPEN && hook != HOOK_CLOSE) || PyBytes_GET_SIZE(rec) < HEADER_SIZE + dlen)
             break;
-        PyObject *tid = PyLong_FromUnsignedLong(u32_at(p + 12));
-        if (tid == NULL)
-            return NULL;
-        PyObject *thread = PyDict_GetItemWithError(tasks, tid);
-        Py_DECREF(tid);
-        if (thread == NULL) {
-            if (PyErr_Occurred())
-                return NULL;
-            break;
+        uint32_t tid = u32_at(p + 12);
+        if (!cache.thread || tid != cache.tid) {
+            /* a thread's state and fd table do not change identity while this call runs (only
+             * Python code reassigns them), so consecutive records of one task look them up once */
+            forget(&cache);
+            if (lookup(&cache, tasks, states, tid) < 0)
+                goto failed;
+            if (!cache.thread)
+                break;
         }
-        Py_INCREF(thread);
         Py_INCREF(rec);
-        PyObject *process = NULL, *state = NULL, *fds = NULL, *fd_obj = NULL;
         int taken = -1;
-        process = PyObject_GetAttr(thread, s_process);
-        if (process == NULL)
-            goto done;
-        state = PyDict_GetItemWithError(states, process);
-        if (state == NULL) {
-            taken = PyErr_Occurred() ? -1 : 0;
-            goto done;
+        PyObject *fd_obj = PyLong_FromLong((int32_t)(uint32_t)u64_at(p + 32));
+        if (fd_obj != NULL) {
+            if (hook == HOOK_CLOSE) {
+                int has = PyDict_Contains(cache.fds, fd_obj);
+                taken = has < 0 ? -1 : (has && PyDict_DelItem(cache.fds, fd_obj) < 0) ? -1 : 1;
+            } else {
+                taken = take_open(rec, p, cache.state, cache.fds, fd_obj, (int32_t)(uint32_t)u64_at(p + 32),
+                                  cache.thread, memo, older, ctx, held, tracking, order, u64_at(p),
+                                  (int64_t)u64_at(p + 24), &room);
+            }
+            Py_DECREF(fd_obj);
         }
-        Py_INCREF(state);
-        fds = PyObject_GetAttr(state, s_fds);
-        if (fds == NULL)
-            goto done;
-        if (!PyDict_Check(fds)) {
-            taken = 0;
-            goto done;
-        }
-        int32_t fd = (int32_t)(uint32_t)u64_at(p + 32);
-        fd_obj = PyLong_FromLong(fd);
-        if (fd_obj == NULL)
-            goto done;
-        if (hook == HOOK_CLOSE) {
-            int has = PyDict_Contains(fds, fd_obj);
-            taken = has < 0 ? -1 : (has && PyDict_DelItem(fds, fd_obj) < 0) ? -1 : 1;
-        } else {
-            taken = take_open(rec, p, state, fds, fd_obj, fd, thread, memo, older, ctx, held, tracking,
-                              order, u64_at(p), (int64_t)u64_at(p + 24), &room);
-        }
-    done:
-        Py_XDECREF(fd_obj);
-        Py_XDECREF(fds);
-        Py_XDECREF(state);
-        Py_XDECREF(process);
         Py_DECREF(rec);
-        Py_DECREF(thread);
         if (taken < 0)
-            return NULL;
+            goto failed;
         if (taken == 0)
             break;
         order += 1;
@@ -372,7 +397,11 @@ static PyObject *fast_records(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (room <= 0)
             break;
     }
+    forget(&cache);
     return Py_BuildValue("(nLL)", i, order, room);
+failed:
+    forget(&cache);
+    return NULL;
 }
 
 /* join_lines(head, seq, pid_part, tails) -> bytes: for each tail, head + decimal seq (counting up
