@@ -158,8 +158,8 @@ def test_the_telemetry_prefilter_never_clears_a_match(path: str) -> None:
 
 
 SECRET_PIECES = ["AKIA", "ABCDEFGHIJKLMNOP", "ghp_", "sk-", "xox", "AIza", "k_live_", "-----BEGIN ", "eyJ",
-                 "=", "Bearer ", "KEY", "Secret", "TOKEN", "passw", "\u212a", "\u017f", "\u0130", "é", "/tmp/x",
-                 " "]
+                 "=", "Bearer ", "KEY", "Secret", "TOKEN", "passw", "\u212a", "\u017f", "\u0130", "é",
+                 "/tmp/x", " "]
 
 
 TEXTS = st.none() | st.lists(st.sampled_from(SECRET_PIECES), max_size=6).map("".join) | st.text(max_size=30)
