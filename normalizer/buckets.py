@@ -21,6 +21,7 @@ from collections.abc import Hashable, Iterator
 
 import msgspec
 
+from normalizer import accel
 from normalizer.classify import Classified
 
 Run = tuple[list[Classified], list[int]]
@@ -28,6 +29,15 @@ Run = tuple[list[Classified], list[int]]
 
 _encode = msgspec.msgpack.Encoder().encode
 _chunk = msgspec.msgpack.Decoder(tuple[list[Classified], bytes, bytes])
+
+
+def index_shapes(shapes: list[Classified]) -> tuple[list[Classified], bytes]:
+    """The distinct objects of `shapes` by identity, in first-seen order, and each item's
+    position in that table as native u64s (the C accelerator has the same function)."""
+    ids = list(map(id, shapes))
+    distinct = dict(zip(ids, shapes, strict=True))
+    index = dict(zip(distinct, range(len(distinct)), strict=True))
+    return list(distinct.values()), array("Q", map(index.__getitem__, ids)).tobytes()
 
 
 def shape_of(c: Classified) -> Classified:
@@ -71,12 +81,10 @@ class ThreadBuckets:
     def spill(self) -> None:
         """Write every held run to the spill file as a chunk: distinct shapes once, then indexes."""
         self._spill.seek(0, os.SEEK_END)
+        index = accel.native.index_shapes if accel.native else index_shapes
         for thread, (shapes, pairs) in self.held.items():
-            ids = list(map(id, shapes))
-            distinct = dict(zip(ids, shapes, strict=True))
-            index = dict(zip(distinct, range(len(distinct)), strict=True))
-            data = _encode((list(distinct.values()), array("Q", map(index.__getitem__, ids)).tobytes(),
-                            array("Q", pairs).tobytes()))
+            table, indexes = index(shapes)
+            data = _encode((table, indexes, array("Q", pairs).tobytes()))
             self._chunks.setdefault(thread, []).append((self._spill.tell(), len(data)))
             self._spill.write(data)
         self.held.clear()

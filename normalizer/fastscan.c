@@ -450,7 +450,56 @@ static PyObject *join_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
+/* index_shapes(shapes) -> (table, indexes): the distinct objects of `shapes` by identity, in
+ * first-seen order, and each item's position in that table as native u64s, as
+ * normalizer/buckets.py index_shapes (its fallback) gives. */
+static PyObject *index_shapes(PyObject *self, PyObject *shapes)
+{
+    (void)self;
+    if (!PyList_Check(shapes)) {
+        PyErr_SetString(PyExc_TypeError, "index_shapes takes a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(shapes);
+    PyObject *seen = PyDict_New(), *table = PyList_New(0);
+    PyObject *indexes = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
+    if (seen == NULL || table == NULL || indexes == NULL)
+        goto failed;
+    uint64_t *out = (uint64_t *)PyBytes_AS_STRING(indexes);
+    for (Py_ssize_t k = 0; k < n && k < PyList_GET_SIZE(shapes); k++) {
+        PyObject *item = PyList_GET_ITEM(shapes, k);
+        PyObject *key = PyLong_FromVoidPtr(item);
+        if (key == NULL)
+            goto failed;
+        PyObject *at = PyDict_GetItemWithError(seen, key);
+        if (at == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                goto failed;
+            }
+            at = PyLong_FromSsize_t(PyList_GET_SIZE(table));
+            if (at == NULL || PyDict_SetItem(seen, key, at) < 0 || PyList_Append(table, item) < 0) {
+                Py_XDECREF(at);
+                Py_DECREF(key);
+                goto failed;
+            }
+            Py_DECREF(at); /* the dict holds it */
+        }
+        Py_DECREF(key);
+        out[k] = (uint64_t)PyLong_AsSsize_t(at);
+    }
+    Py_DECREF(seen);
+    return Py_BuildValue("(NN)", table, indexes);
+failed:
+    Py_XDECREF(seen);
+    Py_XDECREF(table);
+    Py_XDECREF(indexes);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"index_shapes", index_shapes, METH_O,
+     "Distinct shapes and each item's index (normalizer/buckets.py index_shapes, in C)."},
     {"join_lines", (PyCFunction)(void (*)(void))join_lines, METH_FASTCALL,
      "Kernel lines spliced in one block (normalizer/kernel_lines.py join_lines, in C)."},
     {"fast_records", (PyCFunction)(void (*)(void))fast_records, METH_FASTCALL,

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from ebpf import wire
 from normalizer import accel, build, redact, scan, telemetry
+from normalizer.buckets import index_shapes
 from normalizer.build import normalize
 from normalizer.decode import DecodeError
 from normalizer.kernel_lines import join_lines
@@ -142,6 +143,15 @@ def test_the_c_line_splicer_gives_the_python_bytes(head: bytes, seq: int, pid: i
     pid_part = b',"pid":%d,' % pid
     assert accel.native is not None
     assert accel.native.join_lines(head, seq, pid_part, tails) == join_lines(head, seq, pid_part, tails)
+
+
+@needs_native
+@given(st.lists(st.integers(0, 30), max_size=200))
+def test_the_c_shape_index_gives_the_python_table(picks: list[int]) -> None:
+    objects = [object() for _ in range(31)]
+    shapes = [objects[k] for k in picks]
+    assert accel.native is not None
+    assert accel.native.index_shapes(shapes) == index_shapes(shapes)  # type: ignore[arg-type]
 
 
 TELEMETRY_PIECES = ["/", "etc", "ld.so.cache", "lib", "lib64", "usr", "share", "locale", "proc", "sys",
