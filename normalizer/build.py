@@ -189,6 +189,20 @@ class _Windows:
         return i >= 0 and ts <= self._ends[i]
 
 
+def unseen_shapes(shapes: list[Classified], by_id: dict[int, bytes]) -> list[Classified]:
+    """The distinct objects of `shapes` whose id() is not a key of `by_id` (any order: each is
+    done once, and what is done with one does not depend on the others; the C accelerator has
+    the same function, in first-seen order)."""
+    ids = list(map(id, shapes))
+    distinct = dict(zip(ids, shapes, strict=True))
+    return list(map(distinct.__getitem__, set(ids).difference(by_id)))
+
+
+def tails_of(shapes: list[Classified], by_id: dict[int, bytes]) -> list[bytes]:
+    """Each shape's tail from the memo by id (the C accelerator has the same function)."""
+    return list(map(by_id.__getitem__, map(id, shapes)))
+
+
 class _Collector:
     """Stage B: writes the kernel layer in canonical order and gathers what the
     other members need, holding only sets of distinct values and the capture
@@ -210,7 +224,10 @@ class _Collector:
         self._any_window = bool(calls)
         self._lines = KernelLines(run_id)
         self._by_id: dict[int, bytes] = {}
-        self._join = accel.native.join_lines if accel.native else join_lines
+        native = accel.native
+        self._join = native.join_lines if native else join_lines
+        self._unseen = native.unseen_shapes if native else unseen_shapes
+        self._lookup = native.tails_of if native else tails_of
         self._pinned: dict[int, Classified] = {}
 
     def add_run(self, pid: int, run: Run) -> None:
@@ -238,20 +255,19 @@ class _Collector:
         """The tail of each shape. A shape whose value held a secret is redacted once per
         occurrence, as the tally counts occurrences; the memo is emptied past `MEMO_ENTRIES`
         (after the run: within one, each distinct shape is done once)."""
-        ids = list(map(id, shapes))
         by_id = self._by_id
-        missing = list(set(ids).difference(by_id))
+        new = self._unseen(shapes, by_id)
         unclean: list[int] = []
-        if missing:
-            new = list(map(dict(zip(ids, shapes, strict=True)).__getitem__, missing))
+        if new:
             tails, clean = self._first(new)
-            by_id.update(zip(missing, tails, strict=True))
-            self._pinned.update(zip(missing, new, strict=True))  # alive while a key: ids stay unique
-            if not all(clean):
-                unclean = [i for i, ok in zip(missing, clean, strict=True) if not ok]
-                for i in unclean:
-                    self._first([self._pinned[i]] * (ids.count(i) - 1))
-        tails = list(map(by_id.__getitem__, ids))
+            keys = list(map(id, new))
+            by_id.update(zip(keys, tails, strict=True))
+            self._pinned.update(zip(keys, new, strict=True))  # alive while a key: ids stay unique
+            for shape, ok in zip(new, clean, strict=True):
+                if not ok:
+                    unclean.append(id(shape))
+                    self._first([shape] * (sum(s is shape for s in shapes) - 1))
+        tails = self._lookup(shapes, by_id)
         for i in unclean:
             del by_id[i], self._pinned[i]
         if len(by_id) >= MEMO_ENTRIES:

@@ -497,7 +497,80 @@ failed:
     return NULL;
 }
 
+/* unseen_shapes(shapes, by_id) -> the distinct objects of `shapes` whose id() is not a key of
+ * `by_id`, in first-seen order (normalizer/build.py unseen_shapes is the fallback). */
+static PyObject *unseen_shapes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "unseen_shapes(shapes: list, by_id: dict)");
+        return NULL;
+    }
+    PyObject *shapes = args[0], *by_id = args[1];
+    PyObject *seen = PySet_New(NULL), *out = PyList_New(0);
+    if (seen == NULL || out == NULL)
+        goto failed;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(shapes); k++) {
+        PyObject *item = PyList_GET_ITEM(shapes, k);
+        PyObject *key = PyLong_FromVoidPtr(item);
+        if (key == NULL)
+            goto failed;
+        int known = PyDict_Contains(by_id, key);
+        if (known == 0)
+            known = PySet_Contains(seen, key);
+        if (known == 0 && (PySet_Add(seen, key) < 0 || PyList_Append(out, item) < 0))
+            known = -1;
+        Py_DECREF(key);
+        if (known < 0)
+            goto failed;
+    }
+    Py_DECREF(seen);
+    return out;
+failed:
+    Py_XDECREF(seen);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* tails_of(shapes, by_id) -> [by_id[id(s)] for s in shapes] (KeyError when one is missing). */
+static PyObject *tails_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "tails_of(shapes: list, by_id: dict)");
+        return NULL;
+    }
+    PyObject *shapes = args[0], *by_id = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(shapes);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *key = PyLong_FromVoidPtr(PyList_GET_ITEM(shapes, k));
+        if (key == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *tail = PyDict_GetItemWithError(by_id, key);
+        if (tail == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, key);
+            Py_DECREF(key);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(key);
+        Py_INCREF(tail);
+        PyList_SET_ITEM(out, k, tail);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"unseen_shapes", (PyCFunction)(void (*)(void))unseen_shapes, METH_FASTCALL,
+     "Distinct shapes not yet in the tail memo (normalizer/build.py unseen_shapes, in C)."},
+    {"tails_of", (PyCFunction)(void (*)(void))tails_of, METH_FASTCALL,
+     "Each shape's tail from the memo by id (normalizer/build.py tails_of, in C)."},
     {"index_shapes", index_shapes, METH_O,
      "Distinct shapes and each item's index (normalizer/buckets.py index_shapes, in C)."},
     {"join_lines", (PyCFunction)(void (*)(void))join_lines, METH_FASTCALL,

@@ -154,6 +154,20 @@ def test_the_c_shape_index_gives_the_python_table(picks: list[int]) -> None:
     assert accel.native.index_shapes(shapes) == index_shapes(shapes)  # type: ignore[arg-type]
 
 
+@needs_native
+@given(st.lists(st.integers(0, 30), max_size=200), st.sets(st.integers(0, 30)))
+def test_the_c_tail_lookups_answer_as_python(picks: list[int], known: set[int]) -> None:
+    objects = [object() for _ in range(31)]
+    shapes = [objects[k] for k in picks]
+    by_id = {id(objects[k]): b"%d" % k for k in known}
+    assert accel.native is not None
+    unseen = accel.native.unseen_shapes(shapes, by_id)
+    assert len(unseen) == len({id(s) for s in unseen})
+    assert {id(s) for s in unseen} == {id(s) for s in build.unseen_shapes(shapes, by_id)}  # type: ignore[arg-type]
+    by_id.update({id(s): b"new" for s in unseen})
+    assert accel.native.tails_of(shapes, by_id) == build.tails_of(shapes, by_id)  # type: ignore[arg-type]
+
+
 TELEMETRY_PIECES = ["/", "etc", "ld.so.cache", "lib", "lib64", "usr", "share", "locale", "proc", "sys",
                     "dev", "python3.11", "site-packages", ".zip", "pyvenv.cfg", "pybuilddir.txt", "x._pth",
                     ".rustup", "toolchains", "target", "debug", "x.so", "node_modules", "localtime", "ssl",
