@@ -183,9 +183,9 @@ static PyObject *open_base(PyObject *state, PyObject *fds, PyObject *fd_obj, int
     return base;
 }
 
-/* The memo's answer for `key` (new reference), or the plain answer, remembered; NULL without
- * an exception when Python must work it out (an older generation holds it, the memo is full,
- * the open is not plain). */
+/* The memo's answer for `key` (new reference), else the older generation's or the plain
+ * answer, remembered in the memo; NULL without an exception when Python must work it out
+ * (the memo is full, the open is not plain). */
 static PyObject *answer_for(PyObject *key, PyObject *memo, PyObject *older, PyObject *ctx,
                             const unsigned char *p, PyObject *base, int64_t ret)
 {
@@ -200,11 +200,15 @@ static PyObject *answer_for(PyObject *key, PyObject *memo, PyObject *older, PyOb
         PyErr_SetString(PyExc_TypeError, "fast_records: ctx is not an OpenContext");
         return NULL;
     }
-    int older_has = PyDict_Contains(older, key);
     long long limit = PyLong_AsLongLong(PyTuple_GET_ITEM(ctx, CX_LIMIT));
-    if (older_has != 0 || PyErr_Occurred() || PyDict_GET_SIZE(memo) >= limit)
-        return NULL;
-    PyObject *answer = plain_answer(ctx, p, base, ret);
+    if (PyErr_Occurred() || PyDict_GET_SIZE(memo) >= limit)
+        return NULL; /* Python starts a new generation */
+    /* the older generation's answer moves to the current one, as Scan._remember does */
+    PyObject *answer = PyDict_GetItemWithError(older, key);
+    if (answer != NULL)
+        Py_INCREF(answer);
+    else if (!PyErr_Occurred())
+        answer = plain_answer(ctx, p, base, ret);
     if (answer != NULL && PyDict_SetItem(memo, key, answer) < 0)
         Py_CLEAR(answer);
     return answer;
