@@ -1,4 +1,4 @@
-/* normalizer/fastscan.c: the normalizer scan's fast path in C (module normalizer._fastscan).
+/* normalizer/fastscan.c: the normalizer's hot loops in C (module normalizer._fastscan).
  *
  * fast_records(batch, i, tasks, states, memo, older, held, tracked, order, room, ctx)
  *   -> (first record not taken, order, room)
@@ -9,16 +9,22 @@
  * transient names can ignore, of a known thread whose process has a state;
  * stop (without touching it) at the first record that is anything else, and
  * after the record that used the last `room`. With `ctx` (not None) it also
- * works out, and remembers, the answer of a *plain* open the memo does not hold
- * (`plain_answer`): the answer Scan._open_answer gives, for the common case
- * only; anything else is left to Python. Everything it reads from a
- * record is a header integer (bounds-checked: a record shorter than its header
- * or its payload is left to Python, which reports it) and the bytes after the
- * task ids, compared as a whole: no byte of a name is interpreted here, so a
- * hostile name cannot reach anything but a dict lookup.
+ * moves an answer from the `older` memo generation into `memo`, and works out
+ * and remembers the answer of a *plain* open neither holds (`plain_answer`):
+ * the answer Scan._open_answer gives, for the common case only; anything
+ * else is left to Python.
+ *
+ * Hostile input: a record's header integers are read only after its length
+ * is checked against the header and its payload (a short record is left to
+ * Python, which reports it); the bytes after the task ids are compared as a
+ * whole; a name is taken here only if it is printable ASCII without a
+ * backslash and fits the join buffer, every other byte sequence goes to
+ * Python's escaping. join_lines, index_shapes, unseen_shapes and tails_of are
+ * the C versions of normalizer/kernel_lines.py join_lines, buckets.py
+ * index_shapes and build.py unseen_shapes/tails_of.
  *
  * Built by scripts/setup.sh (`make setup`) with the machine's gcc; without it
- * the scan runs the Python twin, with identical output (tests/test_normspeed.py).
+ * the Python versions run, with identical output (tests/test_normspeed.py).
  */
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
