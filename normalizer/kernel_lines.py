@@ -3,10 +3,12 @@
 A line is `{"schema":..,"run_id":..,"seq":N,"pid":P,` followed by a tail that
 depends only on the event's type, kind, value and open metadata. Agents repeat
 those (the same files opened again and again), so the writer (normalizer/build.py)
-encodes each distinct tail once with msgspec (`KernelLines.tail`) and splices seq
-and pid in (`KernelLines.line`); the bytes are
-exactly what encoding the whole `KernelEvent` gives (tests/test_kernel_lines.py).
-Lines reach the temp file and the digest in blocks of `LINES_PER_WRITE`.
+computes each distinct tail once (`KernelLines.tail`: the value encoded with
+msgspec, spliced into a frame encoded once per type, kind and open metadata)
+and splices the run's head, seq and pid in (`join_lines`, in C when the
+accelerator is built); the bytes are exactly what encoding the whole
+`KernelEvent` gives (tests/test_kernel_lines.py). Lines reach the temp file
+and the digest in blocks of `LINES_PER_WRITE`.
 """
 
 from __future__ import annotations
@@ -193,7 +195,3 @@ class KernelLines:
         tail = encoded[len(self._zero):] + b"\n"
         cut = tail.index(b',"value":null') + len(b',"value":')
         return tail[:cut], tail[cut:]
-
-    def line(self, seq: int, pid: int, tail: bytes) -> bytes:
-        """The whole line: the run's head, `seq`, `pid`, and a tail from `tail()`."""
-        return b'%b%d,"pid":%d,%b' % (self.head, seq, pid, tail)

@@ -97,8 +97,9 @@ def fast_records(batch: list[bytes], i: int, tasks: dict[int, Thread], states: d
 
     The C accelerator (normalizer/fastscan.c) does the same and, given `ctx`, also moves an
     answer from the `older` generation into `memo` and works out a plain open neither holds,
-    as `Scan._one` and `Scan._open_answer` would; this twin leaves those to `Scan._one`. It is the fallback when the C is not
-    built, and the reference the C is tested against (tests/test_normspeed.py).
+    as `Scan._one` and `Scan._open_answer` would; this twin leaves those to `Scan._one`. It
+    is the fallback when the C is not built, and the reference the C is tested against
+    (tests/test_normspeed.py).
     """
     del older, ctx  # the twin takes remembered opens only
     n = len(batch)
