@@ -18,10 +18,16 @@ fast path that does the same with no object per record:
   fd-table entry it makes, whether it is telemetry, and whether following
   transient names could care. An open whose answer depends on anything else
   is never memoized: a /proc fd reopen, a cut or unresolvable path (health
-  counts those per record), an EACCES under a policy (the block judge).
+  counts those per record), an EACCES under a policy (the block judge). An
+  open that transient names must see (a create of a name a template could
+  call random, or any open while names are tracked) is still answered from
+  the memo, and then observed.
 
-tests/test_normspeed.py checks the fast path against the general way alone
-on every recorded spool and on generated records.
+`fast_records` runs in C when the accelerator is built (normalizer/accel.py,
+normalizer/fastscan.c), which also works out plain opens itself; this
+module's Python is its fallback. tests/test_normspeed.py checks C, Python
+and the general way alone against each other on every recorded spool and on
+generated records.
 """
 
 from __future__ import annotations
