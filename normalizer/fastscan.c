@@ -46,6 +46,7 @@
 #define ENOENT_RET (-2)
 #define O_CREAT_BIT 0100
 #define O_CLOEXEC_BIT 02000000
+#define JOIN_MAX 8192 /* longest path worked out here; a longer one goes to Python */
 
 static PyObject *s_process, *s_fds, *s_cwd;
 
@@ -91,14 +92,15 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
     int64_t flags = (int64_t)u64_at(p + 40), mode = (int64_t)u64_at(p + 48), resolve = (int64_t)u64_at(p + 56);
     const char *name = (const char *)p + HEADER_SIZE;
     Py_ssize_t n = (Py_ssize_t)strnlen(name, dlen);
-    if (n > (Py_ssize_t)sizeof(char[8192]) || cut & TRUNC_FIRST || n == 0 || (PyTuple_GET_ITEM(ctx, CX_JUDGING) == Py_True && ret == EACCES_RET))
+    if (n == 0 || n > JOIN_MAX || cut & TRUNC_FIRST
+        || (PyTuple_GET_ITEM(ctx, CX_JUDGING) == Py_True && ret == EACCES_RET))
         return NULL;
     if ((flags & O_CREAT_BIT) && (ret >= 0 || ret == ENOENT_RET))
         return NULL;
     for (Py_ssize_t k = 0; k < n; k++)
         if (name[k] < 0x20 || name[k] >= 0x7f || name[k] == '\\')
             return NULL;
-    char buf[8192];
+    char buf[JOIN_MAX];
     Py_ssize_t size;
     if (name[0] == '/') {
         if (has(name, n, "//", 2) || has(name, n, "/.", 2) || name[n - 1] == '/')
@@ -106,8 +108,8 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
         memcpy(buf, name, (size_t)n);
         size = n;
     } else {
-        if (memchr(name, '/', (size_t)n) || (n == 1 && name[0] == '.') || (n == 2 && name[0] == '.' && name[1] == '.')
-            || !PyUnicode_CheckExact(base))
+        if (memchr(name, '/', (size_t)n) || (n == 1 && name[0] == '.')
+            || (n == 2 && name[0] == '.' && name[1] == '.') || !PyUnicode_CheckExact(base))
             return NULL;
         Py_ssize_t bn;
         const char *b = PyUnicode_AsUTF8AndSize(base, &bn);
@@ -147,7 +149,8 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
         return NULL;
     PyObject *event_type = PyLong_FromLong(HOOK_OPEN), *zero = PyLong_FromLong(0);
     PyObject *argv[6] = {event_type, PyTuple_GET_ITEM(ctx, CX_KIND), path, meta, zero, zero};
-    PyObject *shape = event_type && zero ? PyObject_Vectorcall(PyTuple_GET_ITEM(ctx, CX_TYPE), argv, 6, NULL) : NULL;
+    PyObject *shape = event_type && zero
+                          ? PyObject_Vectorcall(PyTuple_GET_ITEM(ctx, CX_TYPE), argv, 6, NULL) : NULL;
     Py_XDECREF(event_type);
     Py_XDECREF(zero);
     PyObject *fd_entry = NULL;
