@@ -161,7 +161,11 @@ def _evict(folder: Path) -> None:
 
 def compile_with_bcc(text: str, cflags: list[str]) -> BpfObject:
     """Compile with BCC and take out what loading needs; BCC's own maps are closed again."""
-    from bcc import BPF, lib  # Debian python3-bpfcc
+    try:
+        from bcc import BPF, lib  # Debian python3-bpfcc
+    except ImportError as exc:
+        raise CompileError(f"cannot import bcc ({exc}); install Debian's python3-bpfcc "
+                           "('make setup')") from exc
 
     class CompileOnly(BPF):  # type: ignore[misc]
         def _trace_autoload(self) -> None:
