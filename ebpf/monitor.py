@@ -1,4 +1,12 @@
-"""The sensor: compile and attach the kernel monitor, once (the only BCC user).
+"""The sensor: load and attach the kernel monitor, once.
+
+`ebpf/monitor.c` (+ `netpolicy.c`) is compiled by BCC only the first time
+for a given source, flags, kernel and BCC (about 1.4 CPU seconds of clang
+and LLVM); the compiled object is cached (ebpf/bpfobject.py) and loaded by
+our own loader (ebpf/loader.py) in about 0.06 s, without importing BCC.
+The tracepoint programs are BCC's `TRACEPOINT_PROBE`s (attached by name,
+as BCC's autoload would) plus the shared `on_sys_exit`; the network
+programs are loaded only when a run has a network policy (`attach_net`).
 
 One loaded monitor serves any number of runs: a run is a key in its maps
 (`add_run`: the run's cgroup in `run_cgroups`, its network rules in
