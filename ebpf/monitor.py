@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ebpf.bpfobject import CompileError, compiled
+from ebpf.bpfobject import BpfObject, CompileError, compiled
 from ebpf.loader import (
     PROG_CGROUP_SOCK_ADDR,
     TRACEFS_EVENTS,
@@ -160,6 +160,24 @@ def sys_exit_ret_offset(events: Path = TRACEFS_EVENTS) -> int:
     return offsets.pop()
 
 
+def monitor_object(config: MonitorConfig) -> tuple[BpfObject, bool]:
+    """The compiled monitor for `config` and whether it came from the cache (ebpf/bpfobject.py)."""
+    cflags = [
+        f"-I{SOURCE_DIR}",
+        f"-DTASKS_MAX={config.tasks_max}",
+        f"-DRINGBUF_PAGES={config.ringbuf_pages}",
+        f"-DWAKE_EVERY={config.wake_every}",
+        f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
+        f"-DRUN_CGROUP_LEVEL={config.run_level}",
+        f"-DNET_RULES_MAX={NET_RULES_MAX}",
+        "-Wno-ignored-attributes",
+        "-Wno-macro-redefined",
+        "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
+    ]
+    source = (SOURCE_DIR / "monitor.c").read_text() + (SOURCE_DIR / "netpolicy.c").read_text()
+    return compiled(source, cflags, sorted(SOURCE_DIR.glob("*.h")))
+
+
 class Monitor:
     """A loaded monitor: records go to `sink` as raw bytes, in ring order."""
 
@@ -167,21 +185,8 @@ class Monitor:
         pages = config.ringbuf_pages
         if pages < 1 or pages & (pages - 1):
             raise MonitorError(f"ring buffer pages must be a power of two, got {pages}")
-        cflags = [
-            f"-I{SOURCE_DIR}",
-            f"-DTASKS_MAX={config.tasks_max}",
-            f"-DRINGBUF_PAGES={pages}",
-            f"-DWAKE_EVERY={config.wake_every}",
-            f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
-            f"-DRUN_CGROUP_LEVEL={config.run_level}",
-            f"-DNET_RULES_MAX={NET_RULES_MAX}",
-            "-Wno-ignored-attributes",
-            "-Wno-macro-redefined",
-            "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
-        ]
         try:
-            source = (SOURCE_DIR / "monitor.c").read_text() + (SOURCE_DIR / "netpolicy.c").read_text()
-            obj, self.from_cache = compiled(source, cflags, sorted(SOURCE_DIR.glob("*.h")))
+            obj, self.from_cache = monitor_object(config)
         except (CompileError, OSError) as exc:
             raise MonitorError(f"cannot compile the eBPF monitor: {exc}") from exc
         self._sink = sink

@@ -17,6 +17,7 @@ from ebpf import bpfobject
 from ebpf.bpfobject import BpfObject, compile_with_bcc, compiled
 from ebpf.loader import LoadedObject, decode_type
 from ebpf.monitor import Monitor, MonitorConfig
+from runner.host.checks import warm_monitor
 
 pytestmark = pytest.mark.kernel
 
@@ -153,6 +154,19 @@ def test_the_monitor_from_the_cache_is_the_monitor_bcc_compiles(
         assert cached.header_layout() == fresh_layout
     finally:
         cached.close()
+
+
+def test_doctor_fix_compiles_the_monitor_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`doctor --fix` fills the cache, so a first run loads instead of compiling; then nothing to do."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(bpfobject.CACHE_ENV, str(cache))
+    assert list(warm_monitor()) == [f"compiled the eBPF monitor into {cache} (runs load it from there)"]
+    assert list(warm_monitor()) == []
+    monitor = Monitor(MonitorConfig(), lambda _r: None)
+    try:
+        assert monitor.from_cache
+    finally:
+        monitor.close()
 
 
 def test_the_type_decoder_lays_out_every_monitor_map_as_bcc_does(tmp_path: Path,

@@ -326,3 +326,22 @@ def apply_fixes() -> Iterator[str]:
     """Every safe fix, as one note per change (needs root)."""
     yield from fix_mounts()
     yield from fix_headers()
+    yield from warm_monitor()
+
+
+def warm_monitor() -> Iterator[str]:
+    """Compile the monitor into the compiled-object cache when it is not there yet, so the first
+    run loads it instead of compiling (1.5-3 s; ebpf/bpfobject.py). A host that cannot compile is
+    left to the `bcc`, `headers` and `bpf` checks to explain."""
+    from ebpf.bpfobject import CompileError, cache_dir
+    from ebpf.monitor import MonitorConfig, MonitorError, monitor_object
+
+    folder = cache_dir()
+    if folder is None or not all(c().ok for c in (check_bcc, check_headers, check_tracefs)):
+        return
+    try:
+        _, cached = monitor_object(MonitorConfig())
+    except (MonitorError, CompileError, OSError):
+        return
+    if not cached:
+        yield f"compiled the eBPF monitor into {folder} (runs load it from there)"
