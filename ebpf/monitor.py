@@ -185,6 +185,7 @@ class Monitor:
         pages = config.ringbuf_pages
         if pages < 1 or pages & (pages - 1):
             raise MonitorError(f"ring buffer pages must be a power of two, got {pages}")
+        self.config = config
         try:
             obj, self.from_cache = monitor_object(config)
         except (CompileError, OSError) as exc:
