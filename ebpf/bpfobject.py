@@ -92,7 +92,8 @@ def cache_dir() -> Path | None:
     if setting == "off" or os.geteuid() != 0:
         return None
     folder = Path(setting) if setting else CACHE_DIR
-    with contextlib.suppress(FileExistsError, FileNotFoundError):
+    with contextlib.suppress(OSError):  # a host whose runs all use another --out may have no state dir yet
+        folder.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         folder.mkdir(mode=0o700)
     try:
         return folder if _trusted(os.stat(folder, follow_symlinks=False), stat.S_ISDIR) else None

@@ -74,7 +74,7 @@ def test_compiling_twice_gives_the_same_object() -> None:
 
 
 def test_the_second_compile_comes_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cache = tmp_path / "cache"
+    cache = tmp_path / "state" / "cache"  # no state directory yet: made as the first run needs it
     monkeypatch.setenv(bpfobject.CACHE_ENV, str(cache))
     first, hit = compiled(_source(), _cflags(), [])
     assert not hit
