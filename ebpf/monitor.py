@@ -193,7 +193,8 @@ class Monitor:
         self._sink = sink
         self._net_links: list[int] = []
         self._ring: Ring | None = None
-        self._record_cb: object = None
+        """The ring's reader, chosen on first use (`open_ring`, else the Python sink): records wait
+        in the ring until then."""
         try:
             self._obj = LoadedObject(obj)
         except (LoadError, OSError) as exc:
@@ -303,8 +304,7 @@ class Monitor:
 
     def _reader(self) -> Ring:
         if self._ring is None:
-            self._record_cb = RING_CALLBACK(self._on_record)
-            self._ring = Ring(self._obj.maps["rb"].fd, self._record_cb, None)
+            self._ring = Ring(self._obj.maps["rb"].fd, RING_CALLBACK(self._on_record), None)
         return self._ring
 
     def wait(self, timeout_ms: int, wake: int | None = None) -> None:
