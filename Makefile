@@ -29,14 +29,15 @@ demo: setup
 	$(VENV)/bin/assay-runner run --out $(DEMO_OUT) --run-id demo --force $(DEMO_CMD)
 	$(VENV)/bin/assay-runner validate $(DEMO_OUT)/demo.tar.gz
 
-# Serial by default; `make test-parallel` runs the suite on two pytest-xdist workers
-# (tests/README.md says why serial stays the default). PYTEST_ARGS is passed to both.
+# Serial by default; `make test-parallel` runs the suite on two pytest-xdist workers, each
+# test file on one worker (tests/README.md: why loadfile, and the measurements). PYTEST_ARGS
+# is passed to both.
 PYTEST_ARGS ?=
 test: setup
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
 test-parallel: setup
-	$(VENV)/bin/pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # Acceptance gates (docs/acceptance.md): every gate three times, then the proof
 # pack in $(ACCEPTANCE_OUT) is verified. Root. `assay-runner acceptance` tells

@@ -44,12 +44,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Under `pytest -n 2 --dist loadgroup` (tests/README.md) a module's tests stay on one worker
-    # unless they name a group of their own: split, each worker would build the module's fixtures
-    # (a probe-matrix gate, the container image, a daemon) again, at the same time.
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
     if os.geteuid() == 0 or os.environ.get("CI"):
         return
     skip = pytest.mark.skip(reason="kernel tests need root (CI runs them as root)")
