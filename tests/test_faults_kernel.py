@@ -254,8 +254,9 @@ def spooled_records(partial: Path) -> bytes:
     return b"".join(records)
 
 
-def kill_and_start_next(job: Job, run_id: str, runner: subprocess.Popen[str]) -> list[str]:
-    """SIGKILL the runner, then the next start, which must remove the dead run's cgroups; what it reported."""
+def kill_and_start_next(job: Job, run_id: str, runner: subprocess.Popen[str]) -> tuple[list[str], str]:
+    """SIGKILL the runner, then the next start, which must remove the dead run's cgroups: the lines it
+    reported (`assay-runner: ...`), and its whole stderr for the failure message."""
     cgroups = job.run_cgroups()
     assert cgroups
     runner.kill()
@@ -267,7 +268,7 @@ def kill_and_start_next(job: Job, run_id: str, runner: subprocess.Popen[str]) ->
     for cg in cgroups:  # v2 run cgroup and the v1 pids limit group
         assert any(f"removed the cgroup {cg} of a runner that died (pid {runner.pid})" in r
                    for r in reported), nxt.stderr
-    return reported
+    return reported, nxt.stderr
 
 
 def test_a_killed_runner_is_cleaned_up_and_its_spool_rebuilt_by_the_next_start(job: Job) -> None:
@@ -280,10 +281,10 @@ def test_a_killed_runner_is_cleaned_up_and_its_spool_rebuilt_by_the_next_start(j
         assert runner.poll() is None, runner.communicate()
         assert time.monotonic() < deadline, "the open of the last file never reached the partial spool"
         time.sleep(0.02)
-    reported = kill_and_start_next(job, run_id, runner)
+    reported, stderr = kill_and_start_next(job, run_id, runner)
     archive = job.out / f"{run_id}.tar.gz"
     rebuilt = f"rebuilt {archive} from the dead run's spool"
-    assert any(rebuilt in r and "s2_run_recovered" in r for r in reported), "\n".join(reported)
+    assert any(rebuilt in r and "s2_run_recovered" in r for r in reported), stderr
     assert assay("validate", archive).returncode == 0
     recovered = Archive(archive)
     assert recovered.health["cgroup_correlation"] == "partial"
@@ -302,11 +303,11 @@ def test_a_runner_killed_before_any_record_of_its_command_was_spooled_leaves_not
     runner, programs = running(job, run_id, "sleep 300 & touch $MARK; wait")
     partial = job.out / f"{run_id}.spool.partial"
     assert spooled_records(partial) == b""
-    reported = kill_and_start_next(job, run_id, runner)
+    reported, stderr = kill_and_start_next(job, run_id, runner)
     spool = job.out / f"{run_id}.spool"
     said = (f"assay-runner: nothing to rebuild into {job.out / run_id}.tar.gz: the run died before any "
             f"record of its command reached the spool ({spool} is kept, closed)")
-    assert said in reported, "\n".join(reported)
+    assert said in reported, stderr
     assert not (job.out / f"{run_id}.tar.gz").exists() and not partial.exists()
     assert read_spool(spool).trailer.recovered == "runner_died"
     job.assert_clean(programs)
