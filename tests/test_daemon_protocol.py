@@ -130,7 +130,7 @@ def test_a_socket_path_too_long_for_a_unix_address_is_one_clear_line(tmp_path: P
 
     long = tmp_path / ("d" * 110) / "runner.sock"
     expected = (f"the socket path {long} (%s) is {len(str(long))} bytes long, and a unix socket path "
-                "holds at most 108: choose a shorter one")
+                "holds at most 107: choose a shorter one")
     for argv in (["daemon", "status", "--socket", long], ["run", "--daemon", "--socket", long, "--", "true"]):
         done = assay(*argv)
         assert (done.returncode, done.stderr) == (125, "assay-runner: error: "

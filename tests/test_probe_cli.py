@@ -161,6 +161,12 @@ def test_a_unix_socket_too_long_for_sun_path_is_bound_by_its_name_in_its_directo
     assert (done.returncode, fields[:4]) == (0, ["success", "", "ok", "u1-23.sock"])
     assert json.loads(fields[4]) == {"dir": str(deep)}
     assert list(deep.iterdir()) == []  # removed after
+    for size in (107, 108):  # sun_path is 108 bytes with its NUL: 107 is bound as given, 108 is not
+        exact = tmp_path / ("x" * (size - len(str(tmp_path)) - 1))
+        assert len(str(exact)) == size
+        done = _run(BIN / "probe-op", "unix-socket", exact, cwd=tmp_path)
+        fields = done.stdout.rstrip("\n").split("\x1f")
+        assert fields[:4] == ["success", "", "ok", str(exact) if size == 107 else exact.name], done.stdout
     too_long = deep / ("s" * 120)  # even the relative name does not fit: an error, not a success
     done = _run(BIN / "probe-op", "unix-socket", too_long, cwd=tmp_path)
     fields = done.stdout.rstrip("\n").split("\x1f")

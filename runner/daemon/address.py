@@ -1,6 +1,6 @@
 """A socket path as a unix socket address: one too long to be an address is a one-line error.
 
-`sockaddr_un.sun_path` holds 108 bytes. Python refuses a longer path before
+`sockaddr_un.sun_path` holds 108 bytes, NUL included. Python refuses a longer path before
 any syscall, with an OSError that has no errno ("AF_UNIX path too long"),
 which would reach the user as a traceback from `bind` or `connect`. The
 daemon's socket is a path the operator or the caller chose (`socket.path`,
@@ -14,8 +14,9 @@ from pathlib import Path
 
 from runner.errors import RunnerError
 
-SUN_PATH_MAX = 108
-"""Bytes in `sockaddr_un.sun_path`: the longest pathname a unix socket address can hold."""
+SUN_PATH_MAX = 107
+"""The longest pathname a unix socket address holds: `sockaddr_un.sun_path` is 108 bytes, and
+Python keeps one for the terminating NUL (the kernel would take 108 without it; Python refuses)."""
 
 
 def unix_address(path: Path, where: str) -> str:
