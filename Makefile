@@ -16,7 +16,7 @@ DEMO_OUT := /var/lib/assay-runner/runs
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint schemas bench image image-smoke clean \
+.PHONY: setup demo test test-parallel lint schemas bench image image-smoke clean \
 	acceptance acceptance-prepare acceptance-gate acceptance-verify
 
 setup:
@@ -29,11 +29,15 @@ demo: setup
 	$(VENV)/bin/assay-runner run --out $(DEMO_OUT) --run-id demo --force $(DEMO_CMD)
 	$(VENV)/bin/assay-runner validate $(DEMO_OUT)/demo.tar.gz
 
-# Serial by default; `make test PYTEST_ARGS="-n 2 --dist loadgroup"` runs the suite on two
-# pytest-xdist workers (tests/README.md says why serial stays the default).
+# Serial by default; `make test-parallel` runs the suite on two pytest-xdist workers, each
+# test file on one worker (tests/README.md: why loadfile, and the measurements). PYTEST_ARGS
+# is passed to both.
 PYTEST_ARGS ?=
 test: setup
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+test-parallel: setup
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
 
 # Acceptance gates (docs/acceptance.md): every gate three times, then the proof
 # pack in $(ACCEPTANCE_OUT) is verified. Root. `assay-runner acceptance` tells

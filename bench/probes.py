@@ -8,6 +8,7 @@ value, target, status) plus the raw numbers for the JSON results.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,22 +36,31 @@ class ProbeResult:
 
 
 def start_to_exec(session: Session, runner: Variant, bare: Variant, reps: int,
-                  label: str = "start-to-exec", target_s: float = START_TARGET_S) -> ProbeResult:
+                  label: str = "start-to-exec", target_s: float = START_TARGET_S,
+                  others: Sequence[Variant] = ()) -> ProbeResult:
     """Realtime from spawning `assay-runner run` to the command's main().
 
-    Includes the runner's Python start-up and the BCC compile and attach,
-    which is what a user waits for; the bare spawn is shown for reference.
-    The daemon variant measures the same thing through the client.
+    Includes the runner's Python start-up and the BPF load and attach
+    (the compile too, when the compiled object is not cached yet), which is
+    what a user waits for; the bare spawn is shown for reference. `others`
+    (a baseline runner, the runner with its compile cache off) are measured
+    in the same rounds and shown beside it, after one uncounted warm-up run
+    each (a first run after a source or kernel change compiles: that cost
+    is the cold runner's column). The daemon variant measures the same
+    thing through the client.
     """
     argv = [session.tools.program("start_stamp")]
-    latencies: dict[str, list[float]] = {bare.name: [], runner.name: []}
+    variants = [bare, runner, *others]
+    latencies: dict[str, list[float]] = {v.name: [] for v in variants}
     errors: list[str] = []
+    for variant in (runner, *others):  # warm-up, not counted: fills the compiled-object cache
+        session.log(f"start-to-exec warm-up {describe(session.measure(variant, argv, 'start-warm'))}")
     for rep in range(reps):
-        for variant in (bare, runner):
+        for variant in variants:
             m = session.measure(variant, argv, f"start-{rep}")
             session.log(f"start-to-exec rep {rep + 1}/{reps} {describe(m)}")
             if m.error or "realtime_ns" not in m.extra:
-                errors.append(m.error or "no realtime stamp")
+                errors.append(f"{variant.name}: {m.error or 'no realtime stamp'}")
                 continue
             latencies[variant.name].append((m.extra["realtime_ns"] - m.start_ns) / 1e9)
     ours = latencies[runner.name]
@@ -58,11 +68,13 @@ def start_to_exec(session: Session, runner: Variant, bare: Variant, reps: int,
         return ProbeResult(label, "n/a", f"<= {target_s} s", "ERROR", {"errors": errors})
     median = statistics.median(ours)
     bare_median = statistics.median(latencies[bare.name]) if latencies[bare.name] else None
+    beside = ", ".join(f"{v.name} {statistics.median(latencies[v.name]):.3f} s"
+                       for v in others if latencies[v.name])
     return ProbeResult(
-        f"{label} (median, max)", f"{median:.3f} s, {max(ours):.3f} s",
+        f"{label} (median, max)", f"{median:.3f} s, {max(ours):.3f} s" + (f" ({beside})" if beside else ""),
         f"<= {target_s} s", verdict(median <= target_s),
         {"runner_s": ours, "bare_s": latencies[bare.name], "bare_median_s": bare_median,
-         "errors": errors},
+         "others_s": {v.name: latencies[v.name] for v in others}, "errors": errors},
     )
 
 

@@ -39,6 +39,9 @@ LIVE_ENV = "ASSAY_RUNNER_LIVE_NORMALIZE"
 """runner/capture/live.py's switch: `1` normalizes while the command runs in direct mode too."""
 BASELINE = "baseline"
 CONSUMER_ENV = "ASSAY_RUNNER_RING_CONSUMER"
+BPF_CACHE_ENV = "ASSAY_RUNNER_BPF_CACHE"
+COLD = "runner-cold"
+"""The runner with its compiled-object cache off (ebpf/bpfobject.py): what a first run costs."""
 """runner/capture/sources.py's switch (the bench imports nothing of the capture side)."""
 
 
@@ -224,7 +227,9 @@ def run_probes(session: Session, args: argparse.Namespace, variants: list[Varian
         return [probes.ProbeResult(p, "n/a", "", "n/a", {"skipped": why}) for p in chosen]
     out = []
     if "start" in chosen:
-        out.append(probes.start_to_exec(session, runner, by_name["bare"], args.reps))
+        cold = Runner(args.runner, args.work / "runs-cold", name=COLD, env={BPF_CACHE_ENV: "off"})
+        others = [v for v in variants if v.name in dict(baselines(args))]
+        out.append(probes.start_to_exec(session, runner, by_name["bare"], args.reps, others=[*others, cold]))
     if "rate" in chosen:
         out.append(probes.sustained_rate(session, runner, seconds=1 if args.quick else 2))
     if "memory" in chosen:

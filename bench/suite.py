@@ -1,5 +1,6 @@
 """The four overhead workloads: what they run at full and quick size, and the
-slowdown target the runner must meet on each (from the benchmark issue).
+slowdown target the runner must meet on each (issue 2's targets; open-heavy's
+is issue 14's 1.20x, tightened from 1.30x once the C ring consumer landed).
 
 Sizes are operation counts, not durations, so every variant of a workload
 makes the same syscalls and the ratios compare like with like.
@@ -35,7 +36,7 @@ class Workload:
 
 WORKLOADS: tuple[Workload, ...] = (
     Workload(
-        "open_heavy", 1.30, "openat of existing, missing and created files",
+        "open_heavy", 1.20, "openat of existing, missing and created files",
         full=(200_000,), quick=(20_000,),
         argv=lambda t, s, n: [t.program("open_heavy"), str(s), str(n[0])],
     ),

@@ -39,7 +39,7 @@ BatchSink = Callable[[bytes, int], None]
 """Takes one run's buffer (encoded records, in ring order) and how many records it holds."""
 
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
-"""libbpf's ring_buffer_sample_fn, as BCC declares it (`_RINGBUF_CB_TYPE`)."""
+"""libbpf's ring_buffer_sample_fn, as BCC and ebpf/monitor.py (`RING_CALLBACK`) declare it."""
 
 
 class CallbackRing(Protocol):

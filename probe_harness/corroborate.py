@@ -109,7 +109,8 @@ def _classify(line: dict[str, Any], verb: str) -> str | None:
 
 def _kernel_value(record: dict[str, Any]) -> str:
     op = record["operation"]
-    if op["verb"] == "connect" and op["target"].startswith("/"):
+    unix = op["target"].startswith("/") or (op.get("args") or {}).get("family") == "unix"
+    if op["verb"] == "connect" and unix:  # a socket too long for sun_path is connected to by a relative name
         return "unix:" + op["target"]
     return op["target"]
 

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from runner.daemon.address import SUN_PATH_MAX
+
 SEP = "\x1f"
 DENIED_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 TIMEOUT_S = 5.0
@@ -53,9 +55,11 @@ class Outcome:
 
     @classmethod
     def failed(cls, target: str, exc: OSError, step: str, **detail: Any) -> Outcome:
-        return cls(
-            target, exc.errno, f"{step}: {os.strerror(exc.errno or 0)}", detail={"step": step, **detail}
-        )
+        """The step's errno decides; an OSError Python raised without one (before any syscall, such
+        as "AF_UNIX path too long") is an `error` with its own message, never a success."""
+        if exc.errno is None:
+            return cls(target, None, f"{step}: {exc}", "error", {"step": step, **detail})
+        return cls(target, exc.errno, f"{step}: {os.strerror(exc.errno)}", detail={"step": step, **detail})
 
     def line(self) -> str:
         status = self.status or status_for_errno(self.errno)
@@ -228,22 +232,38 @@ def op_udp_loopback(a: argparse.Namespace) -> Outcome:
 
 
 def op_unix_socket(a: argparse.Namespace) -> Outcome:
-    """Bind a pathname unix socket at PATH, listen, connect to it; the socket file is removed."""
+    """Bind a pathname unix socket at PATH, listen, connect to it; the socket file is removed.
+
+    A PATH longer than `sun_path` (a deep workspace or a long TMPDIR: its
+    `.fence-tmp` holds the probe's socket) cannot be an address as given, so
+    it is bound and connected to by its name relative to its directory, from
+    inside that directory: the same file in the same directory, so the same
+    sandbox decision. The target is then that name, as the kernel layer
+    records the connect, and the detail's `dir` says where it is.
+    """
+    address, detail = a.path, {}
+    if len(os.fsencode(a.path)) > SUN_PATH_MAX:
+        directory, address = os.path.split(a.path)
+        try:
+            os.chdir(directory or ".")
+        except OSError as exc:
+            return Outcome.failed(a.path, exc, "chdir")
+        detail = {"dir": directory}
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         try:
-            server.bind(a.path)
+            server.bind(address)
         except OSError as exc:
-            return Outcome.failed(a.path, exc, "bind")
+            return Outcome.failed(address, exc, "bind", **detail)
         try:
             server.listen(1)
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
                 client.settimeout(TIMEOUT_S)
-                client.connect(a.path)
+                client.connect(address)
         except OSError as exc:
-            return Outcome.failed(a.path, exc, "connect")
+            return Outcome.failed(address, exc, "connect", **detail)
         finally:
-            remove(a.path)
-    return Outcome(a.path)
+            remove(address)
+    return Outcome(address, detail=detail)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -46,14 +46,26 @@ def configure_logging(fmt: str = "auto", verbose: bool = False) -> None:
     _settings, _applied = (fmt, verbose), False
 
 
-def _apply(fmt: str, verbose: bool) -> None:
-    import logging
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40,
+           "critical": 50, "fatal": 50}
+"""structlog's method names and their `logging` levels (a method not listed is never filtered here)."""
 
-    import structlog
 
+def _resolve(fmt: str, verbose: bool) -> tuple[str, int]:
+    """The format 'auto' stands for here, and the lowest level that is shown."""
     if fmt == "auto":
         fmt = "json" if os.environ.get("CI") or not sys.stderr.isatty() else "console"
-    level = logging.INFO if verbose or fmt == "json" else logging.WARNING
+    return fmt, 20 if verbose or fmt == "json" else 30
+
+
+def _discard(*_args: object, **_kwargs: object) -> None:
+    """A log call below the shown level."""
+
+
+def _apply(fmt: str, verbose: bool) -> None:
+    import structlog
+
+    fmt, level = _resolve(fmt, verbose)
     renderer = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
@@ -82,6 +94,8 @@ class Logger:
 
     def __getattr__(self, method: str) -> Any:
         global _applied
+        if _settings is not None and _LEVELS.get(method, 0) and _LEVELS[method] < _resolve(*_settings)[1]:
+            return _discard  # what would be filtered out costs no structlog import (tens of ms)
         if not _applied and _settings is not None:
             _apply(*_settings)
             _applied = True

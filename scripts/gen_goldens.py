@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import fcntl
 import shutil
 import subprocess
 import sys
@@ -72,7 +73,11 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="compare with golden/ instead of writing")
     args = ap.parse_args()
     differ = 0
-    with tempfile.TemporaryDirectory() as tmp:
+    BASE.mkdir(parents=True, exist_ok=True)
+    # The workspaces are fixed paths (the goldens hold them): one generator at a time on this host,
+    # whichever checkout, test worker or session it runs for.
+    with open(BASE / ".lock", "w") as lock, tempfile.TemporaryDirectory() as tmp:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         for name, make in GOLDENS.items():
             members = make(Path(tmp))
             target = ROOT / "golden" / name

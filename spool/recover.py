@@ -28,6 +28,10 @@ class CannotRecover(RuntimeError):
     """The partial spool cannot be made into a spool (no header, or the final name is taken)."""
 
 
+class NoHeader(CannotRecover):
+    """The partial spool has no whole header frame: the run died before anything of it was written."""
+
+
 @dataclass(frozen=True)
 class Recovered:
     run_id: str
@@ -46,7 +50,7 @@ def recover(dir_fd: int, name: str, cause: str) -> Recovered:
     try:
         header, good, records, has_trailer = _scan(fd)
         if header is None:
-            raise CannotRecover(f"{partial} has no spool header: nothing of the run was written")
+            raise NoHeader(f"{partial} has no spool header: nothing of the run was written")
         cut = os.fstat(fd).st_size - good
         if not has_trailer:
             os.ftruncate(fd, good)

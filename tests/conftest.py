@@ -26,7 +26,10 @@ os.environ.setdefault("HOME", pwd.getpwuid(os.getuid()).pw_dir)
 # Runs started by this test process make their cgroups under a parent of its own: every run
 # sweeps the cgroups of runners that died (runner/capture/stale.py), and a test must never
 # sweep another session's, or another xdist worker's, or a concurrent job's on a shared host.
+# An xdist worker inherits the controller's environment, parent included: it adds its own name.
 os.environ.setdefault(PARENT_ENV, f"assay-runner-tests-{os.getpid()}")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ[PARENT_ENV] += f"-{os.environ['PYTEST_XDIST_WORKER']}"
 
 # The fuzz suites (tests/test_fuzz_*.py): a bounded, reproducible example count in CI
 # (derandomized: the same examples every run, so a CI failure reproduces locally with

@@ -32,10 +32,6 @@ from runner.capture.cgroup import RunCgroup
 from runner.capture.owner import Owner, start_time, write_owner
 from tests.support import ROOT, assay
 
-pytestmark = pytest.mark.xdist_group("acceptance_cgroups")
-"""`acceptance prepare` refuses while any acceptance-* cgroup is live, and the gates make such
-cgroups: under pytest-xdist these tests run on one worker, one after another (tests/README.md)."""
-
 WORKFLOW = ROOT / ".github" / "workflows" / "delegated-acceptance.yml"
 ACTIONLINT = Path(sys.executable).with_name("actionlint")
 MAKE_STEP = re.compile(r"^make (?P<target>[a-z][a-z-]*)(?P<vars>(?: [A-Z_]+=[A-Za-z0-9_.,/-]+)*)$")

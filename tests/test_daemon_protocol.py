@@ -13,6 +13,7 @@ import pytest
 from runner.daemon import protocol
 from runner.daemon.config import load_config
 from runner.errors import RunnerError
+from tests.support import assay
 
 
 def _run(**changes: object) -> protocol.RunStart:
@@ -119,3 +120,23 @@ def test_config_values(tmp_path: Path) -> None:
     assert config.allowed_gids == frozenset({0})
     assert (config.limits.pids_max, config.limits.memory_max) == (100, 2 << 30)
     assert config.floor is not None and config.floor.name == "floor"
+
+
+def test_a_socket_path_too_long_for_a_unix_address_is_one_clear_line(tmp_path: Path) -> None:
+    """Not a traceback from bind/connect (Python's OSError without an errno): what to do, exit 125."""
+    import dataclasses
+
+    from runner.daemon.server import listen
+
+    long = tmp_path / ("d" * 110) / "runner.sock"
+    expected = (f"the socket path {long} (%s) is {len(str(long))} bytes long, and a unix socket path "
+                "holds at most 107: choose a shorter one")
+    for argv in (["daemon", "status", "--socket", long], ["run", "--daemon", "--socket", long, "--", "true"]):
+        done = assay(*argv)
+        assert (done.returncode, done.stderr) == (125, "assay-runner: error: "
+                                                  + expected % "--socket or $ASSAY_RUNNER_SOCKET" + "\n")
+    with pytest.raises(RunnerError) as refused:
+        listen(dataclasses.replace(load_config(None), socket_path=long))
+    assert str(refused.value) == expected % "socket.path or --socket"
+    assert not long.parent.exists()  # refused before anything is made
+

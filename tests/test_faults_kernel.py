@@ -28,9 +28,10 @@ import pytest
 from normalizer.build import normalize
 from runner.capture.cgroup import PARENT_ENV, RunCgroup
 from runner.capture.limits import V1_FILES, v1_mount
+from runner.capture.phases import HOLD_ENV
 from runner.evidence.publish import publish
 from runner.host.mounts import cgroup2_mount
-from spool.format import iter_frames, read_spool
+from spool.format import Batch, SpoolError, iter_frames, read_spool
 from tests.support import CLI, Archive, assay, runner_env
 
 pytestmark = pytest.mark.kernel
@@ -241,35 +242,74 @@ def test_signals_while_the_archive_is_written_never_leave_half_an_archive(job: J
 
 # --- 2. runner death ------------------------------------------------------------------------------
 
+def spooled_records(partial: Path) -> bytes:
+    """The raw records of the whole Batch frames in a spool being written (a torn last frame skipped).
+
+    Not the file's bytes: the header holds the command line, so a path the
+    script names is in the file before any record of the command is.
+    """
+    records: list[bytes] = []
+    with contextlib.suppress(SpoolError), open(partial, "rb") as f:
+        records += (r for frame in iter_frames(f) if isinstance(frame, Batch) for r in frame.records)
+    return b"".join(records)
+
+
+def kill_and_start_next(job: Job, run_id: str, runner: subprocess.Popen[str]) -> tuple[list[str], str]:
+    """SIGKILL the runner, then the next start, which must remove the dead run's cgroups: the lines it
+    reported (`assay-runner: ...`), and its whole stderr for the failure message."""
+    cgroups = job.run_cgroups()
+    assert cgroups
+    runner.kill()
+    runner.communicate(timeout=WAIT_S)
+    assert (job.out / f"{run_id}.spool.partial").exists() and not (job.out / f"{run_id}.tar.gz").exists()
+    nxt = job.run(f"next-{job.token}", "/bin/true", out=job.tmp / "out2")
+    assert nxt.returncode == 0, nxt.stderr
+    reported = [line for line in nxt.stderr.splitlines() if line.startswith("assay-runner: ")]
+    for cg in cgroups:  # v2 run cgroup and the v1 pids limit group
+        assert any(f"removed the cgroup {cg} of a runner that died (pid {runner.pid})" in r
+                   for r in reported), nxt.stderr
+    return reported, nxt.stderr
+
+
 def test_a_killed_runner_is_cleaned_up_and_its_spool_rebuilt_by_the_next_start(job: Job) -> None:
     run_id = f"dead-{job.token}"
     last = job.tmp / f"last-{job.token}"
     runner, programs = running(job, run_id, f"sleep 300 & cat /etc/hostname > {last}; touch $MARK; wait")
     partial = job.out / f"{run_id}.spool.partial"
     deadline = time.monotonic() + WAIT_S
-    while last.name.encode() not in partial.read_bytes():  # flushed within a drain, run still going
+    while last.name.encode() not in spooled_records(partial):  # drained to the file, the run still going
+        assert runner.poll() is None, runner.communicate()
         assert time.monotonic() < deadline, "the open of the last file never reached the partial spool"
         time.sleep(0.02)
-    cgroups = job.run_cgroups()
-    assert cgroups
-    runner.kill()
-    runner.communicate(timeout=WAIT_S)
-    assert partial.exists() and not (job.out / f"{run_id}.tar.gz").exists()
-
-    nxt = job.run(f"next-{job.token}", "/bin/true", out=job.tmp / "out2")
-    assert nxt.returncode == 0, nxt.stderr
-    reported = [line for line in nxt.stderr.splitlines() if line.startswith("assay-runner: ")]
-    for cg in cgroups:  # v2 run cgroup and the v1 pids limit group
-        assert any(f"removed the cgroup {cg} of a runner that died (pid {runner.pid})" in r for r in reported)
+    reported, stderr = kill_and_start_next(job, run_id, runner)
     archive = job.out / f"{run_id}.tar.gz"
     rebuilt = f"rebuilt {archive} from the dead run's spool"
-    assert any(rebuilt in r and "s2_run_recovered" in r for r in reported)
+    assert any(rebuilt in r and "s2_run_recovered" in r for r in reported), stderr
     assert assay("validate", archive).returncode == 0
     recovered = Archive(archive)
     assert recovered.health["cgroup_correlation"] == "partial"
     assert any(n.startswith("s2_run_recovered: cause=runner_died") for n in recovered.health["notes"])
     assert str(last) in recovered.values("openat")  # what was spooled before the kill is all there
     assert not partial.exists() and (job.out / f"{run_id}.spool").exists()
+    job.assert_clean(programs)
+
+
+def test_a_runner_killed_before_any_record_of_its_command_was_spooled_leaves_nothing_to_rebuild(
+        job: Job) -> None:
+    """The ring held (a consumer that is not draining, HOLD_ENV): the command runs, but the spool has
+    only its header when the runner dies, which a loaded host can also do to a runner between drains."""
+    run_id = f"early-{job.token}"
+    job.env[HOLD_ENV] = "1"
+    runner, programs = running(job, run_id, "sleep 300 & touch $MARK; wait")
+    partial = job.out / f"{run_id}.spool.partial"
+    assert spooled_records(partial) == b""
+    reported, stderr = kill_and_start_next(job, run_id, runner)
+    spool = job.out / f"{run_id}.spool"
+    said = (f"assay-runner: nothing to rebuild into {job.out / run_id}.tar.gz: the run died before any "
+            f"record of its command reached the spool ({spool} is kept, closed)")
+    assert said in reported, stderr
+    assert not (job.out / f"{run_id}.tar.gz").exists() and not partial.exists()
+    assert read_spool(spool).trailer.recovered == "runner_died"
     job.assert_clean(programs)
 
 

@@ -150,6 +150,30 @@ def test_probe_op_reports_status_errno_target_and_detail(tmp_path: Path) -> None
     assert bad.stderr.startswith("probe-op: error: ")
 
 
+def test_a_unix_socket_too_long_for_sun_path_is_bound_by_its_name_in_its_directory(tmp_path: Path) -> None:
+    """A deep workspace (an xdist worker's tmp_path, a long TMPDIR) must not turn the probe into an error,
+    and never into a false success: the socket is made where asked, under a name that fits."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "u1-23.sock"
+    done = _run(BIN / "probe-op", "unix-socket", path, cwd=tmp_path)
+    fields = done.stdout.rstrip("\n").split("\x1f")
+    assert (done.returncode, fields[:4]) == (0, ["success", "", "ok", "u1-23.sock"])
+    assert json.loads(fields[4]) == {"dir": str(deep)}
+    assert list(deep.iterdir()) == []  # removed after
+    for size in (107, 108):  # sun_path is 108 bytes with its NUL: 107 is bound as given, 108 is not
+        exact = tmp_path / ("x" * (size - len(str(tmp_path)) - 1))
+        assert len(str(exact)) == size
+        done = _run(BIN / "probe-op", "unix-socket", exact, cwd=tmp_path)
+        fields = done.stdout.rstrip("\n").split("\x1f")
+        assert fields[:4] == ["success", "", "ok", str(exact) if size == 107 else exact.name], done.stdout
+    too_long = deep / ("s" * 120)  # even the relative name does not fit: an error, not a success
+    done = _run(BIN / "probe-op", "unix-socket", too_long, cwd=tmp_path)
+    fields = done.stdout.rstrip("\n").split("\x1f")
+    assert (done.returncode, fields[:3]) == (0, ["error", "", "bind: AF_UNIX path too long"])
+    assert json.loads(fields[4]) == {"dir": str(deep), "step": "bind"}
+
+
 def test_the_published_key_still_works_for_baseline(tmp_path: Path) -> None:
     """cfbo-v1 (run.mode: baseline only) is kept: baseline records under it validate against it."""
     cfbo = ROOT / "catalogs" / "cfbo-v1.json"

@@ -87,6 +87,14 @@ CASES = [
     (_record("connect", "10.0.0.2:80", "denied", "connect"), [], "disagree", "line"),
     (_record("connect", "/ws/u.sock", "success"), [_line(1, "connect", "unix:/ws/u.sock")], "agree", "line"),
     (_record("connect", "/ws/u.sock", "denied", "bind"), [], "agree", "absence"),
+    # a socket too long for sun_path is connected to by its name in its directory (probe-op)
+    (
+        _record("connect", "u1.sock", "success", family="unix"),
+        [_line(1, "connect", "unix:u1.sock")],
+        "agree",
+        "line",
+    ),
+    (_record("connect", "u1.sock", "success", family="unix"), [], "disagree", "line"),
     (
         _record("connect", "/ws/u.sock", "denied", "bind"),
         [_line(1, "connect", "unix:/ws/u.sock")],

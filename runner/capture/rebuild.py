@@ -10,7 +10,7 @@ from normalizer.decode import DecodeError
 from runner.errors import RunnerError
 from runner.evidence.publish import publish
 from spool.format import SpoolError, read_spool
-from spool.recover import CannotRecover, recover
+from spool.recover import CannotRecover, NoHeader, recover
 
 SPOOL_SUFFIX = ".spool"
 
@@ -22,6 +22,14 @@ def rebuild(out_fd: int, out: Path, spool: str) -> str:
     complete spool without an archive (the runner died while publishing)
     becomes the archive the run would have written. An existing archive is
     never replaced.
+
+    Two deaths leave nothing to rebuild, and that is said instead
+    (docs/architecture.md, "Runner death"): before the spool had a whole
+    header (the instant between creating the file and its first write; the
+    file is left as it is), and before the first drain holding a record of
+    the command reached the file (the spool is kept, closed). An archive of
+    the latter would claim nothing of the command and say its root process
+    was never seen (`cgroup_correlation: failed`), which Assay refuses.
     """
     archive = out / (spool.removesuffix(SPOOL_SUFFIX) + ".tar.gz")
     marked = ""
@@ -31,11 +39,18 @@ def rebuild(out_fd: int, out: Path, spool: str) -> str:
             marked = (f" ({got.records} records; marked partial: s2_run_recovered"
                       + (f", {got.cut_bytes} torn bytes cut" if got.cut_bytes else "") + ")")
         elif not _exists(out_fd, spool):
-            return f"no spool of the dead run is left in {out} ({spool})"
+            return (f"nothing to rebuild into {archive}: no spool of the dead run is in {out} ({spool}); "
+                    "it died before creating one, or the spool was removed")
         if _exists(out_fd, archive.name):
             return f"kept {out / spool}: {archive} already exists and is not replaced"
         run = normalize(read_spool(Path(f"/proc/self/fd/{out_fd}") / spool))
+        if run.health.cgroup_correlation == "failed":
+            return (f"nothing to rebuild into {archive}: the run died before any record of its command "
+                    f"reached the spool ({out / spool} is kept, closed)")
         publish(run, archive, out_fd)
+    except NoHeader:
+        return (f"nothing to rebuild into {archive}: the run died before its spool had a header "
+                f"({out / spool}.partial is left as it is)")
     except (CannotRecover, SpoolError, DecodeError, RunnerError) as exc:
         return f"cannot rebuild {archive} from {out / spool}: {exc}"
     except OSError as exc:

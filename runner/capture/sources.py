@@ -5,8 +5,9 @@ monitor's maps, before its first task joins the cgroup) and returns the
 run's `RunSource`, the `EventSource` the capture phases drain
 (runner/capture/phases.py) plus the run's counters (`ledger`) and `close()`.
 
-- `LocalSensor` (direct mode): compiles and attaches the monitor for this
-  one run and reads the ring itself through an `Observer` with one sink.
+- `LocalSensor` (direct mode): loads (compiled once, then from the cache:
+  ebpf/bpfobject.py) and attaches the monitor for this one run and reads
+  the ring itself through an `Observer` with one sink.
 - The daemon's worker gets a `SharedSensor` (runner/daemon/sensor.py): the
   daemon's monitor, loaded once in its sensor process, with the run's
   records arriving over its channel (runner/capture/channel.py).
@@ -15,12 +16,22 @@ run's `RunSource`, the `EventSource` the capture phases drain
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 from ebpf import ringsink
-from ebpf.monitor import RUN_KEY, Monitor, MonitorConfig, MonitorError, NetPolicySpec, RunCounters, RunLedger
+from ebpf.monitor import (
+    RUN_CGROUP_LEVEL,
+    RUN_KEY,
+    Monitor,
+    MonitorConfig,
+    MonitorError,
+    NetPolicySpec,
+    RunCounters,
+    RunLedger,
+)
 from ebpf.observer import Observer
 from ebpf.ringsink import BatchObserver, BatchSink
 from runner.capture.cgroup import RunCgroup
@@ -136,18 +147,53 @@ class LocalSource(Buffered):
 
 
 class LocalSensor:
-    """Compiles and attaches the monitor for one run (about 0.3-1 s; the daemon does it once)."""
+    """Loads and attaches the monitor for one run (about 0.06 s from the compiled-object cache,
+    1.5-3 s when it must be compiled first; the daemon does it once).
+
+    `preload()` starts that in a thread as soon as the run's inputs are checked: its kernel work
+    (the verifier, the tracepoint attaches; clang on a cache miss) releases the GIL, so it
+    overlaps the start-up still to come (structlog, the run's cgroup and limits). `open` takes
+    the monitor; `discard` unloads one that no run took (the run ended before its source opened).
+    """
 
     def __init__(self, ringbuf_pages: int) -> None:
         self.ringbuf_pages = ringbuf_pages
+        self._loading: threading.Thread | None = None
+        self._loaded: Monitor | BaseException | None = None
+
+    def preload(self) -> LocalSensor:
+        self._loading = threading.Thread(target=self._preload, name="monitor-preload", daemon=True)
+        self._loading.start()
+        return self
+
+    def _preload(self) -> None:
+        try:
+            self._loaded = self._load(RUN_CGROUP_LEVEL)
+        except BaseException as exc:  # handed to the thread that opens the run
+            self._loaded = exc
+
+    def _load(self, run_level: int) -> Monitor:
+        try:
+            return Monitor(MonitorConfig(self.ringbuf_pages, run_level=run_level), lambda _record: None)
+        except MonitorError as exc:
+            raise RunnerError(f"{exc}; run 'assay-runner doctor' to see what is missing") from exc
+
+    def _take(self) -> Monitor | BaseException | None:
+        if self._loading is not None:
+            self._loading.join()
+            self._loading = None
+        loaded, self._loaded = self._loaded, None
+        return loaded
 
     def open(self, cgroup: RunCgroup, net: NetPolicySpec | None) -> RunSource:
         t0 = time.monotonic()
-        try:
-            monitor = Monitor(MonitorConfig(self.ringbuf_pages, run_level=cgroup.level),
-                              lambda _record: None)
-        except MonitorError as exc:
-            raise RunnerError(f"{exc}; run 'assay-runner doctor' to see what is missing") from exc
+        loaded = self._take()
+        if isinstance(loaded, BaseException):
+            raise loaded
+        if loaded is not None and loaded.config.run_level != cgroup.level:
+            loaded.close()  # preloaded for the usual level: this cgroup is elsewhere
+            loaded = None
+        monitor = loaded or self._load(cgroup.level)
         try:
             source = LocalSource(monitor, cgroup, net)
         except MonitorError as exc:
@@ -156,7 +202,13 @@ class LocalSensor:
         except BaseException:
             monitor.close()
             raise
-        log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3),
+        log.info("monitor.attached", seconds=round(time.monotonic() - t0, 3), preloaded=loaded is not None,
                  ringbuf_pages=self.ringbuf_pages, cgroup=str(cgroup.path), net_policy=net is not None,
-                 ring_consumer=source.consumer)
+                 ring_consumer=source.consumer, compiled_now=not monitor.from_cache)
         return source
+
+    def discard(self) -> None:
+        """Unload a preloaded monitor that no run took (safe after `open`, and twice)."""
+        loaded = self._take()
+        if isinstance(loaded, Monitor):
+            loaded.close()

@@ -37,8 +37,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--fix",
         action="store_true",
-        help="first mount tracefs/debugfs, install or link kernel headers, and clean up after "
-             "runners that died (their cgroups and spools) (needs root)",
+        help="first mount tracefs/debugfs, install or link kernel headers, compile the monitor once, "
+             "and clean up after runners that died (their cgroups and spools) (needs root)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(func=run_doctor)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -282,23 +283,27 @@ def main(args: argparse.Namespace) -> int:
 
         return run_via_daemon(args)
     from runner.capture.session import execute
+    from runner.capture.sources import LocalSensor
     from runner.capture.status import summary
     from runner.enforce.outguard import unconfined_root
 
     out_existed = os.path.isdir(args.out)  # never raises, even where we may not look
     req = build_request(args)
-    if unconfined_root(effective(req.user), req.policy):
-        log.warning("run.evidence_unprotected", out=str(req.out_dir),
-                    hint="the command runs as root with no policy restricting writes, so it could "
-                         "change --out; pass --user, or a policy whose write trees exclude --out")
-    log.info("run.start", run_id=req.run_id, argv=req.argv, workdir=str(req.workdir))
+    sensor = LocalSensor(req.ringbuf_pages).preload()  # the inputs are good: load while the rest starts
     try:
-        result = execute(req)
+        if unconfined_root(effective(req.user), req.policy):
+            log.warning("run.evidence_unprotected", out=str(req.out_dir),
+                        hint="the command runs as root with no policy restricting writes, so it could "
+                             "change --out; pass --user, or a policy whose write trees exclude --out")
+        log.info("run.start", run_id=req.run_id, argv=req.argv, workdir=str(req.workdir))
+        result = execute(dataclasses.replace(req, sensor=sensor))
     except BaseException:
         if not out_existed:  # leave no empty --out behind when the run never got going
             with contextlib.suppress(OSError):
                 req.out_dir.rmdir()
         raise
+    finally:
+        sensor.discard()  # unloads the monitor if the run ended before taking it
     print(summary(result.normalized, result.exit_code, result.elapsed, str(result.archive)),
           file=sys.stderr)
     return result.exit_code

@@ -24,6 +24,7 @@ from policy.load import PolicyFileError, load_policy, load_preset
 from policy.model import Policy
 from runner.capture.status import LiveStatus
 from runner.daemon import protocol
+from runner.daemon.address import unix_address
 from runner.errors import RunnerError
 
 DEFAULT_SOCKET = Path("/run/assay-runner/runner.sock")
@@ -37,9 +38,10 @@ def socket_path(args: argparse.Namespace) -> Path:
 
 def connect(path: Path) -> socket.socket:
     """A connection to the daemon, or a one-line error saying what to do."""
+    address = unix_address(path, f"--socket or ${SOCKET_ENV}")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        sock.connect(str(path))
+        sock.connect(address)
     except FileNotFoundError:
         sock.close()
         raise RunnerError(f"no assay-runner daemon at {path}: start it (systemctl start assay-runner.socket) "

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
+from runner.daemon.address import unix_address
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, peer_of, refusal
 from runner.daemon.sensor import SensorHandle, SharedSensor
@@ -318,12 +319,13 @@ def listen(config: DaemonConfig) -> tuple[socket.socket, bool]:
         sock.setblocking(False)
         return sock, False
     path = config.socket_path
+    address = unix_address(path, "socket.path or --socket")
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     _remove_stale(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # never a moment with wider permissions than 0600
     try:
-        sock.bind(str(path))
+        sock.bind(address)
     finally:
         os.umask(old)
     os.chown(path, 0, config.socket_gid if config.socket_gid is not None else 0)

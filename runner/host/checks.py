@@ -13,6 +13,7 @@ are doing (an apt install takes a while).
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import os
 import subprocess
@@ -114,18 +115,28 @@ def check_hostns() -> Check:
     return Check("hostns", True, "host pid and cgroup namespaces")
 
 
+BCC_FIX = ("install Debian's python3-bpfcc and use a venv made from /usr/bin/python3 "
+           "with --system-site-packages ('make setup' does both)")
+
+
 def check_bcc() -> Check:
     """BCC is Debian's python3-bpfcc; only a venv that sees it can import it."""
     try:
         import bcc  # the import is the check
     except Exception as exc:
-        return Check(
-            "bcc", False, f"cannot import bcc ({exc})",
-            "install Debian's python3-bpfcc and use a venv made from /usr/bin/python3 "
-            "with --system-site-packages ('make setup' does both)",
-        )
+        return Check("bcc", False, f"cannot import bcc ({exc})", BCC_FIX)
     version = getattr(bcc, "__version__", "?")
     return Check("bcc", True, f"bcc {version} ({Path(bcc.__file__).parent})")
+
+
+def check_bcc_visible() -> Check:
+    """`check_bcc` without the import, for `run`: importing BCC loads libbcc (about 80 ms), which
+    a run whose monitor is already compiled never uses (ebpf/bpfobject.py); a BCC that is there
+    but broken is reported by the compile that needs it."""
+    spec = importlib.util.find_spec("bcc")
+    if spec is None or spec.origin is None:
+        return Check("bcc", False, "cannot import bcc (no module named 'bcc')", BCC_FIX)
+    return Check("bcc", True, f"bcc ({Path(spec.origin).parent})")
 
 
 def check_tracefs() -> Check:
@@ -299,10 +310,10 @@ def run_checks() -> list[Check]:
 def require_run_prerequisites() -> None:
     """The cheap checks `run` makes first: raise the first failure as one line.
 
-    No BPF compile here: the run compiles the real monitor right after.
+    No BPF compile here: the run compiles the real monitor right after (or loads it compiled).
     """
     steps: tuple[Callable[[], Check], ...] = (
-        check_root, check_hostns, check_bcc, check_headers, check_tracefs,
+        check_root, check_hostns, check_bcc_visible, check_headers, check_tracefs,
         lambda: check_cgroup2(write_probe=False),
     )
     for step in steps:
@@ -315,3 +326,22 @@ def apply_fixes() -> Iterator[str]:
     """Every safe fix, as one note per change (needs root)."""
     yield from fix_mounts()
     yield from fix_headers()
+    yield from warm_monitor()
+
+
+def warm_monitor() -> Iterator[str]:
+    """Compile the monitor into the compiled-object cache when it is not there yet, so the first
+    run loads it instead of compiling (1.5-3 s; ebpf/bpfobject.py). A host that cannot compile is
+    left to the `bcc`, `headers` and `bpf` checks to explain."""
+    from ebpf.bpfobject import CompileError, cache_dir
+    from ebpf.monitor import MonitorConfig, MonitorError, monitor_object
+
+    folder = cache_dir()
+    if folder is None or not all(c().ok for c in (check_bcc, check_headers, check_tracefs)):
+        return
+    try:
+        _, cached = monitor_object(MonitorConfig())
+    except (MonitorError, CompileError, OSError):
+        return
+    if not cached:
+        yield f"compiled the eBPF monitor into {folder} (runs load it from there)"

@@ -1,0 +1,68 @@
+"""What the next start says about a dead run's spool, in each state a SIGKILL can leave it (no root).
+
+`rebuild` (runner/capture/rebuild.py) is what `run`, the daemon and `doctor
+--fix` call for a dead run whose cgroup they removed; the kernel test
+(test_faults_kernel.py) kills a real runner, these give it each spool state
+directly: none yet, a file without a whole header, a partial spool.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_spool_faults import DATA, HEADER, _partial_of
+
+from runner.capture.rebuild import rebuild
+from runner.evidence.archive import read_archive
+from runner.evidence.validate import validate_members
+from spool.format import Phase, encode_frame, read_spool
+
+
+@pytest.fixture
+def out_fd(tmp_path: Path) -> Iterator[int]:
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    yield fd
+    os.close(fd)
+
+
+@pytest.mark.parametrize("content", [b"", encode_frame(HEADER)[:-1]], ids=["empty", "torn-header"])
+def test_a_run_that_died_before_its_spool_had_a_header_has_nothing_to_rebuild(
+        tmp_path: Path, out_fd: int, content: bytes) -> None:
+    partial = tmp_path / "r.spool.partial"
+    partial.write_bytes(content)
+    said = rebuild(out_fd, tmp_path, "r.spool")
+    assert said == (f"nothing to rebuild into {tmp_path / 'r.tar.gz'}: the run died before its spool had "
+                    f"a header ({partial} is left as it is)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.spool.partial"]
+    assert partial.read_bytes() == content
+
+
+def test_a_run_that_died_before_creating_its_spool_has_nothing_to_rebuild(
+        tmp_path: Path, out_fd: int) -> None:
+    said = rebuild(out_fd, tmp_path, "r.spool")
+    assert said.startswith(f"nothing to rebuild into {tmp_path / 'r.tar.gz'}: no spool of the dead run")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_partial_spool_is_rebuilt_into_a_valid_archive_marked_partial(tmp_path: Path, out_fd: int) -> None:
+    records = _partial_of(DATA / "example.spool", tmp_path / "r.spool.partial", 7)
+    said = rebuild(out_fd, tmp_path, "r.spool")
+    assert said == (f"rebuilt {tmp_path / 'r.tar.gz'} from the dead run's spool ({records} records; "
+                    "marked partial: s2_run_recovered, 7 torn bytes cut)")
+    assert validate_members(read_archive(tmp_path / "r.tar.gz")) == []
+
+
+def test_a_run_that_died_before_a_record_of_its_command_was_spooled_has_nothing_to_rebuild(
+        tmp_path: Path, out_fd: int) -> None:
+    """The header and the run's first phase are in the file, no drain of the command's records yet:
+    an archive would say its root process was never seen (`failed`), which Assay refuses."""
+    started = Phase(name="run_started", ts=1)
+    (tmp_path / "r.spool.partial").write_bytes(encode_frame(HEADER) + encode_frame(started))
+    said = rebuild(out_fd, tmp_path, "r.spool")
+    assert said == (f"nothing to rebuild into {tmp_path / 'r.tar.gz'}: the run died before any record of its "
+                    f"command reached the spool ({tmp_path / 'r.spool'} is kept, closed)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.spool"]
+    assert read_spool(tmp_path / "r.spool").trailer.recovered == "runner_died"
