@@ -34,6 +34,8 @@ class WorkloadResult:
     status: str
     notes: list[str]
     runs: dict[str, list[Measurement]] = field(default_factory=dict)
+    wall_ratios: dict[str, float | None] = field(default_factory=dict)
+    """Whole wall (start, run, stop, publish: the archive is ready) median over bare's wall median."""
 
 
 def bench_workload(session: Session, workload: Workload, variants: Sequence[Variant],
@@ -66,8 +68,10 @@ def summarize(workload: Workload, runs: dict[str, list[Measurement]],
     notes = [f"{name}: {why}" for name, why in skipped.items()]
     notes += sorted({f"{m.variant}: {m.error}" for ms in runs.values() for m in ms if m.error})
     status = _judge(workload, ratios.get(RUNNER), runs.get(RUNNER, []), notes)
+    walls = {name: _median_wall(ms) for name, ms in runs.items()}
+    wall_ratios = {name: _div(t, walls.get(BARE)) for name, t in walls.items() if name != BARE}
     return WorkloadResult(workload.name, workload.target, medians, ratios, runner_vs,
-                          status, notes, runs)
+                          status, notes, runs, wall_ratios)
 
 
 def _judge(workload: Workload, ratio: float | None, ours: list[Measurement],
@@ -95,6 +99,11 @@ def _judge(workload: Workload, ratio: float | None, ours: list[Measurement],
 def _median(ms: list[Measurement]) -> float | None:
     times = [m.own_s for m in ms if m.own_s is not None and not m.error]
     return statistics.median(times) if times else None
+
+
+def _median_wall(ms: list[Measurement]) -> float | None:
+    walls = [m.wall_s for m in ms if not m.error]
+    return statistics.median(walls) if walls else None
 
 
 def _div(a: float | None, b: float | None) -> float | None:

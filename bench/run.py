@@ -34,6 +34,9 @@ PROBES = ("start", "rate", "memory", "daemon")
 PEERS = ("strace", "bpftrace", "floor")
 BUSY_LOAD = 0.5
 PY_CONSUMER = "runner-py"
+LIVE = "runner-live"
+LIVE_ENV = "ASSAY_RUNNER_LIVE_NORMALIZE"
+"""runner/capture/live.py's switch: `1` normalizes while the command runs in direct mode too."""
 BASELINE = "baseline"
 CONSUMER_ENV = "ASSAY_RUNNER_RING_CONSUMER"
 BPF_CACHE_ENV = "ASSAY_RUNNER_BPF_CACHE"
@@ -66,6 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--py-consumer", action="store_true",
                    help="also run the runner with the per-record Python ring reader instead of the "
                         "C consumer (the 'runner-py' column): an A/B in the same rounds")
+    p.add_argument("--live-normalize", action="store_true",
+                   help="also run the runner with the live normalizer on in direct mode (normalize while "
+                        "the command runs: the 'runner-live' column): an A/B in the same rounds")
     p.add_argument("--baseline-runner", action="append", metavar="[NAME=]PATH",
                    help="also run this other assay-runner (e.g. a checkout of main) in the same rounds, "
                         "in a column NAME (default 'baseline'); repeatable: before/after in one session")
@@ -99,6 +105,9 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
     if args.py_consumer:
         candidates.insert(2, Runner(args.runner, args.work / "runs-py", name=PY_CONSUMER,
                                     env={CONSUMER_ENV: "python"}))
+    if args.live_normalize:
+        candidates.insert(2, Runner(args.runner, args.work / "runs-live", name=LIVE,
+                                    env={LIVE_ENV: "1"}))
     if args.daemon:
         candidates.insert(2, daemon.DaemonRunner(args.runner, args.work / "daemon-runs", daemon_socket(args)))
     usable, skipped = [], {}
@@ -120,14 +129,16 @@ def baselines(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def overhead_table(results: list[WorkloadResult]) -> str:
-    """workload, bare time, ratios, target, runner against peers, status."""
+    """workload, bare time, ratios, target, runner against peers, status, and each runner mode's
+    whole wall (until the archive is ready) over the bare command's wall."""
     extra = {"daemon", PY_CONSUMER, *(name for r in results for name in r.medians)} - {"bare", RUNNER, *PEERS}
     modes = [RUNNER, *sorted(m for m in extra if any(m in r.medians for r in results))]
     headers = ["workload", "bare s", *modes, *PEERS, "target", "runner/strace",
-               "runner/bpftrace", "status"]
+               "runner/bpftrace", "status", *(f"{m} whole wall" for m in modes)]
     rows = [[r.workload, seconds(r.medians.get("bare")), *(ratio(r.ratios.get(m)) for m in modes),
              *(ratio(r.ratios.get(p)) for p in PEERS), f"<= {r.target:.2f}x",
-             ratio(r.runner_vs.get("strace")), ratio(r.runner_vs.get("bpftrace")), r.status]
+             ratio(r.runner_vs.get("strace")), ratio(r.runner_vs.get("bpftrace")), r.status,
+             *(ratio(r.wall_ratios.get(m)) for m in modes)]
             for r in results]
     return render(headers, rows)
 

@@ -19,6 +19,7 @@ Needs root. Results also go to bench/results/scaling.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -37,6 +38,7 @@ from bench.table import render
 
 SIZES = (50_000, 200_000, 800_000)
 SPEED = Path(__file__).resolve().parent / "normalize_speed.py"
+THIS = "this"
 
 
 @dataclass
@@ -44,11 +46,14 @@ class RunSample:
     """One `assay-runner run` of open_heavy at one size."""
 
     size: int
+    runner: str = THIS
     ready_after_exit_s: float | None = None
     peak_rss_mib: float | None = None
     own_s: float | None = None
     drops: int | None = None
     events_ok: bool | None = None
+    after_exit: dict[str, object] = field(default_factory=dict)
+    """The runner's own `run.after_exit` log: which pass normalized, and each step's seconds."""
     error: str | None = None
 
 
@@ -61,9 +66,11 @@ class SizeResult:
     speed: dict[str, list[dict[str, float]]] = field(default_factory=dict)
 
 
-def run_once(args: argparse.Namespace, tools: Tools, size: int, rep: int) -> tuple[RunSample, Path]:
-    """One run at `size`; its sample and its spool."""
-    out = args.work / "scaling" / f"{size}-{rep}"
+def run_once(args: argparse.Namespace, tools: Tools, size: int, rep: int,
+             runner: tuple[str, str]) -> tuple[RunSample, Path]:
+    """One run at `size` by `runner` (column name, executable); its sample and its spool."""
+    name, binary = runner
+    out = args.work / "scaling" / name / f"{size}-{rep}"
     subprocess.run(["rm", "-rf", str(out), str(args.scratch)], check=True)
     out.mkdir(parents=True)
     args.scratch.mkdir(parents=True)
@@ -71,13 +78,13 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, rep: int) -> tup
     run_id = f"scale-{size}-{rep}"
     script = '"$0" "$1" "$2" && exec "$3"'
     with tempfile.NamedTemporaryFile("r") as rss:
-        done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, args.runner, "run", "--out", str(out),
+        done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, binary, "run", "--out", str(out),
                              "--run-id", run_id, "--force", "--", "sh", "-c", script,
                              tools.program("open_heavy"), str(args.scratch), str(size),
                              tools.program("start_stamp")], env=runner_env())
         ready_ns = done.start_ns + int(done.wall_s * 1e9)
         rss_text = rss.read().strip().splitlines()
-    sample = RunSample(size)
+    sample = RunSample(size, name)
     if failure := done.failure():
         sample.error = failure
         return sample, out / f"{run_id}.spool"
@@ -89,7 +96,19 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, rep: int) -> tup
     capture = read_runner_archive(out / f"{run_id}.tar.gz")
     sample.drops = capture.drops
     sample.events_ok = all(c.ok for c in check_events(workload.expect, capture.records))
+    sample.after_exit = after_exit_log(done.stderr)
     return sample, out / f"{run_id}.spool"
+
+
+def after_exit_log(stderr: str) -> dict[str, object]:
+    """The runner's `run.after_exit` log line (runner/capture/session.py), {} when it has none."""
+    for line in stderr.splitlines():
+        if '"run.after_exit"' in line:
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                return {k: v for k, v in entry.items()
+                        if k not in ("event", "level", "timestamp", "component")}
+    return {}
 
 
 def runner_env() -> dict[str, str]:
@@ -114,23 +133,27 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def table(results: list[SizeResult], trees: list[str]) -> str:
-    """size, ready after exit, peak RSS, checks, and events/CPU-s of normalize per tree."""
-    headers = ["events", "ready after exit s (median, max)", "peak RSS MiB (median)", "drops",
+def table(results: list[SizeResult], runners: list[str], trees: list[str]) -> str:
+    """Per size and runner: ready after exit, peak RSS, checks; events/CPU-s of normalize per tree
+    (on this runner's spools)."""
+    headers = ["events", "runner", "ready after exit s (median, max)", "peak RSS MiB (median)", "drops",
                "all events", *(f"normalize ev/cpu-s ({t})" for t in trees)]
     rows = []
     for r in results:
-        ready = [s.ready_after_exit_s for s in r.runs if s.ready_after_exit_s is not None]
-        rss = _median([s.peak_rss_mib for s in r.runs])
-        ok = [s.events_ok for s in r.runs]
-        rows.append([
-            f"{r.size:,}",
-            f"{statistics.median(ready):.3f}, {max(ready):.3f}" if ready else "n/a",
-            f"{rss:.0f}" if rss is not None else "n/a",
-            str(sum(s.drops or 0 for s in r.runs)),
-            "yes" if ok and all(ok) else "NO",
-            *(f"{_median([x['events_per_cpu_s'] for x in r.speed.get(t, [])]) or 0:,.0f}" for t in trees),
-        ])
+        for name in runners:
+            runs = [s for s in r.runs if s.runner == name]
+            ready = [s.ready_after_exit_s for s in runs if s.ready_after_exit_s is not None]
+            rss = _median([s.peak_rss_mib for s in runs])
+            ok = [s.events_ok for s in runs]
+            rows.append([
+                f"{r.size:,}", name,
+                f"{statistics.median(ready):.3f}, {max(ready):.3f}" if ready else "n/a",
+                f"{rss:.0f}" if rss is not None else "n/a",
+                str(sum(s.drops or 0 for s in runs)),
+                "yes" if ok and all(ok) else "NO",
+                *(f"{_median([x['events_per_cpu_s'] for x in r.speed.get(t, [])]) or 0:,.0f}"
+                  if name == THIS else "" for t in trees),
+            ])
     return render(headers, rows)
 
 
@@ -143,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scratch", type=Path, default=Path("/tmp/assay-bench/scratch"))
     p.add_argument("--baseline", type=Path, metavar="DIR",
                    help="another checkout whose normalizer to time on the same spools, interleaved")
+    p.add_argument("--baseline-runner", action="append", metavar="NAME=PATH", default=[],
+                   help="also run this other assay-runner at every size, interleaved with this one "
+                        "(e.g. main=/work/main/.venv/bin/assay-runner); repeatable")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "scaling.json")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
@@ -153,19 +179,23 @@ def main(argv: list[str] | None = None) -> int:
     except BuildError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
-    trees = {"this": None, **({"baseline": args.baseline} if args.baseline else {})}
+    trees = {THIS: None, **({"baseline": args.baseline} if args.baseline else {})}
+    runners = [(THIS, args.runner), *((name or "baseline", path) for name, _, path
+                                      in (item.rpartition("=") for item in args.baseline_runner))]
     results = []
     for size in (n // 10 if args.quick else n for n in SIZES):
         result = SizeResult(size)
         for rep in range(args.reps):
-            sample, spool = run_once(args, tools, size, rep)
-            result.runs.append(sample)
-            print(f"scaling {size} rep {rep + 1}: {sample}", file=sys.stderr, flush=True)
-            if sample.error is None:
-                for name, tree in (list(trees.items()) if rep % 2 == 0 else list(trees.items())[::-1]):
-                    result.speed.setdefault(name, []).append(speed(spool, tree))
+            k = rep % len(runners)
+            for runner in [*runners[k:], *runners[:k]]:  # rotated: none always runs first
+                sample, spool = run_once(args, tools, size, rep, runner)
+                result.runs.append(sample)
+                print(f"scaling {size} rep {rep + 1}: {sample}", file=sys.stderr, flush=True)
+                if sample.error is None and runner[0] == THIS:
+                    for name, tree in (list(trees.items()) if rep % 2 == 0 else list(trees.items())[::-1]):
+                        result.speed.setdefault(name, []).append(speed(spool, tree))
         results.append(result)
-    print(table(results, list(trees)))
+    print(table(results, [name for name, _ in runners], list(trees)))
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
     return 0

@@ -329,6 +329,28 @@ class _Collector:
         )
 
 
+@dataclass
+class Scanned:
+    """Stage A's result over a spool's records: the tree, the filed evidence, the names.
+
+    Stage A needs only the header and the records in ring order, so the
+    runner runs it while the command runs, over the spool as it grows
+    (runner/capture/live.py); `finish` then needs the complete spool's small
+    frames (phases, SDK messages, trailer).
+    """
+
+    scan: Scan
+    buckets: ThreadBuckets
+    transient: TransientNames
+
+
+def scan(spool: Spool) -> Scanned:
+    """Stage A over `spool.records` (walked once, in ring order)."""
+    scanned = Scanned(Scan(spool), ThreadBuckets(SPILL_EVERY), TransientNames())
+    scanned.scan.file(scanned.buckets, scanned.transient, drop_telemetry=True)
+    return scanned
+
+
 def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     """Normalize a complete spool; `run_id` overrides the spool's own.
 
@@ -337,20 +359,26 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     written to a temp file. Every agent-provided string is redacted on the
     way in (normalizer/redact.py); the tally is a health note.
     """
+    return finish(scan(spool), spool, run_id)
+
+
+def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> NormalizedRun:
+    """Stage B and the members, from stage A's result and the complete spool's small frames.
+
+    `spool` must be the spool `scanned` was made from (the same header and
+    records), now with its phases, SDK messages and trailer.
+    """
     run_id = run_id or spool.header.run_id
     redactor = Redactor()
-    sdk = sdk_layer(spool.sdk, run_id, redactor)
-    scan = Scan(spool)
-    buckets = ThreadBuckets(SPILL_EVERY)
-    transient = TransientNames()
-    scan.file(buckets, transient, drop_telemetry=True)
-    processes = number_tree(scan.tree.root)
-    names = transient.finish(_rank)
+    sdk = sdk_layer(spool.sdk, run_id, redactor)  # stage A never redacts: the tally is the same
+    processes = number_tree(scanned.scan.tree.root)
+    names = scanned.transient.finish(_rank)
     out = _Collector(run_id, sdk.tool_calls, redactor, names)
+    buckets = scanned.buckets
     for thread, run in canonical_runs(buckets, processes, names):
         out.add_run(thread.process.number, run)
     buckets.close()
-    facts = scan.facts(spool.trailer, spool.header.platform)
+    facts = scanned.scan.facts(spool.trailer, spool.header.platform)
 
     decided = decisions(sdk.tool_calls, out.blocks)
     policy_lines = policy_events(decided, run_id)

@@ -22,6 +22,8 @@ from policy.model import ResolvedPolicy
 
 SPOOL_FORMAT = "assay.runner.raw_spool.v1"
 _LEN = struct.Struct("<I")
+FRAME_HEAD = _LEN.size
+"""Bytes of a frame's length prefix."""
 MAX_FRAME = 256 << 20
 
 
@@ -215,9 +217,7 @@ def _frame_bodies(stream: BinaryIO) -> Iterator[bytes]:
             return
         if len(head) != _LEN.size:
             raise SpoolError("torn frame length at end of spool")
-        (size,) = _LEN.unpack(head)
-        if size > MAX_FRAME:
-            raise SpoolError(f"frame of {size} bytes is too large; not an assay-runner spool?")
+        size = frame_size(head)
         left = _remaining(stream)
         if size > left:
             raise SpoolError(f"torn frame at end of spool: {size} bytes announced, {left} left "
@@ -226,6 +226,19 @@ def _frame_bodies(stream: BinaryIO) -> Iterator[bytes]:
         if len(body) != size:
             raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
         yield body
+
+
+def frame_size(head: bytes) -> int:
+    """The body size a frame's 4-byte length prefix announces; SpoolError past MAX_FRAME."""
+    (size,) = _LEN.unpack(head)
+    if size > MAX_FRAME:
+        raise SpoolError(f"frame of {size} bytes is too large; not an assay-runner spool?")
+    return size
+
+
+def decode_frame(body: bytes | memoryview) -> Frame:
+    """One frame's body (without its length prefix); SpoolError when it is not a frame."""
+    return _decode(body)
 
 
 def read_spool(path: Path) -> Spool:

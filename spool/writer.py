@@ -53,6 +53,8 @@ class Spooler:
         self._size = 0
         self._pending: list[bytes] = []
         self.records = 0
+        self.stamps: dict[str, int] = {}
+        """Each phase marker's time as written (CLOCK_MONOTONIC ns)."""
         self.failure: OSError | None = None
         """The first write error; nothing is written after it."""
         self.unwritten = 0
@@ -65,6 +67,16 @@ class Spooler:
     @property
     def partial_name(self) -> str:
         return self._partial
+
+    @property
+    def size(self) -> int:
+        """Bytes of whole frames written so far: what a concurrent reader may read (spool/tail.py)."""
+        return self._size
+
+    def reader_fd(self) -> int:
+        """A read-only descriptor of this spool file (the inode written here, whatever its name
+        becomes), for reading it while it is written (spool/tail.py); the caller closes it."""
+        return os.open(f"/proc/self/fd/{self._fd}", os.O_RDONLY | os.O_CLOEXEC)
 
     def _write(self, data: bytes, records: int = 0) -> None:
         """Write one whole frame, or none of it (the file is cut back on failure)."""
@@ -110,7 +122,8 @@ class Spooler:
     def phase(self, name: str) -> None:
         """Stamp a runner phase marker on the runner clock."""
         self.flush()
-        self._write(encode_frame(Phase(name=name, ts=time.monotonic_ns())))
+        self.stamps[name] = time.monotonic_ns()
+        self._write(encode_frame(Phase(name=name, ts=self.stamps[name])))
 
     def finish(self, trailer: SpoolTrailer, sync: bool = True) -> str:
         """Write the trailer, sync (unless a staging copy), and publish the spool under its final name.

@@ -104,3 +104,28 @@ def test_start_stamp_prints_a_realtime_stamp(tools: Tools) -> None:
     done = subprocess.run([tools.program("start_stamp")], capture_output=True, text=True,
                           check=True)
     assert parse_report(done.stdout).extra["realtime_ns"] > 0
+
+
+def test_whole_wall_ratio_is_each_modes_median_wall_over_bares() -> None:
+    """bench.run's whole-wall column: median wall of the runs that worked, over bare's median wall."""
+    from bench.overhead import summarize
+    from bench.variants import Measurement
+
+    def m(variant: str, own: float, wall: float, error: str | None = None) -> Measurement:
+        return Measurement(variant=variant, own_s=own, wall_s=wall, error=error)
+
+    runs = {"bare": [m("bare", 1.0, 1.0), m("bare", 2.0, 2.0), m("bare", 3.0, 3.0)],
+            "runner": [m("runner", 1.1, 4.0), m("runner", 1.2, 5.0), m("runner", 1.3, 6.0),
+                       m("runner", 0.0, 100.0, error="runner exited 1")]}
+    result = summarize(by_name("open_heavy"), runs, {})
+    assert result.wall_ratios == {"runner": 2.5}  # median 5.0 (the failed run left out) over median 2.0
+
+
+def test_scaling_keeps_the_runners_after_exit_log() -> None:
+    from bench.scaling import after_exit_log
+
+    stderr = ('{"event": "run.start", "level": "info"}\nnot json\n'
+              '{"component": "session", "normalized_by": "live", "total_s": 0.9, "live_behind_records": 12, '
+              '"event": "run.after_exit", "level": "info", "timestamp": "t"}\n')
+    assert after_exit_log(stderr) == {"normalized_by": "live", "total_s": 0.9, "live_behind_records": 12}
+    assert after_exit_log("no log here") == {}

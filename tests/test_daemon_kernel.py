@@ -30,6 +30,7 @@ from daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tm
 from support import Archive
 
 from runner.daemon import protocol
+from spool.format import read_spool
 
 pytestmark = pytest.mark.kernel
 
@@ -102,6 +103,7 @@ def test_a_user_runs_an_agent_with_its_own_ids_and_gets_its_archive(world: World
     assert check.returncode == 0, check.stdout + check.stderr
     written = Archive(archive).values("openat")
     assert str(work / "marker-solo-0.txt") in written
+    assert '"normalized_by": "live"' in world.daemon.logs()  # the worker normalized while it ran (live.py)
 
 
 def test_outsiders_are_refused_with_a_clear_error(world: World) -> None:
@@ -156,6 +158,14 @@ def test_a_callers_policy_cannot_loosen_the_floor(world: World) -> None:
     blocked = [(e["value"], e["access_mode"]) for e in Archive(out / "floor.tar.gz").kernel
                if e["kind"] == "file_blocked"]
     assert blocked == [(str(forbidden), "write")]  # the floor's denial is evidence, the allowed write is not
+    # the permission verdict reached the caller's spool: it is delivered only once nothing more is added
+    # (runner/daemon/staging.py Delivery, while the archive is made), and it rebuilds the same archive
+    assert read_spool(out / "floor.spool").dac == {f"write:{forbidden}": True}
+    assert '"normalized_by": "offline_dac"' in world.daemon.logs()
+    again = out / "again.tar.gz"
+    rebuilt = user.run([*CLI, "normalize", out / "floor.spool", "--out", again], cwd=work)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert again.read_bytes() == (out / "floor.tar.gz").read_bytes()
 
 
 def test_per_run_limits_hold(world: World) -> None:
@@ -418,6 +428,7 @@ def test_the_command_cannot_touch_its_evidence_while_it_runs(world: World) -> No
 RAW_CLIENT = """
 import os, socket, sys
 from runner.daemon import protocol
+from spool.format import read_spool
 sock = socket.socket(socket.AF_UNIX)
 sock.connect(sys.argv[1])
 out = os.open(sys.argv[2], os.O_RDONLY | os.O_DIRECTORY)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from support import CLI, Archive, assay, runner_env
 
+from runner.capture.live import LIVE_ENV
 from runner.capture.phases import HOLD_ENV
 from runner.capture.snapshot import Snapshot, SnapshotError
 from runner.evidence.archive import MANIFEST, load_members
@@ -117,7 +118,8 @@ def _tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
 def determinism(out: Path, run_id: str, work: Path, *cmd: str, extra: tuple[str, ...] = ()):
     """Run the gate like a user; returns the process and the parsed JSON report."""
     proc = assay("determinism", "--runs", "3", "--run-id", run_id, "--out", out,
-                 "--workdir", work, *extra, "--", *cmd)
+                 "--workdir", work, *extra, "--", *cmd,
+                 env=runner_env(**{LIVE_ENV: "1"}))  # the live pass (opt-in in direct mode) makes them
     assert proc.returncode != 125, proc.stderr
     report_path = out / "determinism-report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else None
@@ -147,6 +149,7 @@ def test_deterministic_workloads_give_identical_archives(tmp_path: Path, name: s
     assert all(r["health"]["passing"] for r in report["runs"])
     check(archives[0], work)
     assert "run 2/3" in proc.stderr and "result: PASS" in proc.stdout
+    assert proc.stderr.count('"normalized_by": "live"') == 3  # the live pass made all three (live.py)
     assert _tree(work) == before  # the check leaves the workdir as it found it
 
 

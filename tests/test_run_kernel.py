@@ -6,7 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, run_observed
+from support import Archive, assay, run_observed, runner_env
+
+from runner.capture.live import LIVE_ENV
 
 pytestmark = pytest.mark.kernel
 
@@ -26,7 +28,8 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Archive, Path, ob
         "cd sub && echo hi > out.txt; cat /etc/hostname; "
         f'{PY} -c "import socket; s=socket.socket(); s.connect_ex((\\"127.0.0.1\\", 9))"'
     )
-    proc = run_observed(out, "example", "sh", "-c", script, workdir=work)
+    proc = run_observed(out, "example", "sh", "-c", script, workdir=work,
+                        env=runner_env(**{LIVE_ENV: "1"}))  # the live pass, opt-in in direct mode
     assert proc.returncode == 0, proc.stderr
     return Archive(out / "example.tar.gz"), work, proc
 
@@ -112,7 +115,9 @@ def test_archive_validates_and_summary_names_it(example) -> None:
 
 
 def test_normalize_spool_reproduces_the_archive(example, tmp_path: Path) -> None:
-    archive, _, _ = example
+    """The run's archive came from the live pass (runner/capture/live.py); offline gives the same bytes."""
+    archive, _, run = example
+    assert '"normalized_by": "live"' in run.stderr
     spool = archive.path.with_name("example.spool")
     again = tmp_path / "again.tar.gz"
     proc = assay("normalize", spool, "--out", again)

@@ -11,6 +11,7 @@ monitor) are undone in `finally` whatever happens.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from runner.capture.cgroup import RunCgroup
 from runner.capture.control import RunControl, TerminalControl
 from runner.capture.interrupt import Interruptions, run_exit_code
 from runner.capture.limits import DEFAULT_LIMITS, CgroupLimits, LimitGroups
+from runner.capture.live import LiveNormalize
+from runner.capture.live import enabled as live_enabled
 from runner.capture.owner import claim
 from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
@@ -36,9 +39,12 @@ from runner.enforce import prepare as enforce
 from runner.enforce.dac import check_as
 from runner.errors import RunnerError
 from runner.evidence.publish import publish
+from runner.logs import get_logger
 from spool.dirfd import open_dir
 from spool.format import SPOOL_FORMAT, DacVerdicts, Spool, SpoolHeader, SpoolTrailer, read_spool
 from spool.writer import Spooler, SpoolReplaced, SpoolWriteFailed
+
+log = get_logger("session")
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,9 @@ class RunRequest:
     """Where the run's records come from; None: a monitor of its own (direct mode)."""
     staged: bool = False
     """`out_dir` is a staging directory whose files are copied durably afterwards (the daemon): no fsync."""
+    on_spool_final: Callable[[], None] | None = None
+    """Called once the run's processes are gone and nothing more will be added to the spool (its
+    permission verdicts included), before the archive is made: the daemon delivers the spool meanwhile."""
 
     @property
     def archive_path(self) -> Path:
@@ -104,15 +113,18 @@ def execute(req: RunRequest) -> RunResult:
     with Interruptions(req.forward_first_signal) as interrupts:
         enforcement = enforce.prepare(req.policy)  # fails before anything exists
         out_fd = open_dir(req.out_dir)
+        live: list[LiveNormalize] = []
+        marks: dict[str, float] = {}
         try:
-            spool_name, trailer = _capture(req, enforcement, out_fd, interrupts)
+            spool_name, trailer = _capture(req, enforcement, out_fd, interrupts, live, marks)
             interrupts.enter_publish()
             code = run_exit_code(trailer.exit_code, trailer.ended_by)
-            own_view = Path(f"/proc/self/fd/{out_fd}")  # the directory we hold, not the path's current target
             try:
-                spool = _with_dac_verdicts(read_spool(own_view / spool_name), out_fd, spool_name, req.user)
-                normalized = normalize(spool, req.run_id)
+                normalized, how = _normalized(req, out_fd, spool_name, live[0] if live else None)
+                marks["normalized"] = time.monotonic()
                 publish(normalized, req.archive_path, out_fd, sync=not req.staged)
+                marks["published"] = time.monotonic()
+                _log_after_exit(marks, how)
             except OSError as exc:
                 raise RunnerError(
                     f"cannot write the archive {req.archive_path}: {exc.strerror or exc}; the command exited "
@@ -120,13 +132,58 @@ def execute(req: RunRequest) -> RunResult:
                     f"'assay-runner normalize {req.spool_path}' once there is room (no archive was replaced)",
                     code) from exc
         finally:
+            for pass_ in live:
+                pass_.close()
             os.close(out_fd)
     return RunResult(code, req.archive_path, req.spool_path, normalized, time.monotonic() - started)
 
 
+def _normalized(req: RunRequest, out_fd: int, spool_name: str,
+                live: LiveNormalize | None) -> tuple[NormalizedRun, str]:
+    """The run normalized, and by which pass: the live one's result (runner/capture/live.py,
+    `live`), or the finished spool's (`offline`, `offline_dac`, `offline_live_failed`).
+
+    The finished spool is normalized again when the live pass failed, or when
+    the command's permission verdicts (asked now, as its user) can change stage A.
+    `req.on_spool_final` is called as soon as nothing more will be added to the
+    spool: once stage A showed there is nothing to ask, or after the verdicts.
+    """
+    how = "offline"
+    if live is not None:
+        questions = live.dac_questions()  # waits for the live pass's stage A
+        if questions is None:
+            how = "offline_live_failed"
+        elif _unprivileged(req.user) and questions:
+            how = "offline_dac"
+        else:
+            _spool_final(req)
+            run = live.result()
+            if run is not None:
+                return run, "live"
+            return normalize(_finished_spool(out_fd, spool_name), req.run_id), "offline_live_failed"
+    spool = _with_dac_verdicts(_finished_spool(out_fd, spool_name), out_fd, spool_name, req.user)
+    _spool_final(req)
+    return normalize(spool, req.run_id), how
+
+
+def _finished_spool(out_fd: int, spool_name: str) -> Spool:
+    """The published spool, read through the directory we hold (not the path's current target)."""
+    return read_spool(Path(f"/proc/self/fd/{out_fd}") / spool_name)
+
+
+def _spool_final(req: RunRequest) -> None:
+    if req.on_spool_final is not None:
+        req.on_spool_final()
+
+
 def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
-             interrupts: Interruptions) -> tuple[str, SpoolTrailer]:
-    """Cgroup, the run's source, spawn, drain into the spool; the published spool's name and its trailer."""
+             interrupts: Interruptions, live: list[LiveNormalize],
+             marks: dict[str, float]) -> tuple[str, SpoolTrailer]:
+    """Cgroup, the run's source, spawn, drain into the spool; the published spool's name and its trailer.
+
+    With live normalization on, the pass that follows the spool is appended to `live` (the caller
+    closes it). `marks` gets the times of the steps after the command exits (`_log_after_exit`).
+    """
     cgroup = RunCgroup.create(req.run_id, claim(req.out_dir, out_fd, req.spool_path.name))
     limits: LimitGroups | None = None
     source: RunSource | None = None
@@ -152,10 +209,17 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
             policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
+        if live_enabled(ring_in_process=req.sensor is None or isinstance(req.sensor, LocalSensor)):
+            live.append(LiveNormalize(spooler, req.run_id))
         interrupts.check_setup()
         interrupts.phase = "command"
         exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
                                       req.control or TerminalControl(), req.on_start, interrupts)
+        for pass_ in live:
+            pass_.hurry()
+            marks["live_behind"] = spooler.records - pass_.records_read
+        marks["exited"] = spooler.stamps["command_exited"] / 1e9
+        marks["drained"] = time.monotonic()
         counters = source.counters()
         trailer = SpoolTrailer(
             exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
@@ -175,6 +239,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
                 f"room: assay-runner normalize {req.out_dir / kept}); no archive was written or replaced",
                 code) from exc.error
         spooler = None
+        marks["spooled"] = time.monotonic()
         return name, trailer
     finally:
         sdk.stop()
@@ -183,10 +248,13 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         try:
             cgroup.remove()
         finally:
+            for pass_ in live:
+                pass_.settle()  # the monitor's detach forks: not while the pass imports
             if source is not None:
                 source.close()  # after the cgroup emptied: no task of the run is left to track
             if limits is not None:
                 limits.remove()
+            marks["cleaned_up"] = time.monotonic()
 
 
 def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
@@ -201,9 +269,22 @@ def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
                           "was not started and nothing was written") from exc
 
 
+def _log_after_exit(marks: dict[str, float], how: str) -> None:
+    """Where the time after the command's exit went, step by step (seconds; docs/benchmarks.md)."""
+    steps = ("exited", "drained", "spooled", "cleaned_up", "normalized", "published")
+    log.info("run.after_exit", normalized_by=how, total_s=round(marks["published"] - marks["exited"], 3),
+             live_behind_records=marks.get("live_behind"),
+             **{f"{b}_s": round(marks[b] - marks[a], 3) for a, b in itertools.pairwise(steps)})
+
+
+def _unprivileged(user: Credentials | None) -> bool:
+    """The command ran as another user than root: its failed opens get permission verdicts."""
+    return user is not None and user.uid != 0
+
+
 def _with_dac_verdicts(spool: Spool, out_fd: int, name: str, user: Credentials | None) -> Spool:
     """Add permission verdicts for policy-refused failed opens of a non-root command."""
-    questions = dac_questions(spool) if user is not None and user.uid != 0 else []
+    questions = dac_questions(spool) if _unprivileged(user) else []
     if not questions:
         return spool
     verdicts = DacVerdicts(allowed=check_as(user, questions))

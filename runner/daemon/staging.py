@@ -19,6 +19,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,17 +45,52 @@ def staging_dir(run_id: str, root: Path = STAGING) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def deliver(staging: Path, run_id: str, out_fd: int, creds: Credentials) -> list[str]:
+def deliver(staging: Path, run_id: str, out_fd: int, creds: Credentials,
+            skip: tuple[str, ...] = ()) -> list[str]:
     """Copy the run's finished spool and archive into `out_fd` as the caller; the names delivered.
 
     The spool first: if the archive could not be made, the spool still
-    reaches the caller for `assay-runner normalize`.
+    reaches the caller for `assay-runner normalize`. `skip`: suffixes already delivered.
     """
-    names = [f"{run_id}{suffix}" for suffix in DELIVERED if (staging / f"{run_id}{suffix}").is_file()]
+    names = [f"{run_id}{suffix}" for suffix in DELIVERED
+             if suffix not in skip and (staging / f"{run_id}{suffix}").is_file()]
     for name in names:
-        with open(staging / name, "rb") as src, filesystem_identity(creds):
+        with open(staging / name, "rb") as src, filesystem_identity(creds):  # this thread's fsuid only
             try:
                 write_streamed(Path(name), lambda f, s=src: shutil.copyfileobj(s, f, 1 << 20), out_fd)
             except OSError as exc:
                 raise RunnerError(f"cannot write {name} into --out: {exc.strerror or exc}") from exc
     return names
+
+
+class Delivery:
+    """The run's evidence on its way to the caller: the spool as soon as it is final, while the
+    archive is still being made (a copy and an fsync of tens of MB, off the time the caller
+    waits after the command's exit), then the archive.
+    """
+
+    def __init__(self, staging: Path, run_id: str, out_fd: int, creds: Credentials) -> None:
+        self._args = (staging, run_id, out_fd, creds)
+        self._thread: threading.Thread | None = None
+        self._error: RunnerError | None = None
+
+    def spool_final(self) -> None:
+        """The spool is complete and every process of the run is gone: deliver it now, in the background."""
+        self._thread = threading.Thread(target=self._spool, name="assay-deliver-spool", daemon=True)
+        self._thread.start()
+
+    def _spool(self) -> None:
+        try:
+            deliver(*self._args, skip=DELIVERED[1:])
+        except RunnerError as exc:
+            self._error = exc
+
+    def finish(self) -> list[str]:
+        """Wait for the spool and deliver what else there is; RunnerError if either failed."""
+        early: tuple[str, ...] = ()
+        if self._thread is not None:
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
+            early = DELIVERED[:1]
+        return deliver(*self._args, skip=early)

@@ -47,9 +47,10 @@ from runner.daemon import protocol
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, caller_may_write
 from runner.daemon.sensor import SharedSensor
-from runner.daemon.staging import deliver, staging_dir
+from runner.daemon.staging import Delivery, staging_dir
 from runner.enforce import prepare as enforce
 from runner.errors import RunnerError
+from runner.evidence import publish
 from runner.logs import get_logger
 
 REPORT = struct.Struct(">QQ")
@@ -144,12 +145,7 @@ def preload() -> None:
     Measured per run before: about 40 ms of jsonschema import and schema
     check, 5 ms of validate's decoders, 3 ms of redaction regexes.
     """
-    import runner.evidence.validate  # noqa: F401 - its decoders are built at import
-    from normalizer import redact
-    from runner.evidence.conformance import upstream
-
-    upstream.warm()
-    redact.rules()
+    publish.warm()
 
 
 def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer: Peer,
@@ -164,10 +160,12 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
             protocol.send(conn, protocol.Started(run_id=req.run_id))
             control = ClientControl(conn, report_fd, msg.status_line)
             log.info("run.start", run_id=req.run_id, uid=creds.uid, caller_pid=peer.pid)
+            delivery = Delivery(staging, req.run_id, out_fd, creds)
             try:
-                result = execute(dataclasses.replace(req, control=control, sensor=sensor))
+                result = execute(dataclasses.replace(req, control=control, sensor=sensor,
+                                                     on_spool_final=delivery.spool_final))
             finally:  # the spool reaches the caller even when the archive could not be made
-                deliver(staging, req.run_id, out_fd, creds)
+                delivery.finish()
     except RunnerError as exc:
         log.warning("run.failed", error=str(exc), uid=peer.uid)
         finish(conn, protocol.Refused(message=str(exc), exit_code=exc.exit_code))

@@ -43,6 +43,18 @@ def unredacted(members: dict[str, Member]) -> tuple[str, str] | None:
     return None
 
 
+def warm() -> None:
+    """Import and prime what publishing needs: validate's decoders, the kernel line schema's
+    validator (jsonschema, about 40 ms), the redaction rules. The daemon calls it once before it
+    forks workers; direct mode calls it from the live normalizer while the command runs."""
+    import runner.evidence.validate  # noqa: F401 - its decoders are built at import
+    from normalizer import redact
+    from runner.evidence.conformance import upstream
+
+    upstream.warm()
+    redact.rules()
+
+
 def publish(run: NormalizedRun, archive: Path, dir_fd: int | None = None, sync: bool = True) -> None:
     """Validate and sweep what is about to be written, then write it atomically.
 

@@ -1,0 +1,152 @@
+"""Normalizing while the command runs, so the archive is ready soon after it exits.
+
+A `LiveNormalize` thread follows the spool as the drain loop writes it
+(spool/tail.py) and runs the normalizer's stage A (normalizer/build.py
+`scan`: decode, attribute, resolve, classify, file per thread) over the
+records as they arrive. Stage B (`finish`: numbering, canonical order, the
+kernel layer and the other members) runs once the session asks for the
+result, after the cgroup is removed and the monitor detached (those fork:
+see `settle`); the session then only validates and writes the archive.
+
+The result is byte-identical to `normalize(read_spool(spool))` by
+construction: the same two functions over the same frames in the same
+order (tests/test_live_normalize.py checks it on recorded spools). Two cases
+go back to normalizing the finished spool offline: a non-root run whose
+failed opens need the runner's permission verdicts (they are asked after
+the run and change stage A), and any failure of the live pass (the offline
+pass then reports the problem as it always did).
+
+The thread runs at a lower priority (`LIVE_NICE`): on two cores, the
+command keeps its own core; the drain loop (GIL) is delayed by at most one
+switch interval per wake-up, far less than the ring holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from normalizer.build import NormalizedRun, Scanned, finish, scan
+from runner.evidence.publish import warm
+from runner.logs import get_logger
+from spool.format import Spool
+from spool.tail import SpoolTail
+from spool.writer import Spooler
+
+LIVE_ENV = "ASSAY_RUNNER_LIVE_NORMALIZE"
+"""`1` or `0` turns the live pass on or off whatever the mode (A/B benchmarks)."""
+LIVE_NICE = int(os.environ.get("ASSAY_RUNNER_LIVE_NICE", "10"))
+"""The live thread's nice value relative to the runner's (Linux nice is per thread)."""
+log = get_logger("session")
+
+
+def enabled(ring_in_process: bool) -> bool:
+    """Whether to normalize while the command runs; by default only when this process does not
+    drain the ring itself (the daemon's worker: its sensor process drains it).
+
+    In direct mode the drain loop runs in this process and needs the GIL for a moment per
+    wake-up; a pass that is preempted while it holds the GIL (at nice +10, on a loaded machine)
+    stalls the drain loop for as long as it waits for a CPU, and the ring overflows: 85,532
+    records were dropped in one of three loaded open_heavy runs (docs/benchmarks.md). Direct
+    mode keeps the pass off until it runs in a process of its own; `ASSAY_RUNNER_LIVE_NORMALIZE=1`
+    turns it on for measurements.
+    """
+    value = os.environ.get(LIVE_ENV)
+    return value != "0" if value in ("0", "1") else not ring_in_process
+
+
+class LiveNormalize:
+    """Stage A over the growing spool, then stage B once the trailer is in, on a thread of its own."""
+
+    def __init__(self, spooler: Spooler, run_id: str) -> None:
+        self._run_id = run_id
+        self._fd = spooler.reader_fd()
+        self._tail = SpoolTail(self._fd, lambda: spooler.size)
+        self._scanned: Scanned | None = None
+        self._result: NormalizedRun | None = None
+        self._error: Exception | None = None
+        self._scan_over = threading.Event()
+        self._warmed = threading.Event()
+        self._go = threading.Event()
+        self._stopped = False
+        self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # the runner's (this thread's)
+        self._tid: int | None = None
+        self._thread = threading.Thread(target=self._run, name="assay-live-normalize", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._tid = threading.get_native_id()
+        with contextlib.suppress(OSError):  # a preference: otherwise it runs at the runner's own
+            os.setpriority(os.PRIO_PROCESS, self._tid, self._nice + LIVE_NICE)
+        try:
+            try:
+                warm()  # publish's validation imports, while the command runs
+            finally:
+                self._warmed.set()
+            header = self._tail.read_header()
+            self._scanned = scan(Spool(header=header, records=self._tail.records(), phases=self._tail.phases,
+                                       trailer=None, sdk=self._tail.sdk))  # type: ignore[arg-type]
+            self._scan_over.set()
+            self._go.wait()
+            if self._stopped:  # the session normalizes the finished spool itself
+                self._scanned.buckets.close()
+                return
+            assert self._tail.trailer is not None  # records() returns only after the trailer
+            whole = Spool(header=header, records=(), phases=self._tail.phases, trailer=self._tail.trailer,
+                          sdk=self._tail.sdk)
+            self._result = finish(self._scanned, whole, self._run_id)
+        except Exception as exc:  # handed to the session, which falls back to the offline pass
+            self._error = exc
+        finally:
+            self._scan_over.set()
+
+    @property
+    def records_read(self) -> int:
+        """How far the pass has got (records read from the spool)."""
+        return self._tail.records_read
+
+    def settle(self) -> None:
+        """Wait until the pass does nothing a forked child could trip on: it imports at its start
+        (a module lock held across a fork stays held in the child), then only computes. The
+        runner forks after the command exits (the monitor's detach, permission checks as the
+        command's user); stage B waits for `result()`, after those."""
+        self._warmed.wait()
+
+    def hurry(self) -> None:
+        """The command has exited: from now on the pass is what the user waits for, so it runs at
+        the runner's own priority (lowering a nice value back needs CAP_SYS_NICE, which the runner has)."""
+        if self._tid is not None:
+            with contextlib.suppress(OSError):  # the thread has ended, or no capability: nothing to gain
+                os.setpriority(os.PRIO_PROCESS, self._tid, self._nice)
+
+    def result(self) -> NormalizedRun | None:
+        """The normalized run once the spool is finished (stage B runs now), or None (logged) when
+        the live pass failed."""
+        self.hurry()
+        self._tail.poke()
+        self._go.set()
+        self._thread.join()
+        if self._error is not None:
+            log.warning("normalize.live_failed", error=f"{type(self._error).__name__}: {self._error}",
+                        hint="normalizing the finished spool instead")
+            return None
+        return self._result
+
+    def dac_questions(self) -> list[tuple[str, str]] | None:
+        """Once stage A is over: the (access, path) pairs it could not judge without permission
+        verdicts (as build.dac_questions), or None when the pass failed before."""
+        self.hurry()
+        self._tail.poke()  # the trailer is in: no need to wait for the next poll
+        self._scan_over.wait()
+        if self._scanned is None:
+            return None
+        return sorted(set(self._scanned.scan.judge.unattributed))
+
+    def close(self) -> None:
+        """Stop the pass (the capture failed, or its result is not wanted); release the spool descriptor."""
+        self._stopped = True
+        self._tail.cancel()
+        self._go.set()
+        self._thread.join()
+        os.close(self._fd)
