@@ -175,7 +175,7 @@ class Daemon:
             why = "the daemon is busy accepting other requests; try again"
         if why is not None:
             log.warning("daemon.refused", uid=peer.uid, pid=peer.pid, reason=why)
-            _reply(conn, protocol.Refused(message=why))
+            _reply(conn, protocol.refused(why))
             conn.close()
             return
         conn.setblocking(False)
@@ -212,7 +212,7 @@ class Daemon:
 
     def _refuse(self, pending: Pending, message: str, exit_code: int = 125) -> None:
         log.warning("daemon.refused", uid=pending.peer.uid, pid=pending.peer.pid, reason=message)
-        _reply(pending.conn, protocol.Refused(message=message, exit_code=exit_code))
+        _reply(pending.conn, protocol.refused(message, exit_code))
         self._drop(pending.conn.fileno())
 
     def _answer_status(self, pending: Pending) -> None:
@@ -269,7 +269,7 @@ class Daemon:
             except BaseException as exc:
                 log.error("run.crashed", error=repr(exc))
                 with contextlib.suppress(Exception):
-                    worker.finish(pending.conn, protocol.Refused(message=f"internal error: {exc!r}"))
+                    worker.finish(pending.conn, protocol.refused(f"internal error: {exc!r}"))
             finally:
                 os._exit(code)
         os.close(report_w)

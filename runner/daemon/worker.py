@@ -170,7 +170,7 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
                 deliver(staging, req.run_id, out_fd, creds)
     except RunnerError as exc:
         log.warning("run.failed", error=str(exc), uid=peer.uid)
-        finish(conn, protocol.Refused(message=str(exc), exit_code=exc.exit_code))
+        finish(conn, protocol.refused(str(exc), exc.exit_code))
         return 1
     archive = os.path.join(msg.out_display, f"{req.run_id}.tar.gz")
     text = summary(result.normalized, result.exit_code, result.elapsed, archive)
