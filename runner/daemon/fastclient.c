@@ -50,7 +50,7 @@ extern char **environ;
 #define RUN_ID_MAX 128              /* normalizer.artifacts.RUN_ID_MAX */
 #define RUN_ID_SHORT 9              /* shorter than any redaction rule can match (a test checks) */
 #define MAX_FRAME (1u << 20)        /* protocol.MAX_FRAME */
-#define RLIMITS 16                  /* every RLIMIT_* Python's resource module knows on Linux */
+#define RLIMITS 16                  /* RLIM_NLIMITS; Python's resource module has all but RLIMIT_LOCKS */
 #define REFRESH_S 0.25              /* runner.capture.status.REFRESH_S */
 static const char DEFAULT_SOCKET[] = "/run/assay-runner/runner.sock";
 static const char DEFAULT_OUT[] = "/var/lib/assay-runner/runs";
@@ -577,9 +577,11 @@ static void encode_request(buf_t *b, const options_t *o, const char *run_id, con
     mp_str(b, "policy"); put_byte(b, 0xc0);
     mp_str(b, "status_line"); put_byte(b, isatty(2) ? 0xc3 : 0xc2);
     mp_str(b, "umask"); mp_int(b, mask);
-    mp_str(b, "rlimits"); mp_array(b, RLIMITS);
+    mp_str(b, "rlimits"); mp_array(b, RLIMITS - 1);
     for (int r = 0; r < RLIMITS; r++) {
         struct rlimit rl;
+        if (r == RLIMIT_LOCKS)
+            continue; /* as the Python client, which cannot read it, sends it */
         getrlimit(r, &rl);
         mp_array(b, 3);
         mp_int(b, r);
