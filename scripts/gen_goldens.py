@@ -18,6 +18,7 @@ Usage: sudo .venv/bin/python scripts/gen_goldens.py [--check]
 from __future__ import annotations
 
 import argparse
+import difflib
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,10 @@ PYTHON = "/usr/bin/python3"
 def _run(out: Path, run_id: str, workdir: Path, *args: str) -> dict[str, bytes]:
     cmd = [sys.executable, "-m", "runner.cli.main", "run", "--out", str(out), "--run-id", run_id,
            "--force", "--workdir", str(workdir), *args]
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    # A fixed environment: the command inherits the runner's, and a caller's
+    # PYTHONPATH or locale would show up in the agent's opens.
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=env)
     return read_archive(out / f"{run_id}.tar.gz")
 
 
@@ -77,6 +81,11 @@ def main() -> int:
                 if args.check:
                     if not path.is_file() or path.read_bytes() != data:
                         print(f"{path}: differs from a fresh run", file=sys.stderr)
+                        old = path.read_bytes().splitlines() if path.is_file() else []
+                        sys.stderr.writelines(difflib.unified_diff(
+                            [line.decode(errors="replace") + "\n" for line in old],
+                            [line.decode(errors="replace") + "\n" for line in data.splitlines()],
+                            "golden", "fresh run", n=0))
                         differ = 1
                     continue
                 path.parent.mkdir(parents=True, exist_ok=True)
