@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from re import _parser as sre_parse  # the public alias is deprecated
 
 import pytest
 
@@ -159,8 +158,8 @@ def test_both_clients_send_the_same_request_and_print_the_same(tmp_path: Path, s
             return ["run", *mode, "--socket", sock, "--out", "new/runs", "--workdir", "bin", "--run-id", "r1",
                     "--", "./tool", "a b", "\u00e9"]
         extra = ["--net", "isolated", "--ringbuf-pages", "64"] if shape == "isolated" else []
-        return ["run", *mode, f"--socket={sock}", "--out", "out", "--run-id", "r-2", "--force", *extra,
-                "--", "sh", "-c", "exit 3"]
+        return ["run", *mode, f"--socket={sock}", "--out", "out", "--run-id", "bench-start-0", "--force",
+                *extra, "--", "sh", "-c", "exit 3"]
 
     env = {**os.environ, "PATH": f"{ROOT / 'nonexistent'}:/usr/local/bin:/usr/bin:/bin", "ASSAY_X": "1=2"}
     results = both(args, lambda c: work[c], finished(3), daemon_factory, env)
@@ -221,7 +220,8 @@ def test_what_the_fast_client_does_not_serve_the_python_cli_does(tmp_path: Path,
         "no-daemon": lambda s: ["run", "--daemon", "--socket", s + ".absent", "--out", "out", "--", "true"],
         "not-found": lambda s: ["run", "--socket", s, "--out", "out", "--", "no-such-command-here"],
         "exists": lambda s: ["run", "--socket", s, "--out", "out", "--run-id", "old", "--", "true"],
-        "long-id": lambda s: ["run", "--socket", s, "--out", "out", "--run-id", "long-run-id", "--", "true"],
+        "long-id": lambda s: ["run", "--socket", s, "--out", "out", "--run-id", "ci-job-token-7", "--",
+                              "true"],
         "secret-id": lambda s: ["run", "--socket", s, "--out", "out", "--run-id", "AKIAABCDEFGHIJKLMNOP",
                                 "--", "true"],
         "abbreviated": lambda s: ["run", "--sock", s, "--out", "out", "--run-id", "q", "--", "true"],
@@ -244,15 +244,23 @@ def test_what_the_fast_client_does_not_serve_the_python_cli_does(tmp_path: Path,
 
 
 def test_run_ids_the_fast_client_accepts_cannot_look_like_secrets() -> None:
-    """fastclient.c's run_id_ok: at most RUN_ID_SHORT characters, or only digits, '_' and '-'."""
-    short = int(re.search(r"#define RUN_ID_SHORT (\d+)", SOURCE.read_text()).group(1))
+    """fastclient.c's SECRET_LITERALS are NEEDLES' literals a run id can hold, lower-cased.
+
+    Every rule must have its literal prefilter (else any text is a candidate
+    and the C client would have to send every run id to Python), and every
+    literal must be in the C list unless a run id cannot contain it.
+    """
+    listed = re.search(r"SECRET_LITERALS\[\] = \{(.*?)\};", SOURCE.read_text(), re.S).group(1)
+    in_c = set(re.findall(r'"([^"]*)"', listed))
+    run_id_chars = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+    wanted = set()
     for name, pattern in redact.rules():
-        width = sre_parse.parse(pattern.pattern).getwidth()[0]
-        assert width > short, f"rule {name} can match {width} characters: lower RUN_ID_SHORT"
-        # every rule has a literal prefilter, and each literal has a character a letterless run id lacks
+        assert (name, pattern.pattern) in redact.NEEDLES, f"rule {name} has no literals: change fastclient.c"
         _fold, literals = redact.NEEDLES[(name, pattern.pattern)]
-        assert all(set(lit) - set("0123456789_-") for lit in literals), name
-    assert redact.find_unredacted("0123456789-_" * 10) is None
+        wanted |= {lit.lower() for lit in literals if set(lit) <= run_id_chars}
+    assert in_c == wanted
+    for secret in ("AKIAABCDEFGHIJKLMNOP", "ghp_" + "a" * 36, "sk-" + "a" * 24, "xoxb-1234567890"):
+        assert redact.find_unredacted(secret) is not None and any(lit in secret.lower() for lit in in_c)
 
 
 def test_ctrl_c_reaches_the_daemon_as_an_interrupt(tmp_path: Path, daemon_factory: Callable) -> None:

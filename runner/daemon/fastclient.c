@@ -48,7 +48,6 @@ extern char **environ;
 #define PROTOCOL_VERSION 1          /* protocol.VERSION */
 #define DEFAULT_RINGBUF_PAGES 1024  /* ebpf.wire.DEFAULT_RINGBUF_PAGES */
 #define RUN_ID_MAX 128              /* normalizer.artifacts.RUN_ID_MAX */
-#define RUN_ID_SHORT 9              /* shorter than any redaction rule can match (a test checks) */
 #define MAX_FRAME (1u << 20)        /* protocol.MAX_FRAME */
 #define RLIMITS 16                  /* RLIM_NLIMITS; Python's resource module has all but RLIMIT_LOCKS */
 #define REFRESH_S 0.25              /* runner.capture.status.REFRESH_S */
@@ -328,22 +327,33 @@ static char *resolve_command(const char *name, const char *workdir, const char *
     return found;
 }
 
-/* A run id the Python client would accept, proven here: the run id charset and length, and no
- * redaction rule can match it (shorter than any rule's match, or no letter, which every rule's
- * literal needs; tests/test_fastclient.py checks both against normalizer.redact). */
+/* The literals of normalizer/redact.py's NEEDLES that a run id can hold, lower-cased: every match
+ * of every redaction rule contains one of its rule's literals, so an id holding none of them, in
+ * any case, cannot look like a secret (tests/test_fastclient.py keeps this list equal to NEEDLES). */
+static const char *const SECRET_LITERALS[] = {
+    "akia", "asia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "sk-", "xox", "aiza", "k_live_", "k_test_",
+    "eyj", "bearer", "key", "secret", "token", "passw",
+};
+
+/* A run id the Python client would accept (cmd_run.check_run_id), proven here: the run id charset
+ * and length, and none of the redaction rules' literals in it. */
 static int run_id_ok(const char *id)
 {
     size_t n = strlen(id);
-    int letters = 0;
+    char lower[RUN_ID_MAX + 1];
     if (n == 0 || n > RUN_ID_MAX)
         return 0;
-    for (const char *c = id; *c; c++) {
-        int alpha = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z');
-        if (!alpha && !(*c >= '0' && *c <= '9') && *c != '_' && *c != '-')
+    for (size_t i = 0; i <= n; i++) {
+        char c = id[i];
+        if (c && !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                   c == '-'))
             return 0;
-        letters |= alpha;
+        lower[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
     }
-    return n <= RUN_ID_SHORT || !letters;
+    for (size_t i = 0; i < sizeof SECRET_LITERALS / sizeof SECRET_LITERALS[0]; i++)
+        if (strstr(lower, SECRET_LITERALS[i]))
+            return 0;
+    return 1;
 }
 
 /* cmd_run.check_run_id's generated id: run-<UTC stamp>-<4 hex digits>. */
@@ -747,6 +757,7 @@ int main(int argc, char **argv)
 {
     g_argv = argv;
     signal(SIGINT, on_early_sigint); /* execv (the fallback) puts the default back */
+    signal(SIGPIPE, SIG_IGN);         /* as Python does: a closed stderr is an error, not a death */
     options_t o = {0};
     if (!parse(argc, argv, &o) || !environment_ok())
         fallback();
@@ -793,6 +804,11 @@ int main(int argc, char **argv)
         fallback();
     strcpy(addr.sun_path, sock_path);
     int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (sock >= 0 && sock < 3) { /* a closed stdin, stdout or stderr stays closed: it is sent as /dev/null */
+        int high = fcntl(sock, F_DUPFD_CLOEXEC, 3);
+        close(sock);
+        sock = high;
+    }
     if (sock < 0 || connect(sock, (struct sockaddr *)&addr, sizeof addr) != 0)
         fallback(); /* the Python CLI says why, in its words (no daemon, not allowed, stale) */
 
