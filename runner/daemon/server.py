@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.capture.cgroup import fix_mount
 from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
 from runner.daemon.config import DaemonConfig
@@ -91,6 +92,7 @@ class Daemon:
                  ringbuf_pages=sensor.ringbuf_pages, sensor_pid=sensor.pid)
         try:
             worker.preload()
+            fix_mount()  # the runs' cgroups go where the sensor linked the network programs, read once
             wake_r, wake_w = socket.socketpair()
             self.wake_w = wake_w
             wake_r.setblocking(False)
