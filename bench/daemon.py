@@ -25,6 +25,8 @@ from bench.session import Session
 from bench.variants import BPFTRACE_DIR, Runner
 
 TRUE = "/bin/true"
+PYTHON_CLIENT = "assay-runner-py"
+"""The Python CLI beside `make setup`'s fast C client (runner/daemon/fastclient.c)."""
 TRUE_TARGET_S = 0.060
 TRUE_START_TARGET_S = 0.020
 MEMORY_RUNS = 200
@@ -88,16 +90,25 @@ class DaemonRunner(Runner):
 
 def true_wall(session: Session, binary: str, service: DaemonService, cgroup: Cgroup,
               reps: int) -> dict[str, Any]:
-    """Whole wall time of a `/bin/true` run: bare, direct, daemon client, bpftrace -c."""
+    """Whole wall time of a `/bin/true` run: bare, direct, daemon client, bpftrace -c.
+
+    With `make setup`'s fast client as `binary`, the same daemon run through
+    the Python client (`assay-runner-py` beside it) is measured in the same
+    rounds too, so the client's share is shown, not guessed.
+    """
     out = session.scratch.parent / "true-runs"
     out.mkdir(parents=True, exist_ok=True)
+    daemon_run = ["run", "--daemon", "--socket", str(service.socket), "--out", str(out), "--run-id", "t",
+                  "--force", "--", TRUE]
     commands: dict[str, Sequence[str]] = {
         "bare": [TRUE],
         "direct": [binary, "run", "--direct", "--out", str(out), "--run-id", "t", "--force", "--", TRUE],
-        "daemon": [binary, "run", "--daemon", "--socket", str(service.socket), "--out", str(out),
-                   "--run-id", "t", "--force", "--", TRUE],
+        "daemon": [binary, *daemon_run],
         "bpftrace": ["bpftrace", str(BPFTRACE_DIR / "monitor.bt"), str(cgroup.id), "-c", TRUE],
     }
+    python_client = Path(binary).with_name(PYTHON_CLIENT)
+    if python_client.exists():
+        commands["python client"] = [str(python_client), *daemon_run]
     walls: dict[str, list[float]] = {name: [] for name in commands}
     errors: list[str] = []
     for rep in range(reps):
