@@ -315,3 +315,15 @@ def test_the_status_line_on_a_terminal_is_the_same(tmp_path: Path, daemon_factor
     assert screens["fast"] == screens["python"]
     assert b"12 events \xc2\xb7 1 drops \xc2\xb7 0.3s" in screens["fast"]
     assert b"13 events" not in screens["fast"]
+
+
+def test_a_closed_stdin_reaches_the_daemon_as_dev_null(tmp_path: Path, daemon_factory: Callable) -> None:
+    null = os.stat(os.devnull)
+    for client in CLIENTS:
+        fake = daemon_factory(finished(0))
+        proc = subprocess.run([*CLIENTS[client](), "run", "--socket", str(fake.socket), "--out", "out",
+                               "--run-id", "n", "--force", "--", "true"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60, preexec_fn=lambda: os.close(0))
+        assert proc.returncode == 0, (client, proc.stderr)
+        stdin, *_ = fake.seen[-1].fds
+        assert (stdin.st_rdev, stat.S_ISCHR(stdin.st_mode)) == (null.st_rdev, True), client
