@@ -79,8 +79,8 @@ class Daemon:
         self.owns_socket = False
         self.sensor: SensorHandle | None = None
         self.spare: Spare | None = None
-        self.wake_w: socket.socket | None = None
         """The next run's worker, forked ahead (runner/daemon/spare.py)."""
+        self.wake_w: socket.socket | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
 
