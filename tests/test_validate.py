@@ -262,7 +262,7 @@ CASES: dict[str, tuple[Callable[[Members], Members], list[str]]] = {
         edit(HEALTH, lambda d: d["notes"].append("free text")),
         [
             "observation-health.json: Expected `str` matching regex '^[a-z0-9_]+: ' "
-            "- at `$.notes[2]`"
+            f"- at `$.notes[{len(json.loads(GOLDEN_MEMBERS[HEALTH])['notes'])}]`"  # the appended one
         ],
     ),
     # run_id
