@@ -11,7 +11,9 @@ back-to-back runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -64,12 +66,36 @@ class DaemonService:
         assert self.proc is not None
         return _rss_kib(self.proc.pid) + _rss_kib(self.sensor_pid())
 
+    def idle_spare(self) -> set[int]:
+        """The daemon's spare worker (runner/daemon/spare.py) while it waits: a child of the daemon,
+        not its sensor, holding nothing but stdin, stdout, stderr and the socket it waits on. A run
+        worker that never exited holds more (its connection, channel, report pipe), so it is never
+        taken for the spare."""
+        assert self.proc is not None
+        sensor = self.sensor_pid()
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            for pid in {int(c) for c in children} - {sensor}:
+                others = {fd: target for fd, target in _fd_targets(pid).items() if fd > 2}
+                if len(others) == 1 and next(iter(others.values())).startswith("socket:"):
+                    return {pid}
+        return set()
+
     def sensor_pid(self) -> int:
         """The sensor process's pid, from the daemon's `daemon.sensor_loaded` log line."""
         for line in self.log.read_text().splitlines():
             if '"daemon.sensor_loaded"' in line:
                 return int(json.loads(line)["sensor_pid"])
         raise RuntimeError("the daemon logged no sensor_pid")
+
+
+def _fd_targets(pid: int) -> dict[int, str]:
+    targets = {}
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                targets[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+    return targets
 
 
 def _rss_kib(pid: int) -> int:
