@@ -6,7 +6,8 @@ second, peak RSS. It is run as a script file (not `-m`), so the normalizer it
 times is whichever tree comes first on PYTHONPATH: that is how `bench.scaling`
 compares this branch with another checkout in the same session.
 
-`--profile FILE` writes a cProfile of the same work (docs/benchmarks.md).
+`--profile FILE` writes a cProfile of the same work (docs/benchmarks.md);
+`--pure` times the pure-Python path of a tree whose C accelerator is built.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ def main() -> int:
     p.add_argument("spool", type=Path)
     p.add_argument("--out", type=Path, help="archive to write (default: a temp directory)")
     p.add_argument("--profile", type=Path, metavar="FILE", help="write a cProfile of the run here")
+    p.add_argument("--pure", action="store_true",
+                   help="run the normalizer's pure-Python path even when its C accelerator is built")
     args = p.parse_args()
+    if args.pure:
+        from normalizer import accel
+
+        accel.native = None
     import logging
 
     import structlog  # publish logs a warning when it skips validation; keep stdout one line

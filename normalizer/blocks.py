@@ -70,6 +70,11 @@ class FileBlockJudge:
         self.unattributed: list[tuple[str, str]] = []
         """(access, path) of policy-refused EACCES opens with no DAC verdict yet."""
 
+    def may_judge(self, ret: int) -> bool:
+        """Could an open that returned `ret` be judged a block (or asked about)? Only a
+        failure with EACCES under a policy; every other open's evidence is its shape alone."""
+        return self._policy is not None and ret == -EACCES
+
     def denied_access(self, r: Resolved) -> str | None:
         """The access a policy-refused EACCES open asked for, or None."""
         e = r.item.event

@@ -11,16 +11,14 @@ gathering what the other members need.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from bisect import bisect_right
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import msgspec
 
-from ebpf.wire import HOOK_NAMES
+from normalizer import accel
 from normalizer.artifacts import (
     RUN_EVENT_SCHEMA,
     SURFACE_SCHEMA,
@@ -32,27 +30,22 @@ from normalizer.artifacts import (
     RunEvent,
     SdkEvent,
 )
-from normalizer.blocks import FileBlockJudge, NetBlockMerge
-from normalizer.classify import CLASSIFIED_HOOKS, Classified, OpenMeta, classify
+from normalizer.blocks import FileBlockJudge
+from normalizer.buckets import Run, ThreadBuckets, shape_of
+from normalizer.classify import Classified
 from normalizer.correlate import END, Block, correlate, decisions, policy_events
-from normalizer.decode import decode_one
-from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.faults import fault_notes
-from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts, observation_health, privilege_note
-from normalizer.kernel_lines import MEMO_ENTRIES, KernelLayer, KernelLines
-from normalizer.order import process_order
-from normalizer.paths import PathResolver, Resolved
-from normalizer.redact import Redactor
+from normalizer.kernel_lines import LINES_PER_WRITE, MEMO_ENTRIES, KernelLayer, KernelLines, join_lines
+from normalizer.order import other_threads_order
+from normalizer.redact import Redactor, may_hold_secrets
+from normalizer.scan import Scan
 from normalizer.sdk import ToolCall, sdk_layer
-from normalizer.telemetry import is_telemetry
 from normalizer.transient import Substitution, TransientNames
-from normalizer.tree import Process, Thread, TreeBuilder, number_tree
-from spool.format import Spool, SpoolTrailer
+from normalizer.tree import Process, Thread, number_tree
+from spool.format import Spool
 
 _encoder = msgspec.json.Encoder()
-_msgpack = msgspec.msgpack.Encoder()
-_classified = msgspec.msgpack.Decoder(list[Classified])
 SPILL_EVERY = 50_000
 """Evidence events held in memory before they are spilled to disk."""
 
@@ -61,8 +54,8 @@ BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
 ENDPOINT_KINDS = frozenset({"connect", "connect_blocked", "event_6", "event_7"})
 """Kinds whose values are network endpoints: connects and datagram peers (sendto,
 sendmsg), as upstream's surface builder (crates/assay-runner-core/src/kernel.rs:198-210)."""
-EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS
-"""Hooks that can give evidence; the others (close, dup, exit, ...) only update state."""
+_KIND = attrgetter("kind")
+_WRITES = ("write", "read_write")
 RUN_PHASES = ("run_started", "run_finished")
 """The markers `events.ndjson` carries: upstream's run event types (run.rs:166-209)."""
 
@@ -112,118 +105,30 @@ def ndjson_member(items: list[msgspec.Struct]) -> bytes:
     return b"".join(_encoder.encode(i) + b"\n" for i in items)
 
 
-class _Scan:
-    """Stage A over the spool in ring order: attribute, resolve, judge, classify."""
-
-    def __init__(self, spool: Spool) -> None:
-        header = spool.header
-        self.tree = TreeBuilder(header.control_pids, header.shim_pid)
-        self.resolver = PathResolver(header.workdir, self.tree.thread_of)
-        self.escapes = EscapeWatch(header.cgroup_path)
-        self.untraced_io: Counter[str] = Counter()
-        self.judge = FileBlockJudge(header.policy, header.uid, spool.dac)
-        self.captured = 0
-        self._records = spool.records
-
-    def __iter__(self) -> Iterator[tuple[Thread, Classified]]:
-        """Evidence candidates with their threads, in ring order.
-
-        Ring order is causal: a task's creation record is written before the
-        task runs, and a thread's records in its own syscall order, so path
-        and process-tree state are always up to date when an event needs it.
-        One loop calls each stage per record (no generator per stage: this
-        is the normalizer's hot path, docs/benchmarks.md).
-        """
-        attribute, resolve, keep = self.tree.attribute_one, self.resolver.resolve, NetBlockMerge().keep
-        order = 0
-        for arrival, record in enumerate(self._records):
-            item = attribute(decode_one(record, arrival))
-            self.captured = arrival + 1
-            if item is None:
-                continue
-            r = resolve(item)
-            if not keep(r):
-                continue
-            if item.event.hook in EVIDENCE_HOOKS:
-                for c in self._evidence(r, order):
-                    yield item.thread, c
-            order += 1
-
-    def _evidence(self, r: Resolved, order: int) -> list[Classified]:
-        hook = r.item.event.hook
-        if hook in FS_HOOKS:
-            if hook in UNTRACED_IO_HOOKS:
-                self.untraced_io[HOOK_NAMES[hook]] += 1
-            return list(fs_events(r, order))
-        if hook in ESCAPE_HOOKS:
-            c = self.escapes.classify(r, order)
-        else:
-            c = classify(r, order, self.judge.blocked_access(r))
-        return [] if c is None else [c]
-
-    def facts(self, trailer: SpoolTrailer, platform: str) -> CaptureFacts:
-        return CaptureFacts(
-            drops=trailer.drops,
-            emitted=trailer.emitted,
-            captured=self.captured,
-            unattributed_events=self.tree.stats.unattributed_events,
-            root_seen=self.tree.stats.root_seen,
-            unresolved_paths=self.resolver.unresolved,
-            platform=platform,
-            unresolved_reopens=self.resolver.unresolved_reopens,
-            cgroup_escapes=self.escapes.migrations,
-            clone_into_cgroup=self.escapes.clone_into_cgroup,
-            untracked_tasks=trailer.untracked_tasks,
-            untraced_io=dict(self.untraced_io),
-            truncated_paths=self.resolver.truncated,
-            recovered=trailer.recovered is not None,
-        )
-
-
-class ThreadBuckets:
-    """Evidence filed per thread in the thread's own order, spilled to disk past a limit.
-
-    Canonical order needs the whole tree (numbers are known only at the
-    end), so evidence waits here; spilling keeps memory flat however long
-    the run was.
-    """
-
-    def __init__(self, limit: int | None = None) -> None:
-        self._limit = limit or SPILL_EVERY
-        self._memory: dict[Thread, list[Classified]] = {}
-        self._chunks: dict[Thread, list[tuple[int, int]]] = {}
-        self._held = 0
-        self._spill = tempfile.TemporaryFile(prefix="assay-normalize-")  # noqa: SIM115 - closed by close()
-
-    def add(self, thread: Thread, event: Classified) -> None:
-        self._memory.setdefault(thread, []).append(event)
-        self._held += 1
-        if self._held >= self._limit:
-            self._spill.seek(0, os.SEEK_END)
-            for t, events in self._memory.items():
-                data = _msgpack.encode(events)
-                self._chunks.setdefault(t, []).append((self._spill.tell(), len(data)))
-                self._spill.write(data)
-            self._memory.clear()
-            self._held = 0
-
-    def events(self, thread: Thread) -> Iterator[Classified]:
-        """A thread's evidence, in its own order."""
-        for offset, size in self._chunks.get(thread, ()):
-            self._spill.seek(offset)
-            yield from _classified.decode(self._spill.read(size))
-        yield from self._memory.get(thread, ())
-
-    def close(self) -> None:
-        self._spill.close()
-
-
-def canonical(buckets: ThreadBuckets, processes: list[Process],
-              names: Substitution) -> Iterator[tuple[Thread, Classified]]:
-    """Every filed event by process number, then its first thread's own order, then the
-    other threads' records by content (normalizer/order.py; `names` gives the canonical values)."""
+def canonical_runs(buckets: ThreadBuckets, processes: list[Process],
+                   names: Substitution) -> Iterator[tuple[Thread, Run]]:
+    """Every filed event by process number, then its first thread's own order (as it was
+    filed, run by run), then the other threads' records by content (normalizer/order.py;
+    `names` gives the canonical values), consecutive events of one thread as one run."""
     for proc in processes:
-        yield from process_order([(t, buckets.events(t)) for t in proc.threads()], names.apply)
+        first, *others = proc.threads()
+        for run in buckets.runs(first):
+            yield first, run
+        if not others:
+            continue
+        current: Thread | None = None
+        shapes: list[Classified] = []
+        pairs: list[int] = []
+        for thread, c in other_threads_order([(t, buckets.events(t)) for t in others], names.apply):
+            if thread is not current and shapes:
+                yield current, (shapes, pairs)  # type: ignore[misc]
+                shapes, pairs = [], []
+            current = thread
+            shapes.append(shape_of(c))
+            pairs.append(c.order)
+            pairs.append(c.ts)
+        if shapes:
+            yield current, (shapes, pairs)  # type: ignore[misc]
 
 
 def _rank(thread: Thread) -> tuple[int, int]:
@@ -242,25 +147,26 @@ def candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJ
 
 def named_candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, FileBlockJudge, Substitution]:
     """`candidates`, and the transient-name substitution the archive was written with (raw values kept)."""
-    scan = _Scan(spool)
-    buckets = ThreadBuckets()
+    scan = Scan(spool)
+    buckets = ThreadBuckets(SPILL_EVERY)
     transient = TransientNames()
-    for thread, c in scan:
-        transient.observe(thread, c)
-        buckets.add(thread, c)
+    scan.file(buckets, transient, drop_telemetry=False)
     processes = number_tree(scan.tree.root)
     names = transient.finish(_rank)
-    out = [msgspec.structs.replace(c, process=t.process.number, thread_rank=t.rank)
-           for t, c in canonical(buckets, processes, names)]
+    out = [msgspec.structs.replace(shape, order=pairs[2 * i], ts=pairs[2 * i + 1],
+                                   process=t.process.number, thread_rank=t.rank)
+           for t, (shapes, pairs) in canonical_runs(buckets, processes, names)
+           for i, shape in enumerate(shapes)]
     buckets.close()
     return out, scan.facts(spool.trailer, spool.header.platform), scan.judge, names
 
 
 def dac_questions(spool: Spool) -> list[tuple[str, str]]:
     """(access, path) pairs the runner must check as the command's user (sorted, unique)."""
-    scan = _Scan(spool)
-    for _ in scan:
-        pass
+    scan = Scan(spool)
+    buckets = ThreadBuckets(SPILL_EVERY)
+    scan.file(buckets, TransientNames(), drop_telemetry=True)
+    buckets.close()
     return sorted(set(scan.judge.unattributed))
 
 
@@ -283,6 +189,20 @@ class _Windows:
         return i >= 0 and ts <= self._ends[i]
 
 
+def unseen_shapes(shapes: list[Classified], by_id: dict[int, bytes]) -> list[Classified]:
+    """The distinct objects of `shapes` whose id() is not a key of `by_id` (any order: each is
+    done once, and what is done with one does not depend on the others; the C accelerator has
+    the same function, in first-seen order)."""
+    ids = list(map(id, shapes))
+    distinct = dict(zip(ids, shapes, strict=True))
+    return list(map(distinct.__getitem__, set(ids).difference(by_id)))
+
+
+def tails_of(shapes: list[Classified], by_id: dict[int, bytes]) -> list[bytes]:
+    """Each shape's tail from the memo by id (the C accelerator has the same function)."""
+    return list(map(by_id.__getitem__, map(id, shapes)))
+
+
 class _Collector:
     """Stage B: writes the kernel layer in canonical order and gathers what the
     other members need, holding only sets of distinct values and the capture
@@ -303,55 +223,99 @@ class _Collector:
         self._windows = _Windows(calls)
         self._any_window = bool(calls)
         self._lines = KernelLines(run_id)
-        self._tails: dict[tuple[int, str, str | None, OpenMeta | None], bytes] = {}
+        self._by_id: dict[int, bytes] = {}
+        native = accel.native
+        self._join = native.join_lines if native else join_lines
+        self._unseen = native.unseen_shapes if native else unseen_shapes
+        self._lookup = native.tails_of if native else tails_of
+        self._pinned: dict[int, Classified] = {}
 
-    def add(self, pid: int, c: Classified) -> None:
-        """Write `c`'s line for process `pid`; an event shape seen before costs one lookup."""
-        tail = self._tails.get((c.event_type, c.kind, c.value, c.meta))
-        if tail is None:
-            tail = self._first(c)
-        self.layer.write_line(self._lines.line(self.layer.count, pid, tail))
-        if self._any_window and c.ts in self._windows:
-            self.stamps.append(c.ts)
-            if c.kind in BLOCK_KINDS:
-                self.blocks.append(Block(c.ts, c.kind))
+    def add_run(self, pid: int, run: Run) -> None:
+        """Write the lines of a run of events of process `pid`, as one block.
 
-    def _first(self, c: Classified) -> bytes:
-        """The line tail of an event shape not in the memo, with its value collected.
-
-        The value is substituted (transient names), then redacted. A shape
-        whose value redaction left alone is memoized (most: paths and
-        endpoints repeat); one holding a secret never is, so each occurrence
-        is redacted again and the per-rule tally stays a count of occurrences.
-        The memo is emptied past `MEMO_ENTRIES`: memory stays flat.
+        A shape's tail is looked up by the shape object (the scan shares one
+        per shape: one lookup per distinct shape in the run); the lines are
+        the run's head, seq and pid spliced onto the tails (`join_lines`).
         """
-        value = c.value
-        if value is not None:
-            before = self._redactor.total
-            value = self._redactor.redact(self._names.apply(value))
-            clean = self._redactor.total == before
-        else:
-            clean = True
-        tail = self._lines.tail(c, value)
-        if clean:
-            if len(self._tails) >= MEMO_ENTRIES:
-                self._tails.clear()
-            self._tails[(c.event_type, c.kind, c.value, c.meta)] = tail
-        self.kinds.add(c.kind)
-        if value is None:
-            return tail
-        if c.kind in FILE_KINDS:
-            self.values["files"].add(value)
-            if c.kind == "openat" and c.meta and c.meta.status is None \
-                    and c.meta.access_mode in ("write", "read_write"):
-                self.values["written"].add(value)
-        elif c.kind in ENDPOINT_KINDS:
-            self.values["endpoints"].add(value)
-        elif c.kind == "exec":
-            self.values["execs"].add(value)
-        if c.kind in BLOCK_KINDS:
-            self.values["blocked"].add(value)
-        return tail
+        shapes, pairs = run
+        tails = self._tails_of(shapes)
+        pid_part = b',"pid":%d,' % pid
+        for start in range(0, len(tails), LINES_PER_WRITE):  # blocks that stay in the cache
+            block = tails[start:start + LINES_PER_WRITE]
+            lines = self._join(self._lines.head, self.layer.count, pid_part, block)
+            self.layer.write_block(lines, len(block))
+        if self._any_window:
+            for shape, ts in zip(shapes, pairs[1::2], strict=True):
+                if ts in self._windows:
+                    self.stamps.append(ts)
+                    if shape.kind in BLOCK_KINDS:
+                        self.blocks.append(Block(ts, shape.kind))
+
+    def _tails_of(self, shapes: list[Classified]) -> list[bytes]:
+        """The tail of each shape. A shape whose value held a secret is redacted once per
+        occurrence, as the tally counts occurrences; the memo is emptied past `MEMO_ENTRIES`
+        (after the run: within one, each distinct shape is done once)."""
+        by_id = self._by_id
+        new = self._unseen(shapes, by_id)
+        unclean: list[int] = []
+        if new:
+            tails, clean = self._first(new)
+            keys = list(map(id, new))
+            by_id.update(zip(keys, tails, strict=True))
+            self._pinned.update(zip(keys, new, strict=True))  # alive while a key: ids stay unique
+            for shape, ok in zip(new, clean, strict=True):
+                if not ok:
+                    unclean.append(id(shape))
+                    self._first([shape] * (sum(s is shape for s in shapes) - 1))
+        tails = self._lookup(shapes, by_id)
+        for i in unclean:
+            del by_id[i], self._pinned[i]
+        if len(by_id) >= MEMO_ENTRIES:
+            by_id.clear()
+            self._pinned.clear()
+        return tails
+
+    def _first(self, shapes: list[Classified]) -> tuple[list[bytes], list[bool]]:
+        """The line tails of shapes not in the memo, with their values collected, and whether
+        redaction left each value alone.
+
+        A value is substituted (transient names), then redacted; only values
+        that may hold a secret are given to the redactor (`may_hold_secrets`
+        tests the others in blocks, at memory speed).
+        """
+        values = [s.value for s in shapes]
+        if self._names.count:
+            apply = self._names.apply
+            values = [None if v is None else apply(v) for v in values]
+        clean = [True] * len(values)
+        redactor = self._redactor
+        for k, suspect in enumerate(may_hold_secrets(values)):
+            if suspect:
+                before = redactor.count
+                values[k] = redactor.redact(values[k])  # type: ignore[arg-type]
+                clean[k] = redactor.count == before
+        self._collect(shapes, values)
+        return self._lines.tails(shapes, values), clean
+
+    def _collect(self, shapes: list[Classified], values: list[str | None]) -> None:
+        """Gather the shapes' kinds and (final) values for the surface and the summary."""
+        self.kinds.update(map(_KIND, shapes))
+        files, written, blocked = self.values["files"], self.values["written"], self.values["blocked"]
+        for c, value in zip(shapes, values, strict=True):
+            if value is None:
+                continue
+            kind = c.kind
+            if kind in FILE_KINDS:
+                files.add(value)
+                m = c.meta
+                if kind == "openat" and m is not None and m.status is None and m.access_mode in _WRITES:
+                    written.add(value)
+            elif kind in ENDPOINT_KINDS:
+                self.values["endpoints"].add(value)
+            elif kind == "exec":
+                self.values["execs"].add(value)
+            if kind in BLOCK_KINDS:
+                blocked.add(value)
 
     def surface(self, policy_lines: list[PolicyEvent]) -> CapabilitySurface:
         """The surface: kernel values, and the tools and `{decision}:{tool}` of the policy lines."""
@@ -376,18 +340,15 @@ def normalize(spool: Spool, run_id: str | None = None) -> NormalizedRun:
     run_id = run_id or spool.header.run_id
     redactor = Redactor()
     sdk = sdk_layer(spool.sdk, run_id, redactor)
-    scan = _Scan(spool)
-    buckets = ThreadBuckets()
+    scan = Scan(spool)
+    buckets = ThreadBuckets(SPILL_EVERY)
     transient = TransientNames()
-    for thread, c in scan:
-        transient.observe(thread, c)
-        if not is_telemetry(c):
-            buckets.add(thread, c)
+    scan.file(buckets, transient, drop_telemetry=True)
     processes = number_tree(scan.tree.root)
     names = transient.finish(_rank)
     out = _Collector(run_id, sdk.tool_calls, redactor, names)
-    for thread, c in canonical(buckets, processes, names):
-        out.add(thread.process.number, c)
+    for thread, run in canonical_runs(buckets, processes, names):
+        out.add_run(thread.process.number, run)
     buckets.close()
     facts = scan.facts(spool.trailer, spool.header.platform)
 

@@ -108,7 +108,7 @@ def open_meta(flags: int, mode: int, resolve: int, ret: int) -> OpenMeta:
     )
 
 
-_open_meta = lru_cache(maxsize=4096)(open_meta)
+cached_open_meta = lru_cache(maxsize=4096)(open_meta)
 """`open_meta` memoized: a success's fd number does not enter it (passed as 0), so an agent's
 opens share a handful of (flags, mode, resolve, errno) shapes. The result is frozen."""
 
@@ -175,7 +175,7 @@ def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> 
     denied = None
     if e.hook == HOOK_OPEN:
         value = resolved.path
-        meta = _open_meta(e.a1, e.a2, e.a3, min(e.ret, 0))
+        meta = cached_open_meta(e.a1, e.a2, e.a3, min(e.ret, 0))
         if file_denied is not None:
             event_type, denied = FILE_BLOCKED, file_denied
     elif e.hook == HOOK_EXEC:

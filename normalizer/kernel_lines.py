@@ -3,10 +3,12 @@
 A line is `{"schema":..,"run_id":..,"seq":N,"pid":P,` followed by a tail that
 depends only on the event's type, kind, value and open metadata. Agents repeat
 those (the same files opened again and again), so the writer (normalizer/build.py)
-encodes each distinct tail once with msgspec (`KernelLines.tail`) and splices seq
-and pid in (`KernelLines.line`); the bytes are
-exactly what encoding the whole `KernelEvent` gives (tests/test_kernel_lines.py).
-Lines reach the temp file and the digest in blocks of `LINES_PER_WRITE`.
+computes each distinct tail once (`KernelLines.tail`: the value encoded with
+msgspec, spliced into a frame encoded once per type, kind and open metadata)
+and splices the run's head, seq and pid in (`join_lines`, in C when the
+accelerator is built); the bytes are exactly what encoding the whole
+`KernelEvent` gives (tests/test_kernel_lines.py). Lines reach the temp file
+and the digest in blocks of `LINES_PER_WRITE`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections.abc import Iterable
+from itertools import chain, repeat
 from typing import BinaryIO
 
 import msgspec
@@ -89,6 +92,14 @@ class KernelLayer:
         if len(self._pending) >= LINES_PER_WRITE:
             self._flush()
 
+    def write_block(self, block: bytes, lines: int) -> None:
+        """Append `lines` whole encoded lines at once (the bulk writer's path)."""
+        self._flush()
+        self._file.write(block)
+        self._hash.update(block)
+        self.size += len(block)
+        self.count += lines
+
     def _flush(self) -> None:
         block = b"".join(self._pending)
         self._pending.clear()
@@ -122,6 +133,15 @@ class KernelLayer:
 
 
 
+def join_lines(head: bytes, seq: int, pid_part: bytes, tails: list[bytes]) -> bytes:
+    """`head`, seq (counting up from `seq`), `pid_part` and the tail, for each tail, as one block.
+
+    The C accelerator (normalizer/accel.py) has the same function; this is its fallback.
+    """
+    return b"".join(chain.from_iterable(zip(
+        repeat(head), map(b"%d".__mod__, range(seq, seq + len(tails))), repeat(pid_part), tails)))
+
+
 class KernelLines:
     """Encodes the kernel lines of one run: a tail once per event shape, then seq and pid per line."""
 
@@ -129,17 +149,49 @@ class KernelLines:
         self.run_id = run_id
         probe = _encoder.encode(KernelEvent(schema=KERNEL_EVENT_SCHEMA, run_id=run_id, seq=0, pid=0,
                                             event_type=0, kind="openat", value=None))
-        self._head = probe[:probe.index(b'"seq":0,"pid":0,')] + b'"seq":'
-        self._zero = self._head + b'0,"pid":0,'
+        self.head = probe[:probe.index(b'"seq":0,"pid":0,')] + b'"seq":'
+        """The bytes of every line before its seq number."""
+        self._zero = self.head + b'0,"pid":0,'
+        self._frames: dict[tuple[int, str, object], tuple[bytes, bytes]] = {}
 
     def tail(self, c: Classified, value: str | None) -> bytes:
-        """Everything after `"pid":N,` of `c`'s line with (final, redacted) `value`, newline included."""
-        event = msgspec.structs.replace(c, value=value) if value is not c.value else c
-        encoded = _encoder.encode(kernel_event(self.run_id, 0, event, 0))
+        """Everything after `"pid":N,` of `c`'s line with (final, redacted) `value`, newline included.
+
+        The tail is the encoded line of `c` with a null value, split around
+        `"value":null`, with the value encoded on its own spliced in: msgspec
+        writes a string the same alone as inside an object
+        (tests/test_kernel_lines.py), so only the frame is memoized per
+        (type, kind, open metadata), a handful per run.
+        """
+        key = (c.event_type, c.kind, c.meta)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = self._frame(c)
+            if len(self._frames) >= MEMO_ENTRIES:
+                self._frames.clear()
+            self._frames[key] = frame
+        before, after = frame
+        return before + after if value is None else before + _encoder.encode(value) + after[4:]
+
+    def tails(self, shapes: list[Classified], values: list[str | None]) -> list[bytes]:
+        """`tail` of each shape with its value, the frames looked up once per distinct metadata."""
+        frames = self._frames
+        out = []
+        for c, value in zip(shapes, values, strict=True):
+            frame = frames.get((c.event_type, c.kind, c.meta))
+            if frame is None:
+                out.append(self.tail(c, value))
+                continue
+            before, after = frame
+            out.append(before + after if value is None else before + _encoder.encode(value) + after[4:])
+        return out
+
+    def _frame(self, c: Classified) -> tuple[bytes, bytes]:
+        """(`..."value":`, `null...` to the newline) of `c`'s tail."""
+        null = msgspec.structs.replace(c, value=None) if c.value is not None else c
+        encoded = _encoder.encode(kernel_event(self.run_id, 0, null, 0))
         if not encoded.startswith(self._zero):
             raise RuntimeError("kernel line fields are not in the order the line writer expects")
-        return encoded[len(self._zero):] + b"\n"
-
-    def line(self, seq: int, pid: int, tail: bytes) -> bytes:
-        """The whole line: the run's head, `seq`, `pid`, and a tail from `tail()`."""
-        return b'%b%d,"pid":%d,%b' % (self._head, seq, pid, tail)
+        tail = encoded[len(self._zero):] + b"\n"
+        cut = tail.index(b',"value":null') + len(b',"value":')
+        return tail[:cut], tail[cut:]

@@ -70,9 +70,15 @@ def process_order(threads: list[tuple[T, Iterable[Classified]]],
     first, events = threads[0]
     for c in events:
         yield first, c
+    yield from other_threads_order(threads[1:], rename)
+
+
+def other_threads_order(threads: list[tuple[T, Iterable[Classified]]],
+                        rename: Callable[[str], str]) -> Iterator[tuple[T, Classified]]:
+    """The lines of a process's threads after its first (`threads`, in rank order), by content."""
     # msgpack values are self-delimiting, so the concatenation identifies the record's lines
     others = [(b"".join(content(c, rename) for c in unit), thread, unit)
-              for thread, events in threads[1:] for unit in records(events)]
+              for thread, events in threads for unit in records(events)]
     others.sort(key=lambda item: item[0])
     for _, thread, unit in others:
         for c in unit:

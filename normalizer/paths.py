@@ -95,7 +95,7 @@ def to_int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
-def _joined(base: str | None, path: str) -> str | None:
+def joined(base: str | None, path: str) -> str | None:
     """`path` made absolute against `base` (None: unknown), normalized lexically.
 
     Already-normal absolute paths and plain names under a normal base skip
@@ -127,11 +127,11 @@ class FsState:
     def join(self, base_fd: int, path: str) -> str | None:
         """Absolute form of `path` relative to `base_fd` (or the cwd)."""
         if path.startswith("/"):
-            return _joined(None, path)
+            return joined(None, path)
         if base_fd == AT_FDCWD:
-            return _joined(self.cwd, path)
+            return joined(self.cwd, path)
         entry = self.fds.get(base_fd)
-        return _joined(entry[0] if entry else None, path)
+        return joined(entry[0] if entry else None, path)
 
     def fd_path(self, fd: int) -> str | None:
         entry = self.fds.get(fd)
@@ -180,7 +180,14 @@ class PathResolver:
         """/proc fd reopens whose fd has no known path (value null)."""
         self.truncated = 0
         """Path payloads the kernel cut at its capture limit (marked in their values)."""
+        self.reopens = 0
+        """Opens of a /proc fd path (their answer depends on another fd table: never memoized)."""
         self._joined: dict[tuple[str | None, bytes, bool], tuple[bool, str | None]] = {}
+
+    @property
+    def states(self) -> dict[Process, FsState]:
+        """Each process's state (the same dict for the whole walk, read by the scan's fast path)."""
+        return self._states
 
     def _state(self, proc: Process) -> FsState:
         state = self._states.get(proc)
@@ -202,6 +209,7 @@ class PathResolver:
         if e.hook == HOOK_OPEN:
             path = self._join(state, to_int32(e.a0), e.data, first_cut(e))
             if path is not None and path.startswith(PROC_FD_PREFIXES):
+                self.reopens += 1
                 path = self._reopen(item.thread, path)
             if e.ret >= 0:
                 state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
@@ -285,7 +293,7 @@ class PathResolver:
         hit = self._joined.get(key)
         if hit is None:
             text = c_string(data, cut)
-            hit = (text is not None, None if text is None else _joined(base, text))
+            hit = (text is not None, None if text is None else joined(base, text))
             if len(self._joined) >= JOIN_MEMO:
                 self._joined.clear()
             self._joined[key] = hit

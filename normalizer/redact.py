@@ -140,6 +140,39 @@ def _any_literal_in_block(block: bytes) -> bool:
                for prefix, members in groups)
 
 
+TEXTS_PER_BLOCK = 256
+"""Texts `may_hold_secrets` tests together before it tests them one by one."""
+
+
+@cache
+def _lowered_literals() -> tuple[str, ...] | None:
+    """Every rule's literal lower-cased (None when a rule has none)."""
+    literals = _literals()
+    return None if literals is None else tuple(dict.fromkeys(x.lower() for x in literals[0] + literals[1]))
+
+
+def may_hold_secrets(texts: list[str | None]) -> list[bool]:
+    """For each text (None: no text), whether redaction could change it: False only when no
+    rule's literal is in it, as `Redactor.redact` decides before it runs any rule.
+
+    Texts are tested in blocks: an ASCII block without any literal, lower-cased
+    (a superset of the exact comparisons, as `_any_literal_in_block`), clears
+    all its texts at once; the others are tested one by one.
+    """
+    literals = _lowered_literals()
+    out: list[bool] = []
+    for start in range(0, len(texts), TEXTS_PER_BLOCK):
+        chunk = [text or "" for text in texts[start:start + TEXTS_PER_BLOCK]]
+        block = "\n".join(chunk)
+        if literals is not None and block.isascii():
+            lowered = block.lower()
+            if not any(literal in lowered for literal in literals):
+                out += [False] * len(chunk)
+                continue
+        out += map(_any_literal, chunk)
+    return out
+
+
 def _candidates(text: str) -> list[tuple[str, re.Pattern[str]]]:
     """The rules that could match `text` (in table order)."""
     if not _any_literal(text):
@@ -165,10 +198,12 @@ class Redactor:
     def __init__(self, key: bytes = PLACEHOLDER_KEY) -> None:
         self._key = key
         self.by_rule: Counter[str] = Counter()
+        self.count = 0
+        """Spans replaced so far (`total`, kept as it grows: read once per value)."""
 
     @property
     def total(self) -> int:
-        return sum(self.by_rule.values())
+        return self.count
 
     def _placeholder(self, rule: str, matched: str) -> str:
         mac = hmac.new(self._key, matched.encode("utf-8", "surrogatepass"), hashlib.sha256)
@@ -202,6 +237,7 @@ class Redactor:
                 continue
             out += [text[pos:start], self._placeholder(name, text[start:end])]
             self.by_rule[name] += 1
+            self.count += 1
             pos = end
         if not out:
             return text

@@ -42,6 +42,8 @@ O_EXCL = 0o200
 ENOENT = 2
 _CREATES = frozenset({MKDIR, MKNOD, SYMLINK, LINK_TO})
 _REMOVES = frozenset({UNLINK, RMDIR})
+_LIFE_EVENTS = _CREATES | _REMOVES | {RENAME_FROM, RENAME_TO}
+"""Event types besides openat whose observation can change what is followed."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,30 @@ class TransientNames:
     _rename_from: str | None = None
     _stories: dict[str, list[tuple[Hashable, Classified]]] = field(default_factory=dict)
     """Per candidate, the lines about it or below it (with their threads): numbering by content."""
+
+    @property
+    def tracked(self) -> dict[str, _Life]:
+        """The candidates followed so far (the same dict for the whole run: a hot loop reads it
+        once and tests it for emptiness per event)."""
+        return self._lives
+
+    @staticmethod
+    def inert(c: Classified) -> bool:
+        """Would `observe(_, c)` change nothing while no candidate is tracked?
+
+        True unless `c` is an open that creates (or tried to create) a name
+        some template could call random: what it depends on is `c`'s shape
+        alone, so the scan memoizes it with the shape (normalizer/scan.py).
+        """
+        if c.value is None:
+            return True
+        if c.event_type != 1:
+            return c.event_type not in _LIFE_EVENTS
+        if c.meta is None or not c.meta.flags & O_CREAT:
+            return True
+        if c.meta.status is not None and c.meta.return_value != -ENOENT:
+            return True
+        return random_span(c.value, bool(c.meta.flags & O_EXCL)) is None
 
     def observe(self, who: Hashable, c: Classified) -> None:
         """Follow one evidence candidate of thread `who` (ring order; telemetry included)."""

@@ -108,6 +108,12 @@ class TreeBuilder:
         thread = self._tasks.get(e.tid)
         return Attributed(e, thread) if thread else self._unowned(e)
 
+    @property
+    def tasks(self) -> dict[int, Thread]:
+        """Live run threads by host id (the same dict for the whole walk: the scan's fast path
+        reads it for records that cannot change the tree, normalizer/scan.py)."""
+        return self._tasks
+
     def thread_of(self, tid: int) -> Thread | None:
         """The run's live thread with host id `tid`, if any."""
         return self._tasks.get(tid)

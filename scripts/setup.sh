@@ -16,7 +16,7 @@ VENV=.venv
 # bubblewrap: the external sandbox the probe harness is tested under (docs/probes.md).
 # chromium: the HTML report test renders a report headless (tests/test_report_browser.py).
 # systemd: systemd-analyze and systemd-socket-activate for the daemon's unit tests (tests/test_packaging.py).
-PACKAGES=(python3-bpfcc python3-venv bpftrace strace make gcc iproute2 git ca-certificates
+PACKAGES=(python3-bpfcc python3-venv python3-dev bpftrace strace make gcc iproute2 git ca-certificates
           docker.io debootstrap systemd bubblewrap chromium bpftool)
 # npm: the npm determinism workload (tests/test_transient_kernel.py). Machines
 # that ship Node.js from another source already have it; Debian's otherwise.
@@ -116,7 +116,20 @@ else
   say "ring consumer: built $so"
 fi
 
-# 3c. The fast daemon client (runner/daemon/fastclient.c) becomes the venv's
+# 3c. The normalizer's C accelerator (normalizer/fastscan.c, a CPython extension:
+#     normalizer/accel.py), rebuilt when its source is newer. Without it the
+#     normalizer runs its pure-Python path, with the same output.
+ext=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+inc=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+so=normalizer/_fastscan$ext
+if [ -f "$so" ] && [ "$so" -nt normalizer/fastscan.c ]; then
+  say "normalizer accelerator: already built ($so)"
+else
+  quiet gcc -O2 -Wall -Wextra -Werror -shared -fPIC -I"$inc" -o "$so" normalizer/fastscan.c
+  say "normalizer accelerator: built $so"
+fi
+
+# 3d. The fast daemon client (runner/daemon/fastclient.c) becomes the venv's
 #     `assay-runner`: it serves `run` through the daemon without Python's
 #     start-up and hands every other use to the Python CLI, `assay-runner-py`
 #     (docs/daemon.md). Rebuilt when pip put its script back or the source is newer.

@@ -134,10 +134,16 @@ class SpoolRecords:
         self._path = path
 
     def __iter__(self) -> Iterator[bytes]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[bytes]]:
+        """The records batch by batch, as the consumer drained them (the normalizer walks these
+        lists without a generator step per record)."""
         with open(self._path, "rb") as f:
             for frame in iter_frames(f):
                 if isinstance(frame, Batch):
-                    yield from frame.records
+                    yield frame.records
 
 
 class Spool(msgspec.Struct):
@@ -189,6 +195,20 @@ def batch_head(count: int, items_size: int) -> bytes:
 
 def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
     """Frames in file order; raises SpoolError on a torn or foreign frame."""
+    for body in _frame_bodies(stream):
+        yield _decode(body)
+
+
+def _decode(body: bytes) -> Frame:
+    try:
+        return _decoder.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
+        # ascii(): msgspec quotes the bad value, which may hold a newline; the error stays one line
+        raise SpoolError(f"undecodable frame: {ascii(str(exc))[1:-1]}") from exc
+
+
+def _frame_bodies(stream: BinaryIO) -> Iterator[bytes]:
+    """The body of each frame in file order; raises SpoolError on a torn one."""
     while True:
         head = stream.read(_LEN.size)
         if not head:
@@ -205,17 +225,15 @@ def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
         body = stream.read(size)
         if len(body) != size:
             raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
-        try:
-            yield _decoder.decode(body)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
-            # ascii(): msgspec quotes the bad value, which may hold a newline; the error stays one line
-            raise SpoolError(f"undecodable frame: {ascii(str(exc))[1:-1]}") from exc
+        yield body
 
 
 def read_spool(path: Path) -> Spool:
     """Read a complete spool; incomplete or foreign ones raise SpoolError.
 
-    Records stay on disk (`SpoolRecords`); everything else is loaded.
+    Records stay on disk (`SpoolRecords`); everything else is loaded. A batch frame is
+    recognized by its first bytes and not decoded here (the records are decoded once, when
+    they are walked: a batch that does not decode raises SpoolError then).
     """
     header: SpoolHeader | None = None
     trailer: SpoolTrailer | None = None
@@ -223,7 +241,10 @@ def read_spool(path: Path) -> Spool:
     sdk: list[SdkMessage] = []
     dac: dict[str, bool] = {}
     with open(path, "rb") as f:
-        for frame in iter_frames(f):
+        for body in _frame_bodies(f):
+            if header is not None and body.startswith(_BATCH_HEAD):
+                continue
+            frame = _decode(body)
             if header is None and not isinstance(frame, SpoolHeader):
                 raise SpoolError(f"{path} does not start with a spool header; not an assay-runner spool")
             if isinstance(frame, SpoolHeader):

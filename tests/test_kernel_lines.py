@@ -9,7 +9,7 @@ import pytest
 
 from normalizer import kernel_lines
 from normalizer.classify import Classified, open_meta
-from normalizer.kernel_lines import KernelLayer, KernelLines, kernel_event
+from normalizer.kernel_lines import KernelLayer, KernelLines, join_lines, kernel_event
 
 _encoder = msgspec.json.Encoder()
 
@@ -27,6 +27,11 @@ def _events() -> list[Classified]:
     return out
 
 
+def _line(lines: KernelLines, seq: int, pid: int, tail: bytes) -> bytes:
+    """One whole line, as the writer splices it."""
+    return join_lines(lines.head, seq, b',"pid":%d,' % pid, [tail])
+
+
 @pytest.mark.parametrize("run_id", ["r", "run_minimal-2"])
 def test_lines_are_the_encoded_events(run_id: str) -> None:
     lines = KernelLines(run_id)
@@ -34,14 +39,14 @@ def test_lines_are_the_encoded_events(run_id: str) -> None:
     for seq, c in enumerate(events):
         pid = seq % 7 + 1
         expected = _encoder.encode(kernel_event(run_id, seq, c, pid)) + b"\n"
-        assert lines.line(seq, pid, lines.tail(c, c.value)) == expected
+        assert _line(lines, seq, pid, lines.tail(c, c.value)) == expected
 
 
 def test_the_value_given_is_the_one_written() -> None:
     """The writer takes the final (substituted, redacted) value, not the event's raw one."""
     c = _events()[0]
     lines = KernelLines("r")
-    line = lines.line(0, 1, lines.tail(c, "/w/~1"))
+    line = _line(lines, 0, 1, lines.tail(c, "/w/~1"))
     assert msgspec.json.decode(line)["value"] == "/w/~1"
 
 
@@ -49,8 +54,16 @@ def test_block_writes_change_no_byte(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernel_lines, "LINES_PER_WRITE", 5)
     lines, layer, expected = KernelLines("r"), KernelLayer(), b""
     for seq, c in enumerate(_events() * 2):
-        layer.write_line(lines.line(seq, 2, lines.tail(c, c.value)))
+        layer.write_line(_line(lines, seq, 2, lines.tail(c, c.value)))
         expected += _encoder.encode(kernel_event("r", seq, c, 2)) + b"\n"
     assert layer.read_bytes() == expected
     assert layer.size == len(expected) and layer.count == len(_events()) * 2
     assert layer.sha256 == hashlib.sha256(expected).hexdigest()
+
+
+def test_bulk_tails_are_the_single_tails() -> None:
+    """`tails` (frames looked up once per metadata) gives what `tail` gives for each event."""
+    events = _events() * 2
+    lines = KernelLines("r")
+    expected = [KernelLines("r").tail(c, c.value) for c in events]
+    assert lines.tails(events, [c.value for c in events]) == expected

@@ -30,7 +30,7 @@ def test_memo_sizes_do_not_change_the_archive(monkeypatch: pytest.MonkeyPatch, n
 
 
 def test_the_join_shortcuts_agree_with_posixpath() -> None:
-    """`_joined` skips posixpath for already-normal paths; it must answer as posixpath does."""
+    """`joined` skips posixpath for already-normal paths; it must answer as posixpath does."""
     import itertools
     import posixpath
 
@@ -39,10 +39,10 @@ def test_the_join_shortcuts_agree_with_posixpath() -> None:
     names = {"".join(p) for n in (1, 2, 3) for p in itertools.product(parts, repeat=n)} - {""}
     for name in names:
         if name.startswith("/"):
-            assert paths._joined(None, name) == posixpath.normpath(name).replace("//", "/", 1), name
+            assert paths.joined(None, name) == posixpath.normpath(name).replace("//", "/", 1), name
         for base in bases:
             expected = (posixpath.normpath(name).replace("//", "/", 1) if name.startswith("/")
                         else posixpath.normpath(posixpath.join(base, name)))
-            assert paths._joined(base, name) == expected, (base, name)
-        assert paths._joined(None, name) == (None if not name.startswith("/") else
+            assert paths.joined(base, name) == expected, (base, name)
+        assert paths.joined(None, name) == (None if not name.startswith("/") else
                                              posixpath.normpath(name).replace("//", "/", 1))

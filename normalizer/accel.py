@@ -1,0 +1,22 @@
+"""The normalizer's optional C accelerator, `normalizer._fastscan` (normalizer/fastscan.c).
+
+`make setup` builds it with the machine's gcc (scripts/setup.sh). It holds
+C versions of the hot loops: the scan's fast path (`scan.fast_records`),
+the kernel-line splicer (`kernel_lines.join_lines`), the spill's shape
+table (`buckets.index_shapes`) and the tail memo's lookups
+(`build.unseen_shapes`, `build.tails_of`). The Python functions are
+the fallback when it is not built and the reference it is tested against:
+both give the same bytes on every recorded spool and on generated records
+(tests/test_normspeed.py). `native` is None when it is not there; tests and
+`bench/normalize_speed.py --pure` set it to None to run the Python path.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+native: ModuleType | None
+try:
+    from normalizer import _fastscan as native
+except ImportError:  # not built: the pure-Python path, same output
+    native = None

@@ -1,0 +1,606 @@
+/* normalizer/fastscan.c: the normalizer's hot loops in C (module normalizer._fastscan).
+ *
+ * fast_records(batch, i, tasks, states, memo, older, held, tracked, order, room, ctx)
+ *   -> (first record not taken, order, room)
+ *
+ * The same function as normalizer/scan.py's `fast_records`, which is its
+ * pure-Python fallback and its reference: take records from batch[i] on while
+ * each is a close, or an open whose answer is remembered in `memo` and that
+ * transient names can ignore, of a known thread whose process has a state;
+ * stop (without touching it) at the first record that is anything else, and
+ * after the record that used the last `room`. With `ctx` (not None) it also
+ * moves an answer from the `older` memo generation into `memo`, and works out
+ * and remembers the answer of a *plain* open neither holds (`plain_answer`):
+ * the answer Scan._open_answer gives, for the common case only; anything
+ * else is left to Python.
+ *
+ * Hostile input: a record's header integers are read only after its length
+ * is checked against the header and its payload (a short record is left to
+ * Python, which reports it); the bytes after the task ids are compared as a
+ * whole; a name is taken here only if it is printable ASCII without a
+ * backslash and fits the join buffer, every other byte sequence goes to
+ * Python's escaping. join_lines, index_shapes, unseen_shapes and tails_of are
+ * the C versions of normalizer/kernel_lines.py join_lines, buckets.py
+ * index_shapes and build.py unseen_shapes/tails_of.
+ *
+ * Built by scripts/setup.sh (`make setup`) with the machine's gcc; without it
+ * the Python versions run, with identical output (tests/test_normspeed.py).
+ */
+#define _GNU_SOURCE /* memmem */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the spool's record header is little-endian; this accelerator reads it natively"
+#endif
+
+#define HEADER_SIZE 64 /* struct assay_hdr, ebpf/wire.py HEADER */
+#define HOOK_OPEN 1
+#define HOOK_CLOSE 47
+#define AT_FDCWD (-100)
+
+#define TRUNC_FIRST 1
+#define EACCES_RET (-13)
+#define ENOENT_RET (-2)
+#define O_CREAT_BIT 0100
+#define O_CLOEXEC_BIT 02000000
+#define JOIN_MAX 8192 /* longest path worked out here; a longer one goes to Python */
+
+static PyObject *s_process, *s_fds, *s_cwd;
+
+static uint64_t u64_at(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static uint32_t u32_at(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint16_t u16_at(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+/* What the scan passes for working out a plain open the memo does not hold (`OpenContext` in
+ * normalizer/scan.py): (Classified, kind, metas, judging, drop_telemetry, telemetry prefixes,
+ * telemetry substrings, memo limit, reopen prefixes). */
+enum { CX_TYPE, CX_KIND, CX_METAS, CX_JUDGING, CX_DROP, CX_TPREFIX, CX_TSUB, CX_LIMIT, CX_REOPEN, CX_SIZE };
+
+static int has(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m)
+{
+    return m <= n && memmem(hay, (size_t)n, needle, (size_t)m) != NULL;
+}
+
+/* Does UTF-8 `s` start with one of the str prefixes (or hold one of the substrings) in tuple `t`?
+ * -1 on error. On valid text, byte and character matching agree. */
+static int any_of(PyObject *t, const char *s, Py_ssize_t n, int prefix)
+{
+    if (!PyTuple_Check(t))
+        return -1;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(t); k++) {
+        Py_ssize_t m;
+        const char *x = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(t, k), &m);
+        if (x == NULL)
+            return -1;
+        if (prefix ? (m <= n && memcmp(s, x, (size_t)m) == 0) : has(s, n, x, m))
+            return 1;
+    }
+    return 0;
+}
+
+/* The memo answer of a plain open (new reference), as Scan._open_answer gives it: a whole
+ * printable-ASCII name without a backslash, joined without posixpath (an absolute path already
+ * normal, or one plain component under a normal absolute base), no /proc fd reopen, no
+ * telemetry candidate, no create a transient name could care about, open metadata already
+ * in `metas`. NULL without an exception: not plain, Python works it out. */
+static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *base, int64_t ret)
+{
+    uint16_t dlen = u16_at(p + 18), cut = u16_at(p + 20);
+    int64_t flags = (int64_t)u64_at(p + 40), mode = (int64_t)u64_at(p + 48), resolve = (int64_t)u64_at(p + 56);
+    const char *name = (const char *)p + HEADER_SIZE;
+    Py_ssize_t n = (Py_ssize_t)strnlen(name, dlen);
+    if (n == 0 || n > JOIN_MAX || cut & TRUNC_FIRST
+        || (PyTuple_GET_ITEM(ctx, CX_JUDGING) == Py_True && ret == EACCES_RET))
+        return NULL;
+    if ((flags & O_CREAT_BIT) && (ret >= 0 || ret == ENOENT_RET))
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (name[k] < 0x20 || name[k] >= 0x7f || name[k] == '\\')
+            return NULL;
+    char buf[JOIN_MAX];
+    Py_ssize_t size;
+    if (name[0] == '/') {
+        if (has(name, n, "//", 2) || has(name, n, "/.", 2) || name[n - 1] == '/')
+            return NULL;
+        memcpy(buf, name, (size_t)n);
+        size = n;
+    } else {
+        if (memchr(name, '/', (size_t)n) || (n == 1 && name[0] == '.')
+            || (n == 2 && name[0] == '.' && name[1] == '.') || !PyUnicode_CheckExact(base))
+            return NULL;
+        Py_ssize_t bn;
+        const char *b = PyUnicode_AsUTF8AndSize(base, &bn);
+        if (b == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (bn == 0 || b[0] != '/' || has(b, bn, "//", 2) || has(b, bn, "/.", 2) || b[bn - 1] == '/'
+            || bn + 1 + n > (Py_ssize_t)sizeof buf)
+            return NULL;
+        memcpy(buf, b, (size_t)bn);
+        buf[bn] = '/';
+        memcpy(buf + bn + 1, name, (size_t)n);
+        size = bn + 1 + n;
+    }
+    int hit = any_of(PyTuple_GET_ITEM(ctx, CX_REOPEN), buf, size, 1);
+    if (hit == 0 && PyTuple_GET_ITEM(ctx, CX_DROP) == Py_True) {
+        hit = any_of(PyTuple_GET_ITEM(ctx, CX_TPREFIX), buf, size, 1);
+        if (hit == 0)
+            hit = any_of(PyTuple_GET_ITEM(ctx, CX_TSUB), buf, size, 0);
+    }
+    if (hit != 0) {
+        if (hit < 0)
+            PyErr_Clear();
+        return NULL;
+    }
+    PyObject *meta_key = Py_BuildValue("(LLLL)", (long long)flags, (long long)mode, (long long)resolve,
+                                       (long long)(ret < 0 ? ret : 0));
+    if (meta_key == NULL)
+        return NULL;
+    PyObject *meta = PyDict_GetItemWithError(PyTuple_GET_ITEM(ctx, CX_METAS), meta_key);
+    Py_DECREF(meta_key);
+    if (meta == NULL)
+        return NULL;
+    PyObject *path = PyUnicode_DecodeUTF8(buf, size, "strict");
+    if (path == NULL)
+        return NULL;
+    PyObject *event_type = PyLong_FromLong(HOOK_OPEN), *zero = PyLong_FromLong(0);
+    PyObject *argv[6] = {event_type, PyTuple_GET_ITEM(ctx, CX_KIND), path, meta, zero, zero};
+    PyObject *shape = event_type && zero
+                          ? PyObject_Vectorcall(PyTuple_GET_ITEM(ctx, CX_TYPE), argv, 6, NULL) : NULL;
+    Py_XDECREF(event_type);
+    Py_XDECREF(zero);
+    PyObject *fd_entry = NULL;
+    if (shape != NULL && ret >= 0)
+        fd_entry = Py_BuildValue("(OO)", path, (flags & O_CLOEXEC_BIT) ? Py_True : Py_False);
+    Py_DECREF(path);
+    if (shape == NULL || (ret >= 0 && fd_entry == NULL)) {
+        Py_XDECREF(shape);
+        return NULL;
+    }
+    PyObject *answer = PyTuple_Pack(4, fd_entry ? fd_entry : Py_None, shape, Py_False, Py_True);
+    Py_XDECREF(fd_entry);
+    Py_DECREF(shape);
+    return answer;
+}
+
+
+/* The base directory of an open (new reference), as PathResolver._join picks it:
+ * none for an absolute payload, the cwd for AT_FDCWD, else the dirfd's path.
+ * NULL with an exception set on error; NULL without one when the fd table holds
+ * something that is not a (path, cloexec) tuple (left to Python). */
+static PyObject *open_base(PyObject *state, PyObject *fds, PyObject *fd_obj, int32_t fd,
+                           const unsigned char *payload, uint16_t dlen)
+{
+    if (dlen && payload[0] == '/')
+        Py_RETURN_NONE;
+    if (fd == AT_FDCWD)
+        return PyObject_GetAttr(state, s_cwd);
+    PyObject *entry = PyDict_GetItemWithError(fds, fd_obj);
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 1)
+        return NULL;
+    PyObject *base = PyTuple_GET_ITEM(entry, 0);
+    Py_INCREF(base);
+    return base;
+}
+
+/* The memo's answer for `key` (new reference), else the older generation's or the plain
+ * answer, remembered in the memo; NULL without an exception when Python must work it out
+ * (the memo is full, the open is not plain). */
+static PyObject *answer_for(PyObject *key, PyObject *memo, PyObject *older, PyObject *ctx,
+                            const unsigned char *p, PyObject *base, int64_t ret)
+{
+    PyObject *hit = PyDict_GetItemWithError(memo, key);
+    if (hit != NULL) {
+        Py_INCREF(hit);
+        return hit;
+    }
+    if (PyErr_Occurred() || ctx == Py_None)
+        return NULL;
+    if (!PyTuple_Check(ctx) || PyTuple_GET_SIZE(ctx) != CX_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "fast_records: ctx is not an OpenContext");
+        return NULL;
+    }
+    long long limit = PyLong_AsLongLong(PyTuple_GET_ITEM(ctx, CX_LIMIT));
+    if (PyErr_Occurred() || PyDict_GET_SIZE(memo) >= limit)
+        return NULL; /* Python starts a new generation */
+    /* the older generation's answer moves to the current one, as Scan._remember does */
+    PyObject *answer = PyDict_GetItemWithError(older, key);
+    if (answer != NULL)
+        Py_INCREF(answer);
+    else if (!PyErr_Occurred())
+        answer = plain_answer(ctx, p, base, ret);
+    if (answer != NULL && PyDict_SetItem(memo, key, answer) < 0)
+        Py_CLEAR(answer);
+    return answer;
+}
+
+/* One open; 1 taken, 0 not taken (nothing changed), -1 error. */
+static int take_open(PyObject *rec, const unsigned char *p, PyObject *state, PyObject *fds,
+                     PyObject *fd_obj, int32_t fd, PyObject *thread, PyObject *memo, PyObject *older,
+                     PyObject *ctx, PyObject *held, int tracking, long long order, uint64_t ts, int64_t ret,
+                     long long *room)
+{
+    uint16_t dlen = u16_at(p + 18);
+    PyObject *base = open_base(state, fds, fd_obj, fd, p + HEADER_SIZE, dlen);
+    if (base == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *rest = PyBytes_FromStringAndSize((const char *)p + 16, PyBytes_GET_SIZE(rec) - 16);
+    if (rest == NULL) {
+        Py_DECREF(base);
+        return -1;
+    }
+    PyObject *key = PyTuple_Pack(2, base, rest);
+    Py_DECREF(rest);
+    if (key == NULL) {
+        Py_DECREF(base);
+        return -1;
+    }
+    PyObject *hit = tracking ? NULL : answer_for(key, memo, older, ctx, p, base, ret);
+    Py_DECREF(key);
+    Py_DECREF(base);
+    if (hit == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int status = 0;
+    if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 4)
+        goto out;
+    PyObject *fd_entry = PyTuple_GET_ITEM(hit, 0), *shape = PyTuple_GET_ITEM(hit, 1);
+    int inert = PyObject_IsTrue(PyTuple_GET_ITEM(hit, 3));
+    int dropped = PyObject_IsTrue(PyTuple_GET_ITEM(hit, 2));
+    if (inert < 0 || dropped < 0) {
+        status = -1;
+        goto out;
+    }
+    if (!inert)
+        goto out;
+    PyObject *run = NULL;
+    if (!dropped) {
+        run = PyDict_GetItemWithError(held, thread);
+        if (run == NULL) {
+            status = PyErr_Occurred() ? -1 : 0;
+            goto out;
+        }
+        if (!PyTuple_Check(run) || PyTuple_GET_SIZE(run) != 2 || !PyList_Check(PyTuple_GET_ITEM(run, 0))
+            || !PyList_Check(PyTuple_GET_ITEM(run, 1)))
+            goto out;
+    }
+    if (fd_entry != Py_None) {
+        PyObject *ret_obj = PyLong_FromLongLong(ret);
+        if (ret_obj == NULL || PyDict_SetItem(fds, ret_obj, fd_entry) < 0) {
+            Py_XDECREF(ret_obj);
+            status = -1;
+            goto out;
+        }
+        Py_DECREF(ret_obj);
+    }
+    if (run != NULL) {
+        PyObject *pairs = PyTuple_GET_ITEM(run, 1);
+        PyObject *order_obj = PyLong_FromLongLong(order), *ts_obj = PyLong_FromUnsignedLongLong(ts);
+        if (order_obj == NULL || ts_obj == NULL || PyList_Append(PyTuple_GET_ITEM(run, 0), shape) < 0
+            || PyList_Append(pairs, order_obj) < 0 || PyList_Append(pairs, ts_obj) < 0) {
+            Py_XDECREF(order_obj);
+            Py_XDECREF(ts_obj);
+            status = -1;
+            goto out;
+        }
+        Py_DECREF(order_obj);
+        Py_DECREF(ts_obj);
+        *room -= 1;
+    }
+    status = 1;
+out:
+    Py_DECREF(hit);
+    return status;
+}
+
+/* The last task looked up: its thread, its process's state and fd table (strong references). */
+struct task {
+    uint32_t tid;
+    PyObject *thread, *state, *fds;
+};
+
+static void forget(struct task *t)
+{
+    Py_CLEAR(t->thread);
+    Py_CLEAR(t->state);
+    Py_CLEAR(t->fds);
+}
+
+/* Fill `t` for `tid`; t->thread stays NULL when the task is unknown, its process has no state
+ * yet or its fd table is not a dict (Python takes the record). -1 on error. */
+static int lookup(struct task *t, PyObject *tasks, PyObject *states, uint32_t tid)
+{
+    PyObject *key = PyLong_FromUnsignedLong(tid);
+    if (key == NULL)
+        return -1;
+    PyObject *thread = PyDict_GetItemWithError(tasks, key);
+    Py_DECREF(key);
+    if (thread == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *process = PyObject_GetAttr(thread, s_process);
+    if (process == NULL)
+        return -1;
+    PyObject *state = PyDict_GetItemWithError(states, process);
+    Py_DECREF(process);
+    if (state == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *fds = PyObject_GetAttr(state, s_fds);
+    if (fds == NULL)
+        return -1;
+    if (!PyDict_Check(fds)) {
+        Py_DECREF(fds);
+        return 0;
+    }
+    Py_INCREF(thread);
+    Py_INCREF(state);
+    t->tid = tid;
+    t->thread = thread;
+    t->state = state;
+    t->fds = fds;
+    return 0;
+}
+
+static PyObject *fast_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "fast_records takes 11 arguments");
+        return NULL;
+    }
+    PyObject *batch = args[0], *tasks = args[2], *states = args[3], *memo = args[4], *older = args[5],
+             *held = args[6], *tracked = args[7], *ctx = args[10];
+    if (!PyList_Check(batch) || !PyDict_Check(tasks) || !PyDict_Check(states) || !PyDict_Check(memo)
+        || !PyDict_Check(older) || !PyDict_Check(held) || !PyDict_Check(tracked)) {
+        PyErr_SetString(PyExc_TypeError, "fast_records: a list, an index, then six dicts");
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    long long order = PyLong_AsLongLong(args[8]), room = PyLong_AsLongLong(args[9]);
+    if (PyErr_Occurred())
+        return NULL;
+    int tracking = PyDict_GET_SIZE(tracked) > 0;
+    struct task cache = {0, NULL, NULL, NULL};
+    while (i >= 0 && i < PyList_GET_SIZE(batch)) {
+        PyObject *rec = PyList_GET_ITEM(batch, i);
+        if (!PyBytes_Check(rec) || PyBytes_GET_SIZE(rec) < HEADER_SIZE)
+            break;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(rec);
+        uint16_t hook = u16_at(p + 16), dlen = u16_at(p + 18);
+        if ((hook != HOOK_OPEN && hook != HOOK_CLOSE) || PyBytes_GET_SIZE(rec) < HEADER_SIZE + dlen)
+            break;
+        uint32_t tid = u32_at(p + 12);
+        if (!cache.thread || tid != cache.tid) {
+            /* a thread's state and fd table do not change identity while this call runs (only
+             * Python code reassigns them), so consecutive records of one task look them up once */
+            forget(&cache);
+            if (lookup(&cache, tasks, states, tid) < 0)
+                goto failed;
+            if (!cache.thread)
+                break;
+        }
+        Py_INCREF(rec);
+        int taken = -1;
+        PyObject *fd_obj = PyLong_FromLong((int32_t)(uint32_t)u64_at(p + 32));
+        if (fd_obj != NULL) {
+            if (hook == HOOK_CLOSE) {
+                int has = PyDict_Contains(cache.fds, fd_obj);
+                taken = has < 0 ? -1 : (has && PyDict_DelItem(cache.fds, fd_obj) < 0) ? -1 : 1;
+            } else {
+                taken = take_open(rec, p, cache.state, cache.fds, fd_obj, (int32_t)(uint32_t)u64_at(p + 32),
+                                  cache.thread, memo, older, ctx, held, tracking, order, u64_at(p),
+                                  (int64_t)u64_at(p + 24), &room);
+            }
+            Py_DECREF(fd_obj);
+        }
+        Py_DECREF(rec);
+        if (taken < 0)
+            goto failed;
+        if (taken == 0)
+            break;
+        order += 1;
+        i += 1;
+        if (room <= 0)
+            break;
+    }
+    forget(&cache);
+    return Py_BuildValue("(nLL)", i, order, room);
+failed:
+    forget(&cache);
+    return NULL;
+}
+
+/* join_lines(head, seq, pid_part, tails) -> bytes: for each tail, head + decimal seq (counting up
+ * from `seq`) + pid_part + tail, as normalizer/kernel_lines.py join_lines (its fallback) gives. */
+static PyObject *join_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "join_lines(head: bytes, seq: int, pid_part: bytes, tails: list[bytes])");
+        return NULL;
+    }
+    long long seq = PyLong_AsLongLong(args[1]);
+    if (seq == -1 && PyErr_Occurred())
+        return NULL;
+    if (seq < 0) {
+        PyErr_SetString(PyExc_ValueError, "join_lines: seq must not be negative");
+        return NULL;
+    }
+    PyObject *tails = args[3];
+    Py_ssize_t n = PyList_GET_SIZE(tails), head_n = PyBytes_GET_SIZE(args[0]), pid_n = PyBytes_GET_SIZE(args[2]);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *tail = PyList_GET_ITEM(tails, k);
+        if (!PyBytes_Check(tail)) {
+            PyErr_SetString(PyExc_TypeError, "join_lines: tails must be bytes");
+            return NULL;
+        }
+        total += head_n + 20 + pid_n + PyBytes_GET_SIZE(tail); /* 20: the most digits of a u64 */
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *tail = PyList_GET_ITEM(tails, k);
+        memcpy(w, PyBytes_AS_STRING(args[0]), (size_t)head_n);
+        w += head_n;
+        w += snprintf(w, 21, "%llu", (unsigned long long)(seq + k));
+        memcpy(w, PyBytes_AS_STRING(args[2]), (size_t)pid_n);
+        w += pid_n;
+        memcpy(w, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
+        w += PyBytes_GET_SIZE(tail);
+    }
+    if (_PyBytes_Resize(&out, w - PyBytes_AS_STRING(out)) < 0)
+        return NULL;
+    return out;
+}
+
+/* index_shapes(shapes) -> (table, indexes): the distinct objects of `shapes` by identity, in
+ * first-seen order, and each item's position in that table as native u64s, as
+ * normalizer/buckets.py index_shapes (its fallback) gives. */
+static PyObject *index_shapes(PyObject *self, PyObject *shapes)
+{
+    (void)self;
+    if (!PyList_Check(shapes)) {
+        PyErr_SetString(PyExc_TypeError, "index_shapes takes a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(shapes);
+    PyObject *seen = PyDict_New(), *table = PyList_New(0);
+    PyObject *indexes = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
+    if (seen == NULL || table == NULL || indexes == NULL)
+        goto failed;
+    uint64_t *out = (uint64_t *)PyBytes_AS_STRING(indexes);
+    for (Py_ssize_t k = 0; k < n && k < PyList_GET_SIZE(shapes); k++) {
+        PyObject *item = PyList_GET_ITEM(shapes, k);
+        PyObject *key = PyLong_FromVoidPtr(item);
+        if (key == NULL)
+            goto failed;
+        PyObject *at = PyDict_GetItemWithError(seen, key);
+        if (at == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                goto failed;
+            }
+            at = PyLong_FromSsize_t(PyList_GET_SIZE(table));
+            if (at == NULL || PyDict_SetItem(seen, key, at) < 0 || PyList_Append(table, item) < 0) {
+                Py_XDECREF(at);
+                Py_DECREF(key);
+                goto failed;
+            }
+            Py_DECREF(at); /* the dict holds it */
+        }
+        Py_DECREF(key);
+        out[k] = (uint64_t)PyLong_AsSsize_t(at);
+    }
+    Py_DECREF(seen);
+    return Py_BuildValue("(NN)", table, indexes);
+failed:
+    Py_XDECREF(seen);
+    Py_XDECREF(table);
+    Py_XDECREF(indexes);
+    return NULL;
+}
+
+/* unseen_shapes(shapes, by_id) -> the distinct objects of `shapes` whose id() is not a key of
+ * `by_id`, in first-seen order (normalizer/build.py unseen_shapes is the fallback). */
+static PyObject *unseen_shapes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "unseen_shapes(shapes: list, by_id: dict)");
+        return NULL;
+    }
+    PyObject *shapes = args[0], *by_id = args[1];
+    PyObject *seen = PySet_New(NULL), *out = PyList_New(0);
+    if (seen == NULL || out == NULL)
+        goto failed;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(shapes); k++) {
+        PyObject *item = PyList_GET_ITEM(shapes, k);
+        PyObject *key = PyLong_FromVoidPtr(item);
+        if (key == NULL)
+            goto failed;
+        int known = PyDict_Contains(by_id, key);
+        if (known == 0)
+            known = PySet_Contains(seen, key);
+        if (known == 0 && (PySet_Add(seen, key) < 0 || PyList_Append(out, item) < 0))
+            known = -1;
+        Py_DECREF(key);
+        if (known < 0)
+            goto failed;
+    }
+    Py_DECREF(seen);
+    return out;
+failed:
+    Py_XDECREF(seen);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* tails_of(shapes, by_id) -> [by_id[id(s)] for s in shapes] (KeyError when one is missing). */
+static PyObject *tails_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "tails_of(shapes: list, by_id: dict)");
+        return NULL;
+    }
+    PyObject *shapes = args[0], *by_id = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(shapes);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *key = PyLong_FromVoidPtr(PyList_GET_ITEM(shapes, k));
+        if (key == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *tail = PyDict_GetItemWithError(by_id, key);
+        if (tail == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, key);
+            Py_DECREF(key);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(key);
+        Py_INCREF(tail);
+        PyList_SET_ITEM(out, k, tail);
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"unseen_shapes", (PyCFunction)(void (*)(void))unseen_shapes, METH_FASTCALL,
+     "Distinct shapes not yet in the tail memo (normalizer/build.py unseen_shapes, in C)."},
+    {"tails_of", (PyCFunction)(void (*)(void))tails_of, METH_FASTCALL,
+     "Each shape's tail from the memo by id (normalizer/build.py tails_of, in C)."},
+    {"index_shapes", index_shapes, METH_O,
+     "Distinct shapes and each item's index (normalizer/buckets.py index_shapes, in C)."},
+    {"join_lines", (PyCFunction)(void (*)(void))join_lines, METH_FASTCALL,
+     "Kernel lines spliced in one block (normalizer/kernel_lines.py join_lines, in C)."},
+    {"fast_records", (PyCFunction)(void (*)(void))fast_records, METH_FASTCALL,
+     "The scan's fast path (normalizer/scan.py fast_records, in C)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastscan", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__fastscan(void)
+{
+    s_process = PyUnicode_InternFromString("process");
+    s_fds = PyUnicode_InternFromString("fds");
+    s_cwd = PyUnicode_InternFromString("cwd");
+    if (s_process == NULL || s_fds == NULL || s_cwd == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
