@@ -11,7 +11,9 @@ back-to-back runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -25,6 +27,8 @@ from bench.session import Session
 from bench.variants import BPFTRACE_DIR, Runner
 
 TRUE = "/bin/true"
+PYTHON_CLIENT = "assay-runner-py"
+"""The Python CLI beside `make setup`'s fast C client (runner/daemon/fastclient.c)."""
 TRUE_TARGET_S = 0.060
 TRUE_START_TARGET_S = 0.020
 MEMORY_RUNS = 200
@@ -62,12 +66,36 @@ class DaemonService:
         assert self.proc is not None
         return _rss_kib(self.proc.pid) + _rss_kib(self.sensor_pid())
 
+    def idle_spare(self) -> set[int]:
+        """The daemon's spare worker (runner/daemon/spare.py) while it waits: a child of the daemon,
+        not its sensor, holding nothing but stdin, stdout, stderr and the socket it waits on. A run
+        worker that never exited holds more (its connection, channel, report pipe), so it is never
+        taken for the spare."""
+        assert self.proc is not None
+        sensor = self.sensor_pid()
+        with contextlib.suppress(OSError):
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+            for pid in {int(c) for c in children} - {sensor}:
+                others = {fd: target for fd, target in _fd_targets(pid).items() if fd > 2}
+                if len(others) == 1 and next(iter(others.values())).startswith("socket:"):
+                    return {pid}
+        return set()
+
     def sensor_pid(self) -> int:
         """The sensor process's pid, from the daemon's `daemon.sensor_loaded` log line."""
         for line in self.log.read_text().splitlines():
             if '"daemon.sensor_loaded"' in line:
                 return int(json.loads(line)["sensor_pid"])
         raise RuntimeError("the daemon logged no sensor_pid")
+
+
+def _fd_targets(pid: int) -> dict[int, str]:
+    targets = {}
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                targets[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+    return targets
 
 
 def _rss_kib(pid: int) -> int:
@@ -88,16 +116,25 @@ class DaemonRunner(Runner):
 
 def true_wall(session: Session, binary: str, service: DaemonService, cgroup: Cgroup,
               reps: int) -> dict[str, Any]:
-    """Whole wall time of a `/bin/true` run: bare, direct, daemon client, bpftrace -c."""
+    """Whole wall time of a `/bin/true` run: bare, direct, daemon client, bpftrace -c.
+
+    With `make setup`'s fast client as `binary`, the same daemon run through
+    the Python client (`assay-runner-py` beside it) is measured in the same
+    rounds too, so the client's share is shown, not guessed.
+    """
     out = session.scratch.parent / "true-runs"
     out.mkdir(parents=True, exist_ok=True)
+    daemon_run = ["run", "--daemon", "--socket", str(service.socket), "--out", str(out), "--run-id", "t",
+                  "--force", "--", TRUE]
     commands: dict[str, Sequence[str]] = {
         "bare": [TRUE],
         "direct": [binary, "run", "--direct", "--out", str(out), "--run-id", "t", "--force", "--", TRUE],
-        "daemon": [binary, "run", "--daemon", "--socket", str(service.socket), "--out", str(out),
-                   "--run-id", "t", "--force", "--", TRUE],
+        "daemon": [binary, *daemon_run],
         "bpftrace": ["bpftrace", str(BPFTRACE_DIR / "monitor.bt"), str(cgroup.id), "-c", TRUE],
     }
+    python_client = Path(binary).with_name(PYTHON_CLIENT)
+    if python_client.exists():
+        commands["python client"] = [str(python_client), *daemon_run]
     walls: dict[str, list[float]] = {name: [] for name in commands}
     errors: list[str] = []
     for rep in range(reps):

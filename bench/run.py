@@ -252,7 +252,8 @@ def daemon_probes(session: Session, args: argparse.Namespace, variants: list[Var
     walls = daemon.true_wall(session, args.runner, service, cgroup, args.reps)
     med = walls["medians_s"]
     ours = med.get("daemon")
-    others = ", ".join(f"{name} {med[name]:.3f} s" for name in ("direct", "bpftrace", "bare") if name in med)
+    others = ", ".join(f"{name} {med[name]:.3f} s" for name in ("python client", "direct", "bpftrace", "bare")
+                       if name in med)
     value = f"{ours:.3f} s ({others})" if ours else "n/a"
     out.append(probes.ProbeResult("daemon /bin/true whole wall (median)", value,
                                   f"<= {daemon.TRUE_TARGET_S} s",

@@ -200,10 +200,11 @@ def soak_mode(soak: Soak, plan: list[float | None], concurrency: int,
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         outcomes = list(pool.map(soak.run_one, range(len(plan)), moments))
     batch_s = time.monotonic() - started
-    left_by_batch = census(soak.token, mine)
+    # ...and so does its spare worker while it waits for the next run (a new one after each run)
+    left_by_batch = census(soak.token, mine | (daemon.idle_spare() if daemon else set()))
     recovery = soak.run_one(len(plan) + 1, None)  # the next start: recovers what the kills left
     recovery_log = (soak.base / "logs" / f"{recovery.run_id}.log").read_text(errors="replace")
-    left = settled_census(soak.token, mine)
+    left = settled_census(soak.token, mine | (daemon.idle_spare() if daemon else set()))
     recovered = recovered_archives(soak, outcomes)
     after = {"host_programs": host_program_count()} | _daemon_state(mine)
     return {

@@ -129,6 +129,19 @@ else
   say "normalizer accelerator: built $so"
 fi
 
+# 3d. The fast daemon client (runner/daemon/fastclient.c) becomes the venv's
+#     `assay-runner`: it serves `run` through the daemon without Python's
+#     start-up and hands every other use to the Python CLI, `assay-runner-py`
+#     (docs/daemon.md). Rebuilt when pip put its script back or the source is newer.
+client=$VENV/bin/assay-runner
+if [ "$(head -c4 "$client" 2>/dev/null)" = $'\x7fELF' ] && [ "$client" -nt runner/daemon/fastclient.c ]; then
+  say "fast client: already built ($client)"
+else
+  quiet gcc -O2 -Wall -Wextra -Werror -o "$client.new" runner/daemon/fastclient.c
+  mv -f "$client.new" "$client"
+  say "fast client: built $client (the Python CLI is $VENV/bin/assay-runner-py)"
+fi
+
 # 4. Kernel side: tracefs/debugfs mounts and kernel headers (exact package,
 #    else the closest distro headers + /lib/modules links), then every check.
 if [ "$run_doctor" -eq 0 ]; then

@@ -37,6 +37,8 @@ pytestmark = pytest.mark.kernel
 AGENT = Path(__file__).parent / "programs" / "daemon" / "agent.py"
 DETERMINISM = Path(__file__).parent / "programs" / "determinism"
 PY = "/usr/bin/python3"
+FAST = [str(Path(sys.executable).with_name("assay-runner"))]
+"""The venv's entry point, the C fast client (runner/daemon/fastclient.c) after make setup."""
 FLOOR = """version = 1
 name = "ci-floor"
 [filesystem]
@@ -52,9 +54,9 @@ class World:
         self.member, self.outsider, self.stranger = member, outsider, stranger
 
     def run(self, user: User, work: Path, run_id: str, *cmd: str | Path, out: Path | None = None,
-            extra: tuple[str, ...] = (),
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        args = [*CLI, "run", "--socket", self.daemon.socket, "--out", out or work / "out", "--run-id", run_id,
+            extra: tuple[str, ...] = (), env: dict[str, str] | None = None,
+            cli: list[str] = CLI) -> subprocess.CompletedProcess[str]:
+        args = [*cli, "run", "--socket", self.daemon.socket, "--out", out or work / "out", "--run-id", run_id,
                 "--force", *extra, "--", *cmd]
         return user.run(args, cwd=work, env=env)
 
@@ -493,3 +495,65 @@ def test_the_memory_limit_is_set_on_the_runs_own_cgroup(world: World) -> None:
     proc = world.run(user, work, "memory", PY, "-c", MEMORY_LIMIT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == str(1 << 30)  # memory_max = "1G" in the module's config
+
+
+def test_the_fast_client_serves_users_as_the_python_client_does(world: World) -> None:
+    """The C client on the real daemon: the user's own ids and archive; refusals in the same words."""
+    assert Path(FAST[0]).read_bytes()[:4] == b"\x7fELF", "not the fast client: run make setup"
+    user = world.member
+    work = user.workspace(world.root, "work-fast")
+    proc = world.run(user, work, "fast", PY, AGENT, work / "report.json", "fast", "11", cli=FAST,
+                     env=user.env(AGENT_TAG="fast"))
+    assert proc.returncode == 0, proc.stderr + world.daemon.logs()[-3000:]
+    report = json.loads((work / "report.json").read_text())
+    assert (report["uid"], report["euid"], report["cwd"]) == (user.uid, user.uid, str(work))
+    archive = work / "out" / "fast.tar.gz"
+    assert archive.stat().st_uid == user.uid and f"archive:           {archive}" in proc.stderr
+    assert user.run([*CLI, "validate", archive], cwd=work).returncode == 0
+    forbidden = world.root / "root-only"
+    forbidden.mkdir(exist_ok=True)
+    for who, out in ((world.outsider, None), (world.stranger, None), (user, forbidden)):
+        work = who.workspace(world.root, f"work-fast-{who.name}")
+        said = {name: world.run(who, work, "refused", "/bin/true", out=out, cli=cli)
+                for name, cli in (("python", CLI), ("fast", FAST))}
+        assert said["fast"].returncode == said["python"].returncode == 125
+        assert said["fast"].stderr == said["python"].stderr and said["fast"].stderr.count("\n") == 1
+
+
+def _children(pid: int) -> set[int]:
+    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def _sensor_pid(world: World) -> int:
+    line = next(ln for ln in world.daemon.logs().splitlines() if '"daemon.sensor_loaded"' in ln)
+    return int(json.loads(line)["sensor_pid"])
+
+
+def _idle_spare(world: World) -> int:
+    """The daemon's one child besides its sensor once no run is left (runner/daemon/spare.py)."""
+    daemon_pid, sensor = world.daemon.proc.pid, _sensor_pid(world)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        others = _children(daemon_pid) - {sensor}
+        if len(others) == 1 and not _status(world)["runs"]:
+            return others.pop()
+        time.sleep(0.1)
+    raise AssertionError(f"no single idle spare worker: children {_children(daemon_pid)}, sensor {sensor}")
+
+
+def test_a_spare_worker_waits_holding_nothing_but_its_socket_and_a_dead_one_is_replaced(world: World) -> None:
+    user = world.member
+    work = user.workspace(world.root, "work-spare")
+    assert world.run(user, work, "spare-1", "/bin/true").returncode == 0
+    spare = _idle_spare(world)
+    fds = {int(fd): os.readlink(f"/proc/{spare}/fd/{fd}") for fd in os.listdir(f"/proc/{spare}/fd")}
+    extra = {fd: target for fd, target in fds.items() if fd > 2}
+    # no other run's descriptor, no BPF object, no listening socket: only the pair it waits on
+    assert len(extra) == 1 and next(iter(extra.values())).startswith("socket:"), fds
+    os.kill(spare, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while "daemon.spare_died" not in world.daemon.logs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _idle_spare(world) != spare
+    proc = world.run(user, work, "spare-2", "/bin/true")
+    assert proc.returncode == 0, proc.stderr + world.daemon.logs()[-2000:]

@@ -24,6 +24,24 @@ from runner.host.mounts import cgroup2_mount
 PARENT = "assay-runner"
 PARENT_ENV = "ASSAY_RUNNER_CGROUP_PARENT"
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_fixed_mount: Path | None = None
+
+
+def fix_mount() -> Path:
+    """Read where cgroup v2 is mounted once, for every run this process makes from now on.
+
+    For the daemon: its network programs are linked below that mount when it
+    starts, so its runs belong there for its whole life; and parsing
+    mountinfo cost about 1 ms of every run's start. Other processes read it
+    at each use.
+    """
+    global _fixed_mount
+    _fixed_mount = cgroup2_mount()
+    return _fixed_mount
+
+
+def _mount() -> Path:
+    return _fixed_mount or cgroup2_mount()
 
 
 def parent_name() -> str:
@@ -45,12 +63,12 @@ class RunCgroup:
     @staticmethod
     def parent_path() -> Path:
         """Where every run cgroup is made (the daemon's network programs are linked here)."""
-        return cgroup2_mount() / parent_name()
+        return _mount() / parent_name()
 
     @classmethod
     def create(cls, label: str, owner: Owner | None = None) -> RunCgroup:
         """Make a fresh, uniquely named cgroup for the run `label`, marked as `owner`'s (owner.py)."""
-        mount = cgroup2_mount()
+        mount = _mount()
         path = mount / parent_name() / f"{label}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             path.mkdir(parents=True)
@@ -64,7 +82,7 @@ class RunCgroup:
     @property
     def hierarchy_path(self) -> str:
         """The cgroup's path below the cgroup2 mount (`/assay-runner/...`), as the kernel names it."""
-        return "/" + str(self.path.relative_to(cgroup2_mount()))
+        return "/" + "/".join(self.path.parts[-self.level:])
 
     def add(self, pid: int) -> None:
         """Move `pid` into the cgroup (called by the child for itself before exec)."""
@@ -73,9 +91,10 @@ class RunCgroup:
     def pids(self) -> list[int]:
         """Every pid in the cgroup and its descendants."""
         out: list[int] = []
-        for procs in self.path.rglob("cgroup.procs"):
+        for directory, _subdirs, _files in os.walk(self.path):
             try:
-                out += [int(p) for p in procs.read_text().split()]
+                with open(os.path.join(directory, "cgroup.procs")) as procs:
+                    out += [int(p) for p in procs.read().split()]
             except OSError:
                 continue
         return out
@@ -99,8 +118,9 @@ class RunCgroup:
             self.kill()
         while self.pids() and time.monotonic() < deadline:
             time.sleep(0.01)
-        for sub in sorted((p for p in self.path.rglob("*") if p.is_dir()), reverse=True):
-            sub.rmdir()
+        for directory, subdirs, _files in os.walk(self.path, topdown=False):  # deepest first
+            for sub in subdirs:
+                os.rmdir(os.path.join(directory, sub))
         try:
             self.path.rmdir()
         except OSError as exc:

@@ -103,10 +103,16 @@ def _rlimits() -> list[tuple[int, int, int]]:
 
 
 def _stdio() -> list[int]:
-    """Our fds 0-2 to pass on; a closed one becomes /dev/null (as a shell would give)."""
+    """Our fds 0-2 to pass on; a closed one becomes /dev/null (as a shell would give).
+
+    Closed when Python started (its `sys.__stdin__` etc. are None then): by
+    now a file or socket we opened may have taken the number.
+    """
     fds = []
-    for fd in (0, 1, 2):
+    for fd, stream in enumerate((sys.__stdin__, sys.__stdout__, sys.__stderr__)):
         try:
+            if stream is None:
+                raise OSError("closed when the client started")
             os.fstat(fd)
             fds.append(fd)
         except OSError:

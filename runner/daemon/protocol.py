@@ -110,10 +110,19 @@ class Finished(_Msg, tag="finished"):
 
 
 class Refused(_Msg, tag="refused"):
-    """The request cannot be served; `message` is one line for the user."""
+    """The request cannot be served; `message` is one line for the user (make it with `refused`)."""
 
     message: str
     exit_code: int = 125
+
+
+def refused(message: str, exit_code: int = 125) -> Refused:
+    """A `Refused` whose message is already terminal-safe (`printable`, which is idempotent).
+
+    The Python client escapes the line it prints anyway; the C client
+    (fastclient.c) prints it as it comes, so the escaping is done here, once.
+    """
+    return Refused(message=printable(message), exit_code=exit_code)
 
 
 class RunInfo(msgspec.Struct, frozen=True):

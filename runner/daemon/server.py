@@ -31,12 +31,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.capture.cgroup import fix_mount
 from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
 from runner.daemon.address import unix_address
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, peer_of, refusal
 from runner.daemon.sensor import SensorHandle, SharedSensor
+from runner.daemon.spare import Spare, fork_spare
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
@@ -77,6 +79,9 @@ class Daemon:
         self.listener: socket.socket | None = None
         self.owns_socket = False
         self.sensor: SensorHandle | None = None
+        self.spare: Spare | None = None
+        """The next run's worker, forked ahead (runner/daemon/spare.py)."""
+        self.wake_w: socket.socket | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -88,7 +93,9 @@ class Daemon:
                  ringbuf_pages=sensor.ringbuf_pages, sensor_pid=sensor.pid)
         try:
             worker.preload()
+            fix_mount()  # the runs' cgroups go where the sensor linked the network programs, read once
             wake_r, wake_w = socket.socketpair()
+            self.wake_w = wake_w
             wake_r.setblocking(False)
             wake_w.setblocking(False)
             signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
@@ -98,6 +105,7 @@ class Daemon:
             sweep()  # cgroups of workers (or a daemon) that died: logged as stale.cleaned
             self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
             self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
+            self._new_spare()
             log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
                      max_concurrent_runs=self.config.max_concurrent_runs,
                      floor=self.config.floor.name if self.config.floor else None)
@@ -105,6 +113,8 @@ class Daemon:
                 for key, _ in self.sel.select(timeout=1.0):
                     key.data(key.fileobj)
         finally:
+            if self.spare is not None:
+                self.spare.close()
             sensor.close()
         log.info("daemon.stopped")
         return 0
@@ -129,6 +139,9 @@ class Daemon:
                     self.config.socket_path.unlink()
         for fd in list(self.pending):
             self._drop(fd)
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
         for run in self.runs.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(run.worker_pid, signal.SIGUSR1)
@@ -144,6 +157,13 @@ class Daemon:
             if self.sensor is not None and pid == self.sensor.pid:
                 log.error("daemon.sensor_died", status=os.waitstatus_to_exitcode(status))
                 self._stop()  # nothing can be observed any more: the runs end, their archives say so
+                continue
+            if self.spare is not None and pid == self.spare.pid:  # died before it was given a run
+                log.warning("daemon.spare_died", status=os.waitstatus_to_exitcode(status))
+                self.spare.close()
+                self.spare = None
+                if not self.stopping:
+                    self._new_spare()
                 continue
             run = self.runs.pop(pid, None)
             if run is not None:
@@ -176,7 +196,7 @@ class Daemon:
             why = "the daemon is busy accepting other requests; try again"
         if why is not None:
             log.warning("daemon.refused", uid=peer.uid, pid=peer.pid, reason=why)
-            _reply(conn, protocol.Refused(message=why))
+            _reply(conn, protocol.refused(why))
             conn.close()
             return
         conn.setblocking(False)
@@ -213,7 +233,7 @@ class Daemon:
 
     def _refuse(self, pending: Pending, message: str, exit_code: int = 125) -> None:
         log.warning("daemon.refused", uid=pending.peer.uid, pid=pending.peer.pid, reason=message)
-        _reply(pending.conn, protocol.Refused(message=message, exit_code=exit_code))
+        _reply(pending.conn, protocol.refused(message, exit_code))
         self._drop(pending.conn.fileno())
 
     def _answer_status(self, pending: Pending) -> None:
@@ -246,6 +266,10 @@ class Daemon:
             problem = (f"the daemon already runs {len(self.runs)} runs, its limit "
                        f"(limits.max_concurrent_runs = {self.config.max_concurrent_runs}); try again later")
         assert self.sensor is not None
+        if problem is None and self.spare is None:
+            self._new_spare()  # the run's own worker (the descriptors it inherits are this run's)
+            if self.spare is None:
+                problem = "the daemon could not fork a worker for this run (see its log); try again"
         if problem is None:
             try:
                 key, worker_end = self.sensor.start_run()
@@ -258,37 +282,77 @@ class Daemon:
             return
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(report_w, False)
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the worker
-            code = 1
-            try:
-                self._become_worker(pending.conn)
-                self.sensor.control.close()  # the sensor must see the daemon go, not a worker holding on
-                os.close(report_r)
-                code = worker.serve_run(pending.conn, fds, msg, pending.peer, self.config, report_w,
-                                        SharedSensor(worker_end))
-            except BaseException as exc:
-                log.error("run.crashed", error=repr(exc))
-                with contextlib.suppress(Exception):
-                    worker.finish(pending.conn, protocol.Refused(message=f"internal error: {exc!r}"))
-            finally:
-                os._exit(code)
+        spare = self._take_spare(pending.conn, msg, fds, worker_end, report_w)
         os.close(report_w)
         worker_end.close()
         for fd in fds:
             os.close(fd)
-        del self.pending[pending.conn.fileno()]
-        self.sel.unregister(pending.conn)
-        pending.conn.close()
+        if spare is None:
+            os.close(report_r)
+            self.sensor.end_run(key)
+            self._refuse(pending, "the daemon's spare worker died before it could take this run; try again")
+            return
+        self._drop(pending.conn.fileno())  # the worker has the connection now
+        pid = spare.pid
         self.runs[pid] = ActiveRun(run_id=msg.run_id, peer=pending.peer, worker_pid=pid,
                                    report_fd=report_r, started=time.monotonic(), key=key)
         self.sel.register(report_r, selectors.EVENT_READ, lambda _fd, r=self.runs[pid]: self._read_report(r))
         log.info("run.accepted", run_id=msg.run_id, uid=pending.peer.uid, caller_pid=pending.peer.pid,
                  worker=pid, active_runs=len(self.runs))
+        # Only now: the next spare must hold none of this run's descriptors (its report pipe's read end
+        # is registered by now, and a forked worker closes everything registered).
+        if not self.stopping:
+            self._new_spare()
+
+    def _take_spare(self, conn: socket.socket, msg: protocol.RunStart, fds: list[int], channel: socket.socket,
+                    report_w: int) -> Spare | None:
+        """Hand the run to the spare worker; None if it died meanwhile (the reaper forks another)."""
+        spare, self.spare = self.spare, None
+        assert spare is not None
+        try:
+            spare.hand(conn, msg, fds, channel, report_w)
+        except OSError as exc:
+            log.warning("daemon.spare_lost", error=str(exc))
+            spare.close()
+            return None
+        return spare
+
+    def _new_spare(self) -> None:
+        try:
+            self.spare = self._fork_spare()
+        except OSError as exc:  # e.g. out of memory: the next run forks its own
+            log.warning("daemon.spare_failed", error=str(exc))
+
+    def _fork_spare(self) -> Spare:
+        assert self.sensor is not None
+        sensor = self.sensor
+
+        def become_worker(keep: socket.socket) -> None:
+            self._become_worker(keep)
+            sensor.control.close()  # the sensor must see the daemon go, not a worker holding on
+
+        return fork_spare(become_worker, self._serve_run)
+
+    def _serve_run(self, conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer: Peer,
+                   channel: socket.socket, report_w: int) -> int:
+        """In a worker given its run: serve it; a crash is said to the client, never hidden."""
+        conn.setblocking(True)
+        try:
+            return worker.serve_run(conn, fds, msg, peer, self.config, report_w, SharedSensor(channel))
+        except BaseException as exc:
+            log.error("run.crashed", error=repr(exc))
+            with contextlib.suppress(Exception):
+                worker.finish(conn, protocol.refused(f"internal error: {exc!r}"))
+            return 1
 
     def _become_worker(self, keep: socket.socket) -> None:
-        """In the forked worker: drop the daemon's loop, sockets and signal plumbing."""
+        """In the forked worker: drop the daemon's loop, sockets and signal plumbing, and the
+        descriptors other callers' pending requests brought (never a worker's business)."""
         signal.set_wakeup_fd(-1)
+        if self.wake_w is not None:
+            self.wake_w.close()
+        for pending in self.pending.values():
+            pending.reader.close()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         for key in list(self.sel.get_map().values()):

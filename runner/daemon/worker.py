@@ -166,15 +166,17 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
                                                      on_spool_final=delivery.spool_final))
             finally:  # the spool reaches the caller even when the archive could not be made
                 delivery.finish()
+            # Everything the caller waits for is in its --out: it is told now, and the staging
+            # directory is removed after (the client's wall time ends with this message).
+            archive = os.path.join(msg.out_display, f"{req.run_id}.tar.gz")
+            text = summary(result.normalized, result.exit_code, result.elapsed, archive)
+            control.finish(protocol.Finished(exit_code=result.exit_code, summary=text))
     except RunnerError as exc:
         log.warning("run.failed", error=str(exc), uid=peer.uid)
-        finish(conn, protocol.Refused(message=str(exc), exit_code=exc.exit_code))
+        finish(conn, protocol.refused(str(exc), exc.exit_code))
         return 1
-    archive = os.path.join(msg.out_display, f"{req.run_id}.tar.gz")
-    text = summary(result.normalized, result.exit_code, result.elapsed, archive)
     log.info("run.finished", run_id=req.run_id, exit_code=result.exit_code,
              seconds=round(result.elapsed, 3), events=result.normalized.kernel.count)
-    control.finish(protocol.Finished(exit_code=result.exit_code, summary=text))
     return 0
 
 
