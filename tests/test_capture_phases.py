@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.capture.control import End, Interrupt
-from runner.capture.interrupt import Interrupted, Interruptions, run_exit_code
+from runner.capture.interrupt import HANDLED, Interrupted, Interruptions, run_exit_code
 from runner.capture.phases import HOLD_ENV, capture
 from runner.capture.replay import ReplaySource
 from spool.format import SPOOL_FORMAT, SpoolHeader, SpoolRecords, SpoolTrailer, read_spool
@@ -216,6 +216,33 @@ def test_publication_finishes_after_one_signal_and_is_abandoned_at_a_second(
         with pytest.raises(Interrupted) as caught:
             os.kill(os.getpid(), signal.SIGINT)
     assert caught.value.exit_code == 130 and "abandoned" in str(caught.value)
+
+
+def test_once_the_archive_is_written_signals_change_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """`run` exits after its run: a signal after the archive is in place (while the summary prints,
+    or the interpreter exits) must not turn the written archive into 130 or a death by SIGINT."""
+    before = {s: signal.getsignal(s) for s in HANDLED}
+    try:
+        with Interruptions(final=True) as interrupts:
+            interrupts.enter_publish()
+            os.kill(os.getpid(), signal.SIGTERM)  # acknowledged: the archive goes on
+            interrupts.published()
+            os.kill(os.getpid(), signal.SIGINT)  # would abandon it, but it is written
+        assert capsys.readouterr().err.count("finishing its archive") == 1
+        assert all(signal.getsignal(s) == signal.SIG_IGN for s in HANDLED)  # until the process exits
+        os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def test_a_run_that_is_not_the_process_last_gives_the_handlers_back() -> None:
+    """`determinism` runs several runs in one process: Ctrl-C between them must still stop it."""
+    before = {s: signal.getsignal(s) for s in HANDLED}
+    with Interruptions() as interrupts:
+        interrupts.enter_publish()
+        interrupts.published()
+    assert {s: signal.getsignal(s) for s in HANDLED} == before
 
 
 def test_end_requests_keep_the_commands_exit_code() -> None:

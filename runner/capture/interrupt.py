@@ -22,6 +22,12 @@ and left its cgroup behind). What a signal does depends on the phase:
   removed, no archive appears, the spool is kept for `assay-runner
   normalize`, exit 128+N. The archive is a temp file renamed into place, so
   no signal can leave a half-written one.
+- `done` (the archive is in place): there is nothing left to abandon, so
+  a signal changes nothing. For `run`, whose process ends with the run
+  (`final`), the handlers are not given back when the run returns: signals
+  are ignored until the process exits, so a Ctrl-C while it prints its
+  summary cannot turn a written archive into exit 130 (or a death by
+  SIGINT) instead of the command's own code.
 
 Handlers only record; nothing is raised inside a half-made step, except the
 abandoning second signal of `publish`, whose temp file the archive writer
@@ -37,7 +43,7 @@ from typing import Literal
 
 from runner.errors import RunnerError
 
-Phase = Literal["setup", "command", "publish"]
+Phase = Literal["setup", "command", "publish", "done"]
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -80,8 +86,9 @@ class Interruptions:
     note is the same.
     """
 
-    def __init__(self, forward_first: bool = False) -> None:
+    def __init__(self, forward_first: bool = False, final: bool = False) -> None:
         self.forward_first = forward_first
+        self.final = final
         self.phase: Phase = "setup"
         self.first: int | None = None
         """The first signal received, the one the run reports."""
@@ -96,13 +103,16 @@ class Interruptions:
 
     def __exit__(self, _t: type[BaseException] | None, _e: BaseException | None,
                  _tb: TracebackType | None) -> None:
+        keep_ignoring = self.final and self.phase == "done"
         for s, handler in self._old.items():
-            signal.signal(s, handler)  # type: ignore[arg-type]
+            signal.signal(s, signal.SIG_IGN if keep_ignoring else handler)  # type: ignore[arg-type]
 
     def _on(self, signum: int, _frame: FrameType | None) -> None:
         self.received += 1
         if self.first is None:
             self.first = signum
+        if self.phase == "done":
+            return
         if self.phase != "publish":
             return
         if self.received == 1:
@@ -116,6 +126,10 @@ class Interruptions:
         """The command has exited and its spool is complete: signals from now on only finish or abandon."""
         self.phase = "publish"
         self.received = 0
+
+    def published(self) -> None:
+        """The archive is in place: from now on a signal has nothing to act on."""
+        self.phase = "done"
 
     def check_setup(self) -> None:
         """Between set-up steps: stop here if a signal came (the caller's `finally` undoes the rest)."""

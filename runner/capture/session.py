@@ -71,6 +71,8 @@ class RunRequest:
     """Status line and requests; None is direct mode's terminal."""
     forward_first_signal: bool = False
     """Forward the first SIGTERM/SIGHUP to the command instead of killing the run (interrupt.py)."""
+    exit_after: bool = False
+    """The process exits after this run (`run`): signals after the archive is written are ignored."""
     limits: CgroupLimits | None = DEFAULT_LIMITS
     """The run cgroup's limits; direct mode's defaults unless the caller (options, daemon config) says."""
     sensor: Sensor | None = None
@@ -110,7 +112,7 @@ def execute(req: RunRequest) -> RunResult:
     SIGHUP are handled from the first step to the last (interrupt.py).
     """
     started = time.monotonic()
-    with Interruptions(req.forward_first_signal) as interrupts:
+    with Interruptions(req.forward_first_signal, final=req.exit_after) as interrupts:
         enforcement = enforce.prepare(req.policy)  # fails before anything exists
         out_fd = open_dir(req.out_dir)
         live: list[LiveNormalize] = []
@@ -123,6 +125,7 @@ def execute(req: RunRequest) -> RunResult:
                 normalized, how = _normalized(req, out_fd, spool_name, live[0] if live else None)
                 marks["normalized"] = time.monotonic()
                 publish(normalized, req.archive_path, out_fd, sync=not req.staged)
+                interrupts.published()
                 marks["published"] = time.monotonic()
                 _log_after_exit(marks, how)
             except OSError as exc:

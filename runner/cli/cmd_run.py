@@ -296,7 +296,7 @@ def main(args: argparse.Namespace) -> int:
                         hint="the command runs as root with no policy restricting writes, so it could "
                              "change --out; pass --user, or a policy whose write trees exclude --out")
         log.info("run.start", run_id=req.run_id, argv=req.argv, workdir=str(req.workdir))
-        result = execute(dataclasses.replace(req, sensor=sensor))
+        result = execute(dataclasses.replace(req, sensor=sensor, exit_after=True))
     except BaseException:
         if not out_existed:  # leave no empty --out behind when the run never got going
             with contextlib.suppress(OSError):
