@@ -22,6 +22,8 @@ import pytest
 from daemon_support import CLI, daemon
 from support import Archive
 
+from runner.capture.sources import CONSUMER_ENV
+
 pytestmark = pytest.mark.kernel
 
 PY = "/usr/bin/python3"
@@ -56,7 +58,21 @@ def _sensor_pid(logs: str) -> int:
     raise AssertionError(f"no sensor_pid in the daemon's log: {logs[-2000:]}")
 
 
-def test_a_flooding_run_drops_only_its_own_records(tmp_path: Path) -> None:
+def _consumer(logs: str) -> str:
+    for line in logs.splitlines():
+        if '"sensor.ring_consumer"' in line:
+            return str(json.loads(line)["consumer"])
+    raise AssertionError(f"the sensor never said which ring reader it has: {logs[-2000:]}")
+
+
+@pytest.mark.parametrize("consumer", ["c", "python"])
+def test_a_flooding_run_drops_only_its_own_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    consumer: str) -> None:
+    """Both ring readers: the C consumer (built by `make setup`) and the per-record Python observer."""
+    if consumer == "python":
+        monkeypatch.setenv(CONSUMER_ENV, "python")
+    else:
+        monkeypatch.delenv(CONSUMER_ENV, raising=False)
     root = tmp_path / "d"
     root.mkdir()
     with daemon(root, "[sensor]\nringbuf_pages = 16\n") as service:
@@ -73,6 +89,7 @@ def test_a_flooding_run_drops_only_its_own_records(tmp_path: Path) -> None:
         for d, _ in runs.values():
             _wait_for(d / "ready")
         sensor = _sensor_pid(service.logs())
+        assert _consumer(service.logs()) == consumer
         (a_dir, a_client), (b_dir, b_client) = runs["a"], runs["b"]
         os.kill(sensor, signal.SIGSTOP)  # the ring's only reader stops: A's flood cannot all fit
         try:

@@ -43,6 +43,11 @@ CONSUMER_ENV = "ASSAY_RUNNER_RING_CONSUMER"
 """`python` keeps the per-record Python observer although the C consumer is built (A/B benchmarks)."""
 
 
+def ring_consumer() -> str:
+    """`c` when the compiled ring consumer is built and not turned off (`CONSUMER_ENV`), else `python`."""
+    return "c" if ringsink.available() and os.environ.get(CONSUMER_ENV) != "python" else "python"
+
+
 class RunSource(Protocol):
     """One run's records and counters (an `EventSource` with its counters and an end)."""
 
@@ -101,7 +106,7 @@ class LocalSource(Buffered):
     def __init__(self, monitor: Monitor, cgroup: RunCgroup, net: NetPolicySpec | None) -> None:
         super().__init__()
         self._monitor = monitor
-        self.consumer = "c" if ringsink.available() and os.environ.get(CONSUMER_ENV) != "python" else "python"
+        self.consumer = ring_consumer()
         """Which ring reader this run has (logged with `monitor.attached`)."""
         self._observer: Observer | BatchObserver
         if self.consumer == "c":

@@ -32,11 +32,12 @@ from dataclasses import dataclass
 
 from ebpf.monitor import Monitor, MonitorConfig, NetPolicySpec, RunLedger
 from ebpf.observer import Observer
+from ebpf.ringsink import FRAMES, BatchObserver
 from ebpf.wire import RUN_SLOTS
 from runner.capture import channel
 from runner.capture.cgroup import RunCgroup
 from runner.capture.channel import Added, AddRun, ChannelSource, ChannelWriter, Counts, Failed, FenceRequest
-from runner.capture.sources import RunSource
+from runner.capture.sources import RunSource, ring_consumer
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
@@ -131,7 +132,12 @@ class _Sensor:
         parent.mkdir(parents=True, exist_ok=True)
         self.monitor = Monitor(MonitorConfig(ringbuf_pages), lambda _record: None)
         self.monitor.attach_net(parent, link=True)
-        self.observer = Observer(self.monitor)
+        consumer = ring_consumer()
+        self.observer: Observer | BatchObserver = (
+            BatchObserver(self.monitor) if consumer == "c" else Observer(self.monitor))
+        """The C consumer frames each run's records for its channel with no Python call per record
+        (direct mode's reader, ebpf/ringsink.py); the per-record Python observer where it is not built."""
+        log.info("sensor.ring_consumer", consumer=consumer)
         self.control = control
         self.runs: dict[int, _Run] = {}
         self.sel = selectors.DefaultSelector()
@@ -150,6 +156,8 @@ class _Sensor:
                     run.writer.flush()
         finally:
             self.monitor.close()
+            if isinstance(self.observer, BatchObserver):
+                self.observer.close()  # after the monitor: libbpf no longer holds its buffers
         return 0
 
     def _on_control(self, control: socket.socket) -> None:
@@ -167,7 +175,10 @@ class _Sensor:
             sock.setblocking(False)
             run = _Run(ChannelWriter(sock))
             self.runs[key] = run
-            self.observer.open_run(key, run.writer.add)
+            if isinstance(self.observer, BatchObserver):
+                self.observer.open_run(key, run.writer.add_frames, FRAMES)
+            else:
+                self.observer.open_run(key, run.writer.add)
             self.sel.register(sock, selectors.EVENT_READ, lambda _s, k=key: self._on_worker(k))
         elif op == b"c":
             self._end(key)
