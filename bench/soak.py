@@ -3,9 +3,10 @@
     sudo .venv/bin/python -m bench.soak [--runs 200] [--concurrency 8] [--kills 50]
                                         [--seed 1] [--modes direct,daemon] [--json FILE]
 
-For each mode, a first run times one whole run on this host as it is now
-(the kill window). Then `--runs` runs of a small command go through
-`assay-runner run`, `--concurrency` at a time, back to back. In `--kills`
+For each mode, first `--concurrency` runs at once time a whole run on this
+host as it is now: the median of their wall times is the kill window, a
+run's length at the batch's own load. Then `--runs` runs of a small command
+go through `assay-runner run`, `--concurrency` at a time, back to back. In `--kills`
 of them, chosen with `--seed`, the runner is killed (SIGKILL) at a moment
 drawn uniformly from the window (the seed fixes the fractions, the window
 scales them): in direct mode the `run` process; in daemon mode the daemon's
@@ -31,6 +32,7 @@ import random
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -189,11 +191,15 @@ def soak_mode(soak: Soak, plan: list[float | None], concurrency: int,
     """Run the batch, then the next start, then count what is left."""
     for sub in ("out", "work", "logs"):
         (soak.base / sub).mkdir(parents=True, exist_ok=True)
-    timing = soak.run_one(len(plan), None)  # also warms the daemon up before its "before"
+    # The kill window is a run's wall time at the batch's own concurrency (also warms the daemon up
+    # before its "before"): timed alone, it was a tenth of a loaded run's, so every kill landed in set-up.
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        timings = list(pool.map(soak.run_one, range(len(plan), len(plan) + concurrency),
+                                [None] * concurrency))
     # The daemon's own processes (main and sensor) hold programs and fds on purpose: they are
     # compared before and after, not counted as the batch's leftovers.
     mine = {daemon.proc.pid, daemon.sensor_pid()} if daemon and daemon.proc else set()
-    window = timing.wall_s
+    window = statistics.median(t.wall_s for t in timings)
     moments = [None if f is None else round(f * window, 3) for f in plan]
     before = {"host_programs": host_program_count()} | _daemon_state(mine)
     started = time.monotonic()
@@ -202,17 +208,17 @@ def soak_mode(soak: Soak, plan: list[float | None], concurrency: int,
     batch_s = time.monotonic() - started
     # ...and so does its spare worker while it waits for the next run (a new one after each run)
     left_by_batch = census(soak.token, mine | (daemon.idle_spare() if daemon else set()))
-    recovery = soak.run_one(len(plan) + 1, None)  # the next start: recovers what the kills left
+    recovery = soak.run_one(len(plan) + concurrency, None)  # the next start: recovers what the kills left
     recovery_log = (soak.base / "logs" / f"{recovery.run_id}.log").read_text(errors="replace")
     left = settled_census(soak.token, mine | (daemon.idle_spare() if daemon else set()))
     recovered = recovered_archives(soak, outcomes)
     after = {"host_programs": host_program_count()} | _daemon_state(mine)
     return {
         "mode": soak.mode, "runs": len(plan), "concurrency": concurrency, "batch_s": round(batch_s, 1),
-        "kill_window_s": window, "timing_run": asdict(timing),
+        "kill_window_s": window, "timing_runs": [asdict(t) for t in timings],
         "kills_planned": sum(k is not None for k in plan),
         "killed": {what: sum(o.killed == what for o in outcomes) for what in ("runner", "worker", "client")},
-        "failures": [asdict(o) for o in [timing, *outcomes] if o.failure],
+        "failures": [asdict(o) for o in [*timings, *outcomes] if o.failure],
         "recovery_run": asdict(recovery),
         "recovery_said": [line for line in recovery_log.splitlines() if "stale" in line.lower()][:20],
         "recovered_archives": recovered,
