@@ -62,17 +62,6 @@ def records(events: Iterable[Classified]) -> Iterator[list[Classified]]:
         yield unit
 
 
-def process_order(threads: list[tuple[T, Iterable[Classified]]],
-                  rename: Callable[[str], str]) -> Iterator[tuple[T, Classified]]:
-    """One process's lines in canonical order; `threads` are (thread, its events) in rank order."""
-    if not threads:
-        return
-    first, events = threads[0]
-    for c in events:
-        yield first, c
-    yield from other_threads_order(threads[1:], rename)
-
-
 def other_threads_order(threads: list[tuple[T, Iterable[Classified]]],
                         rename: Callable[[str], str]) -> Iterator[tuple[T, Classified]]:
     """The lines of a process's threads after its first (`threads`, in rank order), by content."""

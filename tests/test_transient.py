@@ -7,13 +7,26 @@ the canonical (process, thread) position the normalizer passes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 import pytest
 
 from normalizer.classify import Classified, OpenMeta
-from normalizer.order import process_order
+from normalizer.order import other_threads_order
 from normalizer.transient import TEMPLATES, TransientNames, random_span
+
+T = TypeVar("T")
+
+
+def process_order(threads: list[tuple[T, Iterable[Classified]]],
+                  rename: Callable[[str], str]) -> Iterator[tuple[T, Classified]]:
+    """One process's lines in canonical order, as normalizer/build.py composes them: the first
+    thread's (`threads` in rank order) as they came, then the others' by content."""
+    first, events = threads[0]
+    for c in events:
+        yield first, c
+    yield from other_threads_order(threads[1:], rename)
 
 
 def rank(who: object) -> tuple[int, int]:
