@@ -78,8 +78,8 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, rep: int,
     run_id = f"scale-{size}-{rep}"
     script = '"$0" "$1" "$2" && exec "$3"'
     with tempfile.NamedTemporaryFile("r") as rss:
-        done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, binary, "run", "--out", str(out),
-                             "--run-id", run_id, "--force", "--", "sh", "-c", script,
+        done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, binary, "run", "--direct",
+                             "--out", str(out), "--run-id", run_id, "--force", "--", "sh", "-c", script,
                              tools.program("open_heavy"), str(args.scratch), str(size),
                              tools.program("start_stamp")], env=runner_env())
         ready_ns = done.start_ns + int(done.wall_s * 1e9)

@@ -111,8 +111,10 @@ class Runner(Variant):
 
     name = "runner"
 
-    def __init__(self, binary: str, out_dir: Path, extra_args: Sequence[str] = (),
+    def __init__(self, binary: str, out_dir: Path, extra_args: Sequence[str] = ("--direct",),
                  name: str | None = None, env: dict[str, str] | None = None) -> None:
+        """`extra_args` defaults to `--direct`: with a daemon at the default socket, `run` alone
+        would go through it, and the direct-mode columns would measure the daemon."""
         self.binary = binary
         self.out_dir = out_dir
         self.extra_args = tuple(extra_args)
