@@ -28,7 +28,9 @@ import selectors
 import signal
 import socket
 import struct
+import traceback
 from dataclasses import dataclass
+from types import TracebackType
 
 from ebpf.monitor import Monitor, MonitorConfig, NetPolicySpec, RunLedger
 from ebpf.observer import Observer
@@ -50,6 +52,15 @@ READY = b"ready"
 log = get_logger("daemon.sensor")
 
 
+def _where(tb: TracebackType | None) -> str:
+    """The innermost frame of a traceback as `file:line in function` (one log field, no dump)."""
+    frames = traceback.extract_tb(tb)
+    if not frames:
+        return "unknown"
+    last = frames[-1]
+    return f"{last.filename}:{last.lineno} in {last.name}"
+
+
 class SensorHandle:
     """The daemon's side: the sensor process, its control socket and the run keys in use."""
 
@@ -66,6 +77,9 @@ class SensorHandle:
                 with contextlib.suppress(Exception):
                     theirs.send(f"error {exc}".encode())
             except BaseException as exc:
+                with contextlib.suppress(Exception):  # after READY nobody reads this: the log says why
+                    log.error("sensor.failed", error=f"{type(exc).__name__}: {exc}",
+                              where=_where(exc.__traceback__))
                 with contextlib.suppress(Exception):
                     theirs.send(f"error cannot load the monitor: {exc}; run 'assay-runner doctor'".encode())
             finally:
@@ -184,7 +198,9 @@ class _Sensor:
             self._end(key)
 
     def _on_worker(self, key: int) -> None:
-        run = self.runs[key]
+        run = self.runs.get(key)
+        if run is None:  # ended earlier in the same select batch (the daemon's close came first)
+            return
         requests = run.writer.requests()
         if requests is None:  # the worker closed its end: the run is over
             self._end(key)
