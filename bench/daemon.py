@@ -39,14 +39,15 @@ MEMORY_GROWTH_LIMIT = 1.10
 class DaemonService:
     """`assay-runner daemon` on `socket` for the length of a `with` block."""
 
-    def __init__(self, binary: str, socket: Path, log: Path) -> None:
-        self.binary, self.socket, self.log = binary, socket, log
+    def __init__(self, binary: str, socket: Path, log: Path, config: Path | None = None) -> None:
+        self.binary, self.socket, self.log, self.config = binary, socket, log, config
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> DaemonService:
         self.socket.parent.mkdir(parents=True, exist_ok=True)
+        config = ["--config", str(self.config)] if self.config else []
         with self.log.open("wb") as log:
-            self.proc = subprocess.Popen([self.binary, "--log-format", "json", "daemon", "--socket",
+            self.proc = subprocess.Popen([self.binary, "--log-format", "json", "daemon", *config, "--socket",
                                           str(self.socket)], stdout=log, stderr=log,
                                          stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60

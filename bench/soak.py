@@ -249,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
             soak = Soak(mode, base / mode, f"{token}-{mode}", binary)
             if mode == "daemon":
                 soak.socket = base / f"{soak.token}.sock"  # workers' argv holds the token: a leaked one shows
-                with DaemonService(binary, soak.socket, base / "daemon.log") as daemon:
+                # Room for twice the batch: a killed client's run winds down (its archive is written)
+                # while the batch already starts the next one, and must not be refused for the limit.
+                config = base / "daemon.toml"
+                config.write_text(f"version = 1\n[limits]\nmax_concurrent_runs = {2 * args.concurrency}\n")
+                with DaemonService(binary, soak.socket, base / "daemon.log", config) as daemon:
                     results.append(soak_mode(soak, plan, args.concurrency, daemon))
             elif mode == "direct":
                 results.append(soak_mode(soak, plan, args.concurrency, None))

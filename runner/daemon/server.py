@@ -255,6 +255,14 @@ class Daemon:
 
     # --- runs ----------------------------------------------------------------------------------
 
+    def _at_limit(self) -> bool:
+        """At `max_concurrent_runs`, counting live workers only. A killed worker's client sees its
+        connection close before the daemon's loop reaps the worker, and may ask again at once:
+        that worker is reaped now rather than held against the new run."""
+        if len(self.runs) >= self.config.max_concurrent_runs:
+            self._reap()
+        return len(self.runs) >= self.config.max_concurrent_runs
+
     def _start_run(self, pending: Pending, msg: protocol.RunStart) -> None:
         fds = pending.reader.take_fds()
         problem = None
@@ -262,7 +270,7 @@ class Daemon:
             problem = f"a run request needs the descriptors {', '.join(protocol.RUN_FDS)}"
         elif self.stopping:
             problem = "the daemon is shutting down"
-        elif len(self.runs) >= self.config.max_concurrent_runs:
+        elif self._at_limit():
             problem = (f"the daemon already runs {len(self.runs)} runs, its limit "
                        f"(limits.max_concurrent_runs = {self.config.max_concurrent_runs}); try again later")
         assert self.sensor is not None
