@@ -79,3 +79,6 @@ class Observer:
     def drain(self) -> None:
         """Hand every record now in the ring to its run's sink."""
         self._ring.drain()
+
+    def close(self) -> None:
+        """Nothing to free (its records live in Python objects); the same call as the C consumer's."""

@@ -108,11 +108,11 @@ class Interruptions:
             signal.signal(s, signal.SIG_IGN if keep_ignoring else handler)  # type: ignore[arg-type]
 
     def _on(self, signum: int, _frame: FrameType | None) -> None:
+        if self.phase == "done":  # the archive is in place: nothing to record or act on
+            return
         self.received += 1
         if self.first is None:
             self.first = signum
-        if self.phase == "done":
-            return
         if self.phase != "publish":
             return
         if self.received == 1:

@@ -147,8 +147,7 @@ class LocalSource(Buffered):
     def close(self) -> None:
         """Unload the run's own monitor (its maps, the run's key with them)."""
         self._monitor.close()
-        if isinstance(self._observer, BatchObserver):
-            self._observer.close()  # after the monitor: libbpf no longer holds its buffers
+        self._observer.close()  # after the monitor: libbpf no longer holds the C consumer's buffers
 
 
 class LocalSensor:

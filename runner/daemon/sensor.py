@@ -170,8 +170,7 @@ class _Sensor:
                     run.writer.flush()
         finally:
             self.monitor.close()
-            if isinstance(self.observer, BatchObserver):
-                self.observer.close()  # after the monitor: libbpf no longer holds its buffers
+            self.observer.close()  # after the monitor: libbpf no longer holds the C consumer's buffers
         return 0
 
     def _on_control(self, control: socket.socket) -> None:
