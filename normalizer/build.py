@@ -203,6 +203,40 @@ def tails_of(shapes: list[Classified], by_id: dict[int, bytes]) -> list[bytes]:
     return list(map(by_id.__getitem__, map(id, shapes)))
 
 
+Route = tuple[set[str] | None, set[str] | None, set[str] | None]
+"""Where a kind's values go: its surface set, the blocked set, the written set (None: not there)."""
+
+
+def routes(values: dict[str, set[str]]) -> dict[str, Route]:
+    """Each surface kind's route into `values`: files (successful writes also in `written`),
+    endpoints, execs; blocks also in `blocked`."""
+    def into(kind: str) -> set[str]:
+        return values["files"] if kind in FILE_KINDS else values["endpoints"] if kind in ENDPOINT_KINDS \
+            else values["execs"]
+    return {kind: (into(kind), values["blocked"] if kind in BLOCK_KINDS else None,
+                   values["written"] if kind == "openat" else None)
+            for kind in FILE_KINDS | ENDPOINT_KINDS | {"exec"}}
+
+
+def collect_values(shapes: list[Classified], values: list[str | None], kinds: set[str],
+                   routes: dict[str, Route], writes: tuple[str, ...]) -> None:
+    """Gather the shapes' kinds, and each (final) value into its kind's route: the written set only
+    for an open that succeeded with an access mode in `writes` (the C accelerator has the same
+    function)."""
+    kinds.update(map(_KIND, shapes))
+    for c, value in zip(shapes, values, strict=True):
+        route = None if value is None else routes.get(c.kind)
+        if route is None:
+            continue
+        into, blocked, written = route
+        if into is not None:
+            into.add(value)  # type: ignore[arg-type]
+        if blocked is not None:
+            blocked.add(value)  # type: ignore[arg-type]
+        if written is not None and (m := c.meta) is not None and m.status is None and m.access_mode in writes:
+            written.add(value)  # type: ignore[arg-type]
+
+
 class _Collector:
     """Stage B: writes the kernel layer in canonical order and gathers what the
     other members need, holding only sets of distinct values and the capture
@@ -229,6 +263,8 @@ class _Collector:
         self._unseen = native.unseen_shapes if native else unseen_shapes
         self._lookup = native.tails_of if native else tails_of
         self._pinned: dict[int, Classified] = {}
+        self._collect = native.collect_values if native else collect_values
+        self._routes = routes(self.values)
 
     def add_run(self, pid: int, run: Run) -> None:
         """Write the lines of a run of events of process `pid`, as one block.
@@ -294,28 +330,8 @@ class _Collector:
                 before = redactor.count
                 values[k] = redactor.redact(values[k])  # type: ignore[arg-type]
                 clean[k] = redactor.count == before
-        self._collect(shapes, values)
+        self._collect(shapes, values, self.kinds, self._routes, _WRITES)
         return self._lines.tails(shapes, values), clean
-
-    def _collect(self, shapes: list[Classified], values: list[str | None]) -> None:
-        """Gather the shapes' kinds and (final) values for the surface and the summary."""
-        self.kinds.update(map(_KIND, shapes))
-        files, written, blocked = self.values["files"], self.values["written"], self.values["blocked"]
-        for c, value in zip(shapes, values, strict=True):
-            if value is None:
-                continue
-            kind = c.kind
-            if kind in FILE_KINDS:
-                files.add(value)
-                m = c.meta
-                if kind == "openat" and m is not None and m.status is None and m.access_mode in _WRITES:
-                    written.add(value)
-            elif kind in ENDPOINT_KINDS:
-                self.values["endpoints"].add(value)
-            elif kind == "exec":
-                self.values["execs"].add(value)
-            if kind in BLOCK_KINDS:
-                blocked.add(value)
 
     def surface(self, policy_lines: list[PolicyEvent]) -> CapabilitySurface:
         """The surface: kernel values, and the tools and `{decision}:{tool}` of the policy lines."""

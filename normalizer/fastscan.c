@@ -48,7 +48,7 @@
 #define O_CLOEXEC_BIT 02000000
 #define JOIN_MAX 8192 /* longest path worked out here; a longer one goes to Python */
 
-static PyObject *s_process, *s_fds, *s_cwd;
+static PyObject *s_process, *s_fds, *s_cwd, *s_event_type, *s_kind, *s_meta, *s_status, *s_access_mode;
 
 static uint64_t u64_at(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static uint32_t u32_at(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -579,7 +579,229 @@ static PyObject *tails_of(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return out;
 }
 
+/* Is `v` a str msgspec writes as its own characters between quotes (printable ASCII, no quote
+ * or backslash)? Its UTF-8 is then its bytes. */
+static int plain_json(PyObject *v, const char **s, Py_ssize_t *n)
+{
+    if (!PyUnicode_Check(v) || !PyUnicode_IS_ASCII(v))
+        return 0;
+    const char *p = (const char *)PyUnicode_DATA(v);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(v);
+    for (Py_ssize_t k = 0; k < len; k++)
+        if (p[k] < 0x20 || p[k] == 0x7f || p[k] == '"' || p[k] == '\\')
+            return 0;
+    *s = p;
+    *n = len;
+    return 1;
+}
+
+/* The frame (before, after) of a shape's (event_type, kind, meta) (new references in *before and
+ * *after): `frames` by key, else frame_of(shape). -1 on error. */
+static int frame_for(PyObject *frames, PyObject *frame_of, PyObject *shape, PyObject *key,
+                     PyObject **before, PyObject **after)
+{
+    PyObject *frame = PyDict_GetItemWithError(frames, key);
+    if (frame != NULL)
+        Py_INCREF(frame);
+    else if (!PyErr_Occurred())
+        frame = PyObject_CallOneArg(frame_of, shape);
+    if (frame == NULL)
+        return -1;
+    if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(frame, 0))
+        || !PyBytes_Check(PyTuple_GET_ITEM(frame, 1)) || PyBytes_GET_SIZE(PyTuple_GET_ITEM(frame, 1)) < 4) {
+        Py_DECREF(frame);
+        PyErr_SetString(PyExc_TypeError, "shape_tails: a frame is (before: bytes, after: bytes from null)");
+        return -1;
+    }
+    *before = Py_NewRef(PyTuple_GET_ITEM(frame, 0));
+    *after = Py_NewRef(PyTuple_GET_ITEM(frame, 1));
+    Py_DECREF(frame);
+    return 0;
+}
+
+/* Is `x` the object `y`, or equal to it? -1 on error. */
+static int same(PyObject *x, PyObject *y)
+{
+    if (x == y)
+        return 1;
+    if (y == NULL || Py_TYPE(x) != Py_TYPE(y))
+        return 0;
+    return PyObject_RichCompareBool(x, y, Py_EQ);
+}
+
+/* shape_tails(shapes, values, frames, frame_of, encode) -> [tail per shape], as
+ * normalizer/kernel_lines.py KernelLines.tails (its fallback) gives: the frame of the shape's
+ * (event_type, kind, meta), from `frames` or `frame_of(shape)`, with the value encoded (`encode`,
+ * unless msgspec would write its characters as they are) spliced in for its `null`. Consecutive
+ * shapes of one key (equal) share the lookup. */
+static PyObject *shape_tails(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyDict_Check(args[2])
+        || PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "shape_tails(shapes: list, values: list (as long), frames: dict, "
+                                         "frame_of, encode)");
+        return NULL;
+    }
+    PyObject *shapes = args[0], *values = args[1], *frames = args[2], *frame_of = args[3], *encode = args[4];
+    Py_ssize_t n = PyList_GET_SIZE(shapes);
+    PyObject *out = PyList_New(n);
+    PyObject *key = NULL, *before = NULL, *after = NULL; /* the last frame looked up, and its key */
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *shape = PyList_GET_ITEM(shapes, k), *value = PyList_GET_ITEM(values, k);
+        PyObject *t = PyObject_GetAttr(shape, s_event_type), *kind = PyObject_GetAttr(shape, s_kind),
+                 *meta = PyObject_GetAttr(shape, s_meta);
+        PyObject *now = t && kind && meta ? PyTuple_Pack(3, t, kind, meta) : NULL;
+        Py_XDECREF(t);
+        Py_XDECREF(kind);
+        Py_XDECREF(meta);
+        if (now == NULL)
+            goto failed;
+        int hit = 1;
+        for (int f = 0; f < 3 && hit > 0; f++)
+            hit = same(PyTuple_GET_ITEM(now, f), key ? PyTuple_GET_ITEM(key, f) : NULL);
+        if (hit < 0) {
+            Py_DECREF(now);
+            goto failed;
+        }
+        if (hit == 0) {
+            Py_CLEAR(before);
+            Py_CLEAR(after);
+            Py_XSETREF(key, now);
+            if (frame_for(frames, frame_of, shape, key, &before, &after) < 0)
+                goto failed;
+        } else {
+            Py_DECREF(now);
+        }
+        const char *a = PyBytes_AS_STRING(after) + 4, *b = PyBytes_AS_STRING(before), *v = NULL;
+        Py_ssize_t an = PyBytes_GET_SIZE(after) - 4, bn = PyBytes_GET_SIZE(before), vn = 0;
+        PyObject *encoded = NULL;
+        if (value == Py_None) {
+            a -= 4;
+            an += 4;
+        } else if (!plain_json(value, &v, &vn)) {
+            encoded = PyObject_CallOneArg(encode, value);
+            if (encoded == NULL)
+                goto failed;
+            if (!PyBytes_Check(encoded)) {
+                Py_DECREF(encoded);
+                PyErr_SetString(PyExc_TypeError, "shape_tails: encode must give bytes");
+                goto failed;
+            }
+            v = PyBytes_AS_STRING(encoded);
+            vn = PyBytes_GET_SIZE(encoded);
+        }
+        Py_ssize_t quotes = value != Py_None && encoded == NULL ? 2 : 0;
+        PyObject *tail = PyBytes_FromStringAndSize(NULL, bn + quotes + vn + an);
+        if (tail != NULL) {
+            char *w = PyBytes_AS_STRING(tail);
+            memcpy(w, b, (size_t)bn);
+            w += bn;
+            if (quotes)
+                *w++ = '"';
+            if (vn)
+                memcpy(w, v, (size_t)vn);
+            w += vn;
+            if (quotes)
+                *w++ = '"';
+            memcpy(w, a, (size_t)an);
+        }
+        Py_XDECREF(encoded);
+        if (tail == NULL)
+            goto failed;
+        PyList_SET_ITEM(out, k, tail);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(before);
+    Py_XDECREF(after);
+    return out;
+failed:
+    Py_XDECREF(key);
+    Py_XDECREF(before);
+    Py_XDECREF(after);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* Add `value` to `into` unless `into` is None; -1 on error. */
+static int add_to(PyObject *into, PyObject *value)
+{
+    return into == Py_None ? 0 : PySet_Add(into, value);
+}
+
+/* Does `meta` describe a successful open for writing (status None, access mode in `writes`)? */
+static int opened_for_writing(PyObject *meta, PyObject *writes)
+{
+    if (meta == Py_None)
+        return 0;
+    PyObject *status = PyObject_GetAttr(meta, s_status);
+    if (status == NULL)
+        return -1;
+    int ok = status == Py_None;
+    Py_DECREF(status);
+    if (!ok)
+        return 0;
+    PyObject *mode = PyObject_GetAttr(meta, s_access_mode);
+    if (mode == NULL)
+        return -1;
+    ok = PySequence_Contains(writes, mode);
+    Py_DECREF(mode);
+    return ok;
+}
+
+/* collect_values(shapes, values, kinds, routes, writes) -> None, as normalizer/build.py
+ * collect_values (its fallback): every shape's kind into `kinds`; a value (not None) into the sets
+ * of its kind's route (into, blocked, written: each a set or None), into `written` only when the
+ * shape's meta is a successful open with an access mode in `writes`. */
+static PyObject *collect_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PySet_Check(args[2])
+        || !PyDict_Check(args[3]) || PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "collect_values(shapes: list, values: list (as long), kinds: set, "
+                                         "routes: dict, writes)");
+        return NULL;
+    }
+    PyObject *shapes = args[0], *values = args[1], *kinds = args[2], *routes = args[3], *writes = args[4];
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(shapes); k++) {
+        PyObject *shape = PyList_GET_ITEM(shapes, k), *value = PyList_GET_ITEM(values, k);
+        PyObject *kind = PyObject_GetAttr(shape, s_kind);
+        if (kind == NULL || PySet_Add(kinds, kind) < 0) {
+            Py_XDECREF(kind);
+            return NULL;
+        }
+        PyObject *route = value == Py_None ? NULL : PyDict_GetItemWithError(routes, kind);
+        Py_DECREF(kind);
+        if (route == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
+        if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) != 3) {
+            PyErr_SetString(PyExc_TypeError, "collect_values: a route is (into, blocked, written)");
+            return NULL;
+        }
+        PyObject *written = PyTuple_GET_ITEM(route, 2);
+        if (add_to(PyTuple_GET_ITEM(route, 0), value) < 0 || add_to(PyTuple_GET_ITEM(route, 1), value) < 0)
+            return NULL;
+        if (written != Py_None) {
+            PyObject *meta = PyObject_GetAttr(shape, s_meta);
+            int yes = meta == NULL ? -1 : opened_for_writing(meta, writes);
+            Py_XDECREF(meta);
+            if (yes < 0 || (yes && PySet_Add(written, value) < 0))
+                return NULL;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"shape_tails", (PyCFunction)(void (*)(void))shape_tails, METH_FASTCALL,
+     "Each shape's kernel-line tail (normalizer/kernel_lines.py KernelLines.tails, in C)."},
+    {"collect_values", (PyCFunction)(void (*)(void))collect_values, METH_FASTCALL,
+     "Kinds and values gathered for the surface (normalizer/build.py collect_values, in C)."},
     {"unseen_shapes", (PyCFunction)(void (*)(void))unseen_shapes, METH_FASTCALL,
      "Distinct shapes not yet in the tail memo (normalizer/build.py unseen_shapes, in C)."},
     {"tails_of", (PyCFunction)(void (*)(void))tails_of, METH_FASTCALL,
@@ -600,7 +822,13 @@ PyMODINIT_FUNC PyInit__fastscan(void)
     s_process = PyUnicode_InternFromString("process");
     s_fds = PyUnicode_InternFromString("fds");
     s_cwd = PyUnicode_InternFromString("cwd");
-    if (s_process == NULL || s_fds == NULL || s_cwd == NULL)
+    s_event_type = PyUnicode_InternFromString("event_type");
+    s_kind = PyUnicode_InternFromString("kind");
+    s_meta = PyUnicode_InternFromString("meta");
+    s_status = PyUnicode_InternFromString("status");
+    s_access_mode = PyUnicode_InternFromString("access_mode");
+    if (s_process == NULL || s_fds == NULL || s_cwd == NULL || s_event_type == NULL || s_kind == NULL
+        || s_meta == NULL || s_status == NULL || s_access_mode == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

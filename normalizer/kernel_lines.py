@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from typing import BinaryIO
 
 import msgspec
 
+from normalizer import accel
 from normalizer.artifacts import KERNEL_EVENT_SCHEMA, KernelEvent
 from normalizer.classify import Classified
 
@@ -142,6 +143,26 @@ def join_lines(head: bytes, seq: int, pid_part: bytes, tails: list[bytes]) -> by
         repeat(head), map(b"%d".__mod__, range(seq, seq + len(tails))), repeat(pid_part), tails)))
 
 
+def shape_tails(shapes: list[Classified], values: list[str | None],
+                frames: dict[tuple[int, str, object], tuple[bytes, bytes]],
+                frame_of: Callable[[Classified], tuple[bytes, bytes]],
+                encode: Callable[[str], bytes]) -> list[bytes]:
+    """Each shape's tail with its value: the frame of its (type, kind, metadata), from `frames` or
+    `frame_of`, with the value encoded (`encode`) spliced in for the frame's `null`.
+
+    The C accelerator (normalizer/accel.py) has the same function, which
+    writes printable ASCII without a quote or backslash between quotes
+    itself (what msgspec writes for it) and calls `encode` for any other
+    value; this is its fallback and reference.
+    """
+    out = []
+    for c, value in zip(shapes, values, strict=True):
+        frame = frames.get((c.event_type, c.kind, c.meta))
+        before, after = frame if frame is not None else frame_of(c)
+        out.append(before + after if value is None else before + encode(value) + after[4:])
+    return out
+
+
 class KernelLines:
     """Encodes the kernel lines of one run: a tail once per event shape, then seq and pid per line."""
 
@@ -163,6 +184,16 @@ class KernelLines:
         (tests/test_kernel_lines.py), so only the frame is memoized per
         (type, kind, open metadata), a handful per run.
         """
+        return shape_tails([c], [value], self._frames, self.frame, _encoder.encode)[0]
+
+    def tails(self, shapes: list[Classified], values: list[str | None]) -> list[bytes]:
+        """`tail` of each shape with its value, in C when the accelerator is built (`shape_tails`)."""
+        native = accel.native
+        return (native.shape_tails if native else shape_tails)(shapes, values, self._frames, self.frame,
+                                                               _encoder.encode)
+
+    def frame(self, c: Classified) -> tuple[bytes, bytes]:
+        """(`..."value":`, `null...` to the newline) of `c`'s tail, memoized per (type, kind, metadata)."""
         key = (c.event_type, c.kind, c.meta)
         frame = self._frames.get(key)
         if frame is None:
@@ -170,21 +201,7 @@ class KernelLines:
             if len(self._frames) >= MEMO_ENTRIES:
                 self._frames.clear()
             self._frames[key] = frame
-        before, after = frame
-        return before + after if value is None else before + _encoder.encode(value) + after[4:]
-
-    def tails(self, shapes: list[Classified], values: list[str | None]) -> list[bytes]:
-        """`tail` of each shape with its value, the frames looked up once per distinct metadata."""
-        frames = self._frames
-        out = []
-        for c, value in zip(shapes, values, strict=True):
-            frame = frames.get((c.event_type, c.kind, c.meta))
-            if frame is None:
-                out.append(self.tail(c, value))
-                continue
-            before, after = frame
-            out.append(before + after if value is None else before + _encoder.encode(value) + after[4:])
-        return out
+        return frame
 
     def _frame(self, c: Classified) -> tuple[bytes, bytes]:
         """(`..."value":`, `null...` to the newline) of `c`'s tail."""
