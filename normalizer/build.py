@@ -11,9 +11,11 @@ gathering what the other members need.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 from operator import attrgetter
 
 import msgspec
@@ -31,12 +33,19 @@ from normalizer.artifacts import (
     SdkEvent,
 )
 from normalizer.blocks import FileBlockJudge
-from normalizer.buckets import Run, ThreadBuckets, shape_of
+from normalizer.buckets import Run, Spilled, ThreadBuckets, shape_of
 from normalizer.classify import Classified
 from normalizer.correlate import END, Block, correlate, decisions, policy_events
 from normalizer.faults import fault_notes
 from normalizer.health import CaptureFacts, observation_health, privilege_note
-from normalizer.kernel_lines import LINES_PER_WRITE, MEMO_ENTRIES, KernelLayer, KernelLines, join_lines
+from normalizer.kernel_lines import (
+    LINES_PER_WRITE,
+    MEMO_ENTRIES,
+    KernelLayer,
+    KernelLines,
+    join_indexed,
+    join_lines,
+)
 from normalizer.order import other_threads_order
 from normalizer.redact import Redactor, may_hold_secrets
 from normalizer.scan import Scan
@@ -106,14 +115,15 @@ def ndjson_member(items: list[msgspec.Struct]) -> bytes:
 
 
 def canonical_runs(buckets: ThreadBuckets, processes: list[Process],
-                   names: Substitution) -> Iterator[tuple[Thread, Run]]:
+                   names: Substitution) -> Iterator[tuple[Thread, Run | Spilled]]:
     """Every filed event by process number, then its first thread's own order (as it was
-    filed, run by run), then the other threads' records by content (normalizer/order.py;
-    `names` gives the canonical values), consecutive events of one thread as one run."""
+    filed, chunk by chunk: `Spilled.run()` reads a spilled one), then the other threads'
+    records by content (normalizer/order.py; `names` gives the canonical values), consecutive
+    events of one thread as one run."""
     for proc in processes:
         first, *others = proc.threads()
-        for run in buckets.runs(first):
-            yield first, run
+        for piece in buckets.pieces(first):
+            yield first, piece
         if not others:
             continue
         current: Thread | None = None
@@ -155,7 +165,8 @@ def named_candidates(spool: Spool) -> tuple[list[Classified], CaptureFacts, File
     names = transient.finish(_rank)
     out = [msgspec.structs.replace(shape, order=pairs[2 * i], ts=pairs[2 * i + 1],
                                    process=t.process.number, thread_rank=t.rank)
-           for t, (shapes, pairs) in canonical_runs(buckets, processes, names)
+           for t, piece in canonical_runs(buckets, processes, names)
+           for shapes, pairs in [piece.run() if isinstance(piece, Spilled) else piece]
            for i, shape in enumerate(shapes)]
     buckets.close()
     return out, scan.facts(spool.trailer, spool.header.platform), scan.judge, names
@@ -237,6 +248,39 @@ def collect_values(shapes: list[Classified], values: list[str | None], kinds: se
             written.add(value)  # type: ignore[arg-type]
 
 
+VALUE_SETS = ("files", "endpoints", "execs", "written", "blocked")
+"""The distinct values stage B gathers for the surface and the summary."""
+
+
+class Prepared:
+    """Stage A's head start on stage B: called by ThreadBuckets for each chunk it spills
+    (normalizer/buckets.py `Prepare`), it does for the chunk's distinct shapes what
+    `_Collector._first` would: their kernel-line tails, and their values gathered into its own
+    sets. That holds only when stage B will write them unchanged: no value may hold a secret
+    (else the whole chunk is left to stage B, whose redactor counts every occurrence), no
+    transient name substituted, no tool-call window to stamp (`finish` checks the last two,
+    known only at the end, and otherwise ignores all of this). The tails do not depend on
+    the run id (it is in the lines' head)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.values: dict[str, set[str]] = {k: set() for k in VALUE_SETS}
+        self.kinds: set[str] = set()
+        self._lines = KernelLines(run_id)
+        self._routes = routes(self.values)
+        native = accel.native
+        self._collect = native.collect_values if native else collect_values
+
+    def __call__(self, table: list[Classified]) -> tuple[bytes, bytes] | None:
+        values = [s.value for s in table]
+        if any(may_hold_secrets(values)):
+            return None
+        self._collect(table, values, self.kinds, self._routes, _WRITES)
+        tails = self._lines.tails(table, values)
+        offsets = array("Q", [0])
+        offsets.extend(accumulate(map(len, tails)))
+        return b"".join(tails), offsets.tobytes()
+
+
 class _Collector:
     """Stage B: writes the kernel layer in canonical order and gathers what the
     other members need, holding only sets of distinct values and the capture
@@ -247,8 +291,7 @@ class _Collector:
                  names: Substitution | None = None) -> None:
         self.run_id = run_id
         self.layer = KernelLayer()
-        self.values: dict[str, set[str]] = {
-            k: set() for k in ("files", "endpoints", "execs", "written", "blocked")}
+        self.values: dict[str, set[str]] = {k: set() for k in VALUE_SETS}
         self.kinds: set[str] = set()
         self.blocks: list[Block] = []
         self.stamps: list[int] = []
@@ -265,6 +308,31 @@ class _Collector:
         self._pinned: dict[int, Classified] = {}
         self._collect = native.collect_values if native else collect_values
         self._routes = routes(self.values)
+        self._join_indexed = native.join_indexed if native else join_indexed
+        self._ahead = False
+
+    def adopt(self, prepared: Prepared) -> None:
+        """Take stage A's prepared chunks as they are (see `Prepared`: only when nothing is
+        substituted and no window stamped): their values join the sets, their lines are
+        written from their tails."""
+        for k, values in prepared.values.items():
+            self.values[k] |= values
+        self.kinds |= prepared.kinds
+        self._ahead = True
+
+    def add(self, pid: int, piece: Run | Spilled) -> None:
+        """Write the lines of a run or a spilled chunk of process `pid`'s events."""
+        if not isinstance(piece, Spilled):
+            self.add_run(pid, piece)
+        elif not self._ahead or piece.tails is None or piece.offsets is None:
+            self.add_run(pid, piece.run())
+        else:
+            pid_part = b',"pid":%d,' % pid
+            for start in range(0, piece.events, LINES_PER_WRITE):
+                count = min(LINES_PER_WRITE, piece.events - start)
+                lines = self._join_indexed(self._lines.head, self.layer.count, pid_part, piece.tails,
+                                           piece.offsets, piece.indexes, start, count)
+                self.layer.write_block(lines, count)
 
     def add_run(self, pid: int, run: Run) -> None:
         """Write the lines of a run of events of process `pid`, as one block.
@@ -358,11 +426,14 @@ class Scanned:
     scan: Scan
     buckets: ThreadBuckets
     transient: TransientNames
+    prepared: Prepared | None = None
+    """What stage A worked out ahead for the spilled chunks (`Prepared`)."""
 
 
 def scan(spool: Spool) -> Scanned:
     """Stage A over `spool.records` (walked once, in ring order)."""
-    scanned = Scanned(Scan(spool), ThreadBuckets(SPILL_EVERY), TransientNames())
+    prepared = Prepared(spool.header.run_id)
+    scanned = Scanned(Scan(spool), ThreadBuckets(SPILL_EVERY, prepared), TransientNames(), prepared)
     scanned.scan.file(scanned.buckets, scanned.transient, drop_telemetry=True)
     return scanned
 
@@ -390,9 +461,11 @@ def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> Normali
     processes = number_tree(scanned.scan.tree.root)
     names = scanned.transient.finish(_rank)
     out = _Collector(run_id, sdk.tool_calls, redactor, names)
+    if scanned.prepared is not None and not names.count and not sdk.tool_calls:
+        out.adopt(scanned.prepared)
     buckets = scanned.buckets
-    for thread, run in canonical_runs(buckets, processes, names):
-        out.add_run(thread.process.number, run)
+    for thread, piece in canonical_runs(buckets, processes, names):
+        out.add(thread.process.number, piece)
     buckets.close()
     facts = scanned.scan.facts(spool.trailer, spool.header.platform)
 

@@ -463,6 +463,64 @@ static PyObject *join_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
+/* join_indexed(head, seq, pid_part, tails, offsets, indexes, start, count) -> bytes: join_lines of
+ * the tails that indexes[start:start + count] pick, tail i being tails[offsets[i]:offsets[i + 1]]
+ * (offsets and indexes: native u64s), as normalizer/kernel_lines.py join_indexed (its fallback)
+ * gives. Every index and offset is checked against the buffers before anything is copied. */
+static PyObject *join_indexed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 8 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2]) || !PyBytes_Check(args[3])
+        || !PyBytes_Check(args[4]) || !PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "join_indexed(head: bytes, seq: int, pid_part: bytes, tails: bytes, "
+                                         "offsets: bytes, indexes: bytes, start: int, count: int)");
+        return NULL;
+    }
+    long long seq = PyLong_AsLongLong(args[1]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[6]), count = PyLong_AsSsize_t(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    const char *head = PyBytes_AS_STRING(args[0]), *pid = PyBytes_AS_STRING(args[2]),
+               *tails = PyBytes_AS_STRING(args[3]);
+    Py_ssize_t head_n = PyBytes_GET_SIZE(args[0]), pid_n = PyBytes_GET_SIZE(args[2]),
+               tails_n = PyBytes_GET_SIZE(args[3]);
+    Py_ssize_t cuts_n = PyBytes_GET_SIZE(args[4]) / 8, picks_n = PyBytes_GET_SIZE(args[5]) / 8;
+    const unsigned char *cuts = (const unsigned char *)PyBytes_AS_STRING(args[4]),
+                        *picks = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    if (seq < 0 || start < 0 || count < 0 || PyBytes_GET_SIZE(args[4]) % 8 || PyBytes_GET_SIZE(args[5]) % 8
+        || start > picks_n || count > picks_n - start) {
+        PyErr_SetString(PyExc_ValueError, "join_indexed: seq, start or count out of range, or not u64 arrays");
+        return NULL;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t k = start; k < start + count; k++) {
+        uint64_t i = u64_at(picks + 8 * k);
+        if (cuts_n == 0 || i >= (uint64_t)(cuts_n - 1) || u64_at(cuts + 8 * i) > u64_at(cuts + 8 * (i + 1))
+            || u64_at(cuts + 8 * (i + 1)) > (uint64_t)tails_n) {
+            PyErr_SetString(PyExc_ValueError, "join_indexed: an index or offset is out of bounds");
+            return NULL;
+        }
+        total += head_n + 20 + pid_n + (Py_ssize_t)(u64_at(cuts + 8 * (i + 1)) - u64_at(cuts + 8 * i));
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    for (Py_ssize_t k = start; k < start + count; k++) {
+        uint64_t i = u64_at(picks + 8 * k), from = u64_at(cuts + 8 * i), to = u64_at(cuts + 8 * (i + 1));
+        memcpy(w, head, (size_t)head_n);
+        w += head_n;
+        w += snprintf(w, 21, "%llu", (unsigned long long)(seq + (k - start)));
+        memcpy(w, pid, (size_t)pid_n);
+        w += pid_n;
+        memcpy(w, tails + from, (size_t)(to - from));
+        w += to - from;
+    }
+    if (_PyBytes_Resize(&out, w - PyBytes_AS_STRING(out)) < 0)
+        return NULL;
+    return out;
+}
+
 /* index_shapes(shapes) -> (table, indexes): the distinct objects of `shapes` by identity, in
  * first-seen order, and each item's position in that table as native u64s, as
  * normalizer/buckets.py index_shapes (its fallback) gives. */
@@ -798,6 +856,8 @@ static PyObject *collect_values(PyObject *self, PyObject *const *args, Py_ssize_
 }
 
 static PyMethodDef methods[] = {
+    {"join_indexed", (PyCFunction)(void (*)(void))join_indexed, METH_FASTCALL,
+     "Kernel lines of tails picked by index (normalizer/kernel_lines.py join_indexed, in C)."},
     {"shape_tails", (PyCFunction)(void (*)(void))shape_tails, METH_FASTCALL,
      "Each shape's kernel-line tail (normalizer/kernel_lines.py KernelLines.tails, in C)."},
     {"collect_values", (PyCFunction)(void (*)(void))collect_values, METH_FASTCALL,
