@@ -13,9 +13,9 @@ arrays of u64.
 
 When a chunk is spilled, stage A also works out what stage B would for its
 distinct shapes (`prepare`: normalizer/build.py `Prepared`): their
-kernel-line tails, in one block with their offsets, stored with the chunk.
-Stage B can then write the chunk's lines by index (`Spilled`), without
-reading its shapes back.
+kernel-line tails, in one block with each one's span, stored with the
+chunk. Stage B can then write the chunk's lines by index (`Spilled`),
+without reading its shapes back.
 """
 
 from __future__ import annotations
@@ -33,12 +33,14 @@ from normalizer.classify import Classified
 Run = tuple[list[Classified], list[int]]
 """Shapes, one per event, and their `(order, ts)` pairs flattened (twice as long)."""
 
-Prepare = Callable[[list[Classified]], "tuple[bytes, bytes] | None"]
-"""Given a spilled chunk's distinct shapes: their kernel-line tails in one block and the u64
-offsets that cut it (one more than the shapes), or None when stage B must work them out."""
+Ahead = tuple[bytes, bytes, bytes]
+"""A chunk's distinct shapes worked out ahead: their kernel-line tails in one block, each one's
+(start, end) in it (u64 pairs), and the positions (u64s) of those left to stage B (their span
+is empty)."""
+Prepare = Callable[[list[Classified]], Ahead]
 
 _encode = msgspec.msgpack.Encoder().encode
-_chunk = msgspec.msgpack.Decoder(tuple[bytes, bytes, bytes, bytes | None, bytes | None])
+_chunk = msgspec.msgpack.Decoder(tuple[bytes, bytes, bytes, bytes | None, bytes | None, bytes | None])
 _table = msgspec.msgpack.Decoder(list[Classified])
 
 
@@ -63,13 +65,19 @@ def full(shape: Classified, order: int, ts: int) -> Classified:
 
 class Spilled:
     """One spilled chunk of a thread's evidence, read back. `run()` decodes its shapes and pairs;
-    `indexes` (u64 per event: its shape's position in the chunk's table) with `tails` and
-    `offsets` (the prepared tails, when stage A worked them out) give its lines without them."""
+    `indexes` (u64 per event: its shape's position in `table()`) with `ahead` (when stage A
+    prepared the chunk) give its lines without them."""
 
-    __slots__ = ("_pairs", "_table", "indexes", "offsets", "tails")
+    __slots__ = ("_pairs", "_table", "ahead", "indexes")
 
     def __init__(self, data: bytes) -> None:
-        self._table, self.indexes, self._pairs, self.tails, self.offsets = _chunk.decode(data)
+        self._table, self.indexes, self._pairs, tails, spans, pending = _chunk.decode(data)
+        self.ahead: Ahead | None = None if tails is None or spans is None or pending is None \
+            else (tails, spans, pending)
+
+    def table(self) -> list[Classified]:
+        """The chunk's distinct shapes (new objects each time)."""
+        return _table.decode(self._table)
 
     @property
     def events(self) -> int:
@@ -77,7 +85,7 @@ class Spilled:
 
     def run(self) -> Run:
         """The chunk as a run: shapes (one object per distinct shape) and pairs."""
-        table = _table.decode(self._table)
+        table = self.table()
         index, pairs = array("Q"), array("Q")
         index.frombytes(self.indexes)
         pairs.frombytes(self._pairs)
@@ -119,9 +127,8 @@ class ThreadBuckets:
         index = accel.native.index_shapes if accel.native else index_shapes
         for thread, (shapes, pairs) in self.held.items():
             table, indexes = index(shapes)
-            prepared = self._prepare(table) if self._prepare is not None else None
-            tails, offsets = prepared or (None, None)
-            data = _encode((_encode(table), indexes, array("Q", pairs).tobytes(), tails, offsets))
+            ahead = self._prepare(table) if self._prepare is not None else (None, None, None)
+            data = _encode((_encode(table), indexes, array("Q", pairs).tobytes(), *ahead))
             self._chunks.setdefault(thread, []).append((self._spill.tell(), len(data)))
             self._spill.write(data)
         self.held.clear()

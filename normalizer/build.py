@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, chain, compress
 from operator import attrgetter
 
 import msgspec
@@ -33,7 +34,7 @@ from normalizer.artifacts import (
     SdkEvent,
 )
 from normalizer.blocks import FileBlockJudge
-from normalizer.buckets import Run, Spilled, ThreadBuckets, shape_of
+from normalizer.buckets import Ahead, Run, Spilled, ThreadBuckets, shape_of
 from normalizer.classify import Classified
 from normalizer.correlate import END, Block, correlate, decisions, policy_events
 from normalizer.faults import fault_notes
@@ -256,11 +257,11 @@ class Prepared:
     """Stage A's head start on stage B: called by ThreadBuckets for each chunk it spills
     (normalizer/buckets.py `Prepare`), it does for the chunk's distinct shapes what
     `_Collector._first` would: their kernel-line tails, and their values gathered into its own
-    sets. That holds only when stage B will write them unchanged: no value may hold a secret
-    (else the whole chunk is left to stage B, whose redactor counts every occurrence), no
-    transient name substituted, no tool-call window to stamp (`finish` checks the last two,
-    known only at the end, and otherwise ignores all of this). The tails do not depend on
-    the run id (it is in the lines' head)."""
+    sets. A value that may hold a secret is left to stage B (its position in the chunk's
+    `pending`), whose redactor counts every occurrence. What is prepared holds only when stage
+    B writes values unchanged: no transient name substituted, and no tool-call window to stamp
+    per event; `finish` checks both, known only at the end, and otherwise ignores all of this.
+    The tails do not depend on the run id (it is in the lines' head)."""
 
     def __init__(self, run_id: str) -> None:
         self.values: dict[str, set[str]] = {k: set() for k in VALUE_SETS}
@@ -270,15 +271,23 @@ class Prepared:
         native = accel.native
         self._collect = native.collect_values if native else collect_values
 
-    def __call__(self, table: list[Classified]) -> tuple[bytes, bytes] | None:
+    def __call__(self, table: list[Classified]) -> Ahead:
         values = [s.value for s in table]
-        if any(may_hold_secrets(values)):
-            return None
-        self._collect(table, values, self.kinds, self._routes, _WRITES)
-        tails = self._lines.tails(table, values)
-        offsets = array("Q", [0])
-        offsets.extend(accumulate(map(len, tails)))
-        return b"".join(tails), offsets.tobytes()
+        suspects = may_hold_secrets(values)
+        pending = array("Q", compress(range(len(table)), suspects))
+        if pending:
+            clean = [not s for s in suspects]
+            done = iter(self._work(list(compress(table, clean)), list(compress(values, clean))))
+            tails = [b"" if s else next(done) for s in suspects]
+        else:
+            tails = self._work(table, values)
+        ends = list(accumulate(map(len, tails)))
+        spans = array("Q", chain.from_iterable(zip([0, *ends][:-1], ends, strict=True)))
+        return b"".join(tails), spans.tobytes(), pending.tobytes()
+
+    def _work(self, shapes: list[Classified], values: list[str | None]) -> list[bytes]:
+        self._collect(shapes, values, self.kinds, self._routes, _WRITES)
+        return self._lines.tails(shapes, values)
 
 
 class _Collector:
@@ -321,18 +330,43 @@ class _Collector:
         self._ahead = True
 
     def add(self, pid: int, piece: Run | Spilled) -> None:
-        """Write the lines of a run or a spilled chunk of process `pid`'s events."""
+        """Write the lines of a run or a spilled chunk of process `pid`'s events: a chunk stage A
+        prepared (`adopt`) by index from its tails, without reading its shapes back."""
         if not isinstance(piece, Spilled):
             self.add_run(pid, piece)
-        elif not self._ahead or piece.tails is None or piece.offsets is None:
+            return
+        if not self._ahead or piece.ahead is None:
             self.add_run(pid, piece.run())
-        else:
-            pid_part = b',"pid":%d,' % pid
-            for start in range(0, piece.events, LINES_PER_WRITE):
-                count = min(LINES_PER_WRITE, piece.events - start)
-                lines = self._join_indexed(self._lines.head, self.layer.count, pid_part, piece.tails,
-                                           piece.offsets, piece.indexes, start, count)
-                self.layer.write_block(lines, count)
+            return
+        tails, spans, pending = piece.ahead
+        if pending:
+            tails, spans = self._settle(piece, tails, spans, pending)
+        pid_part = b',"pid":%d,' % pid
+        for start in range(0, piece.events, LINES_PER_WRITE):
+            count = min(LINES_PER_WRITE, piece.events - start)
+            lines = self._join_indexed(self._lines.head, self.layer.count, pid_part, tails, spans,
+                                       piece.indexes, start, count)
+            self.layer.write_block(lines, count)
+
+    def _settle(self, piece: Spilled, tails: bytes, spans: bytes, pending: bytes) -> tuple[bytes, bytes]:
+        """The tails stage A left pending (values that may hold a secret) worked out here, as
+        `_tails_of` would: redacted once per occurrence when redaction changes them (the tally
+        counts occurrences); appended to the block, with their spans."""
+        table = piece.table()
+        cuts, left = array("Q"), array("Q")
+        cuts.frombytes(spans)
+        left.frombytes(pending)
+        counts = Counter(memoryview(piece.indexes).cast("Q"))
+        block, end = [tails], len(tails)
+        for j in left:
+            shape = table[j]
+            (tail,), (clean,) = self._first([shape])
+            if not clean:
+                self._first([shape] * (counts[j] - 1))
+            cuts[2 * j], cuts[2 * j + 1] = end, end + len(tail)
+            end += len(tail)
+            block.append(tail)
+        return b"".join(block), cuts.tobytes()
 
     def add_run(self, pid: int, run: Run) -> None:
         """Write the lines of a run of events of process `pid`, as one block.

@@ -463,17 +463,17 @@ static PyObject *join_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
-/* join_indexed(head, seq, pid_part, tails, offsets, indexes, start, count) -> bytes: join_lines of
- * the tails that indexes[start:start + count] pick, tail i being tails[offsets[i]:offsets[i + 1]]
- * (offsets and indexes: native u64s), as normalizer/kernel_lines.py join_indexed (its fallback)
- * gives. Every index and offset is checked against the buffers before anything is copied. */
+/* join_indexed(head, seq, pid_part, tails, spans, indexes, start, count) -> bytes: join_lines of
+ * the tails that indexes[start:start + count] pick, tail i being tails[spans[2i]:spans[2i + 1]]
+ * (spans and indexes: native u64s), as normalizer/kernel_lines.py join_indexed (its fallback)
+ * gives. Every index and span is checked against the buffers before anything is copied. */
 static PyObject *join_indexed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     if (nargs != 8 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2]) || !PyBytes_Check(args[3])
         || !PyBytes_Check(args[4]) || !PyBytes_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError, "join_indexed(head: bytes, seq: int, pid_part: bytes, tails: bytes, "
-                                         "offsets: bytes, indexes: bytes, start: int, count: int)");
+                                         "spans: bytes, indexes: bytes, start: int, count: int)");
         return NULL;
     }
     long long seq = PyLong_AsLongLong(args[1]);
@@ -484,10 +484,10 @@ static PyObject *join_indexed(PyObject *self, PyObject *const *args, Py_ssize_t 
                *tails = PyBytes_AS_STRING(args[3]);
     Py_ssize_t head_n = PyBytes_GET_SIZE(args[0]), pid_n = PyBytes_GET_SIZE(args[2]),
                tails_n = PyBytes_GET_SIZE(args[3]);
-    Py_ssize_t cuts_n = PyBytes_GET_SIZE(args[4]) / 8, picks_n = PyBytes_GET_SIZE(args[5]) / 8;
-    const unsigned char *cuts = (const unsigned char *)PyBytes_AS_STRING(args[4]),
+    Py_ssize_t shapes_n = PyBytes_GET_SIZE(args[4]) / 16, picks_n = PyBytes_GET_SIZE(args[5]) / 8;
+    const unsigned char *spans = (const unsigned char *)PyBytes_AS_STRING(args[4]),
                         *picks = (const unsigned char *)PyBytes_AS_STRING(args[5]);
-    if (seq < 0 || start < 0 || count < 0 || PyBytes_GET_SIZE(args[4]) % 8 || PyBytes_GET_SIZE(args[5]) % 8
+    if (seq < 0 || start < 0 || count < 0 || PyBytes_GET_SIZE(args[4]) % 16 || PyBytes_GET_SIZE(args[5]) % 8
         || start > picks_n || count > picks_n - start) {
         PyErr_SetString(PyExc_ValueError, "join_indexed: seq, start or count out of range, or not u64 arrays");
         return NULL;
@@ -495,19 +495,19 @@ static PyObject *join_indexed(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_ssize_t total = 0;
     for (Py_ssize_t k = start; k < start + count; k++) {
         uint64_t i = u64_at(picks + 8 * k);
-        if (cuts_n == 0 || i >= (uint64_t)(cuts_n - 1) || u64_at(cuts + 8 * i) > u64_at(cuts + 8 * (i + 1))
-            || u64_at(cuts + 8 * (i + 1)) > (uint64_t)tails_n) {
-            PyErr_SetString(PyExc_ValueError, "join_indexed: an index or offset is out of bounds");
+        if (i >= (uint64_t)shapes_n || u64_at(spans + 16 * i) > u64_at(spans + 16 * i + 8)
+            || u64_at(spans + 16 * i + 8) > (uint64_t)tails_n) {
+            PyErr_SetString(PyExc_ValueError, "join_indexed: an index or span is out of bounds");
             return NULL;
         }
-        total += head_n + 20 + pid_n + (Py_ssize_t)(u64_at(cuts + 8 * (i + 1)) - u64_at(cuts + 8 * i));
+        total += head_n + 20 + pid_n + (Py_ssize_t)(u64_at(spans + 16 * i + 8) - u64_at(spans + 16 * i));
     }
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL)
         return NULL;
     char *w = PyBytes_AS_STRING(out);
     for (Py_ssize_t k = start; k < start + count; k++) {
-        uint64_t i = u64_at(picks + 8 * k), from = u64_at(cuts + 8 * i), to = u64_at(cuts + 8 * (i + 1));
+        uint64_t i = u64_at(picks + 8 * k), from = u64_at(spans + 16 * i), to = u64_at(spans + 16 * i + 8);
         memcpy(w, head, (size_t)head_n);
         w += head_n;
         w += snprintf(w, 21, "%llu", (unsigned long long)(seq + (k - start)));

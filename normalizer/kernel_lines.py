@@ -143,15 +143,15 @@ def join_lines(head: bytes, seq: int, pid_part: bytes, tails: list[bytes]) -> by
         repeat(head), map(b"%d".__mod__, range(seq, seq + len(tails))), repeat(pid_part), tails)))
 
 
-def join_indexed(head: bytes, seq: int, pid_part: bytes, tails: bytes, offsets: bytes, indexes: bytes,
+def join_indexed(head: bytes, seq: int, pid_part: bytes, tails: bytes, spans: bytes, indexes: bytes,
                  start: int, count: int) -> bytes:
     """`join_lines` of the tails that `indexes[start:start + count]` pick: tail `i` is
-    `tails[offsets[i]:offsets[i + 1]]` (`offsets` and `indexes` are native u64s; a spilled chunk
-    prepared by stage A, normalizer/buckets.py). The C accelerator has the same function, which
-    refuses an index or offset out of bounds; this is its fallback."""
-    cuts = memoryview(offsets).cast("Q")
+    `tails[spans[2 * i]:spans[2 * i + 1]]` (`spans` and `indexes` are native u64s: a spilled
+    chunk prepared by stage A, normalizer/buckets.py). The C accelerator has the same function,
+    which refuses an index or span out of bounds; this is its fallback."""
+    cuts = memoryview(spans).cast("Q")
     picks = memoryview(indexes).cast("Q")[start:start + count]
-    return join_lines(head, seq, pid_part, [tails[cuts[i]:cuts[i + 1]] for i in picks])
+    return join_lines(head, seq, pid_part, [tails[cuts[2 * i]:cuts[2 * i + 1]] for i in picks])
 
 
 def shape_tails(shapes: list[Classified], values: list[str | None],
