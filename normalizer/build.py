@@ -58,6 +58,8 @@ from spool.format import Spool
 _encoder = msgspec.json.Encoder()
 SPILL_EVERY = 50_000
 """Evidence events held in memory before they are spilled to disk."""
+PREPARE = True
+"""Stage A prepares spilled chunks for stage B (`Prepared`; tests turn it off to compare)."""
 
 FILE_KINDS = frozenset({"openat", "file_blocked"})
 BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
@@ -466,7 +468,7 @@ class Scanned:
 
 def scan(spool: Spool) -> Scanned:
     """Stage A over `spool.records` (walked once, in ring order)."""
-    prepared = Prepared(spool.header.run_id)
+    prepared = Prepared(spool.header.run_id) if PREPARE else None
     scanned = Scanned(Scan(spool), ThreadBuckets(SPILL_EVERY, prepared), TransientNames(), prepared)
     scanned.scan.file(scanned.buckets, scanned.transient, drop_telemetry=True)
     return scanned

@@ -230,7 +230,7 @@ def _frame_bodies(stream: BinaryIO, skip: bytes | None = None) -> Iterator[bytes
     first = True
     while True:
         if len(buf) - pos < FRAME_HEAD:
-            buf, pos = buf[pos:] + stream.read(READ_BYTES), 0
+            buf, pos = buf[pos:] + stream.read(max(READ_BYTES, FRAME_HEAD - (len(buf) - pos))), 0
             if not buf:
                 return
             if len(buf) < FRAME_HEAD:
