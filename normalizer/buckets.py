@@ -12,7 +12,7 @@ stores each distinct shape once, then an index and a pair per event as
 arrays of u64.
 
 When a chunk is spilled, stage A also works out what stage B would for its
-distinct shapes (`prepare`: normalizer/build.py `Prepared`): their
+distinct shapes (`prepare`: normalizer/collector.py `Prepared`): their
 kernel-line tails, in one block with each one's span, stored with the
 chunk. Stage B can then write the chunk's lines by index (`Spilled`),
 without reading its shapes back.

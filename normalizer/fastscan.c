@@ -19,9 +19,10 @@
  * Python, which reports it); the bytes after the task ids are compared as a
  * whole; a name is taken here only if it is printable ASCII without a
  * backslash and fits the join buffer, every other byte sequence goes to
- * Python's escaping. join_lines, index_shapes, unseen_shapes and tails_of are
- * the C versions of normalizer/kernel_lines.py join_lines, buckets.py
- * index_shapes and build.py unseen_shapes/tails_of.
+ * Python's escaping. join_lines, join_indexed, shape_tails, index_shapes,
+ * unseen_shapes, tails_of and collect_values are the C versions of
+ * normalizer/kernel_lines.py join_lines/join_indexed/shape_tails, buckets.py
+ * index_shapes and collector.py unseen_shapes/tails_of/collect_values.
  *
  * Built by scripts/setup.sh (`make setup`) with the machine's gcc; without it
  * the Python versions run, with identical output (tests/test_normspeed.py).
@@ -569,7 +570,7 @@ failed:
 }
 
 /* unseen_shapes(shapes, by_id) -> the distinct objects of `shapes` whose id() is not a key of
- * `by_id`, in first-seen order (normalizer/build.py unseen_shapes is the fallback). */
+ * `by_id`, in first-seen order (normalizer/collector.py unseen_shapes is the fallback). */
 static PyObject *unseen_shapes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -809,7 +810,7 @@ static int opened_for_writing(PyObject *meta, PyObject *writes)
     return ok;
 }
 
-/* collect_values(shapes, values, kinds, routes, writes) -> None, as normalizer/build.py
+/* collect_values(shapes, values, kinds, routes, writes) -> None, as normalizer/collector.py
  * collect_values (its fallback): every shape's kind into `kinds`; a value (not None) into the sets
  * of its kind's route (into, blocked, written: each a set or None), into `written` only when the
  * shape's meta is a successful open with an access mode in `writes`. */
@@ -861,11 +862,11 @@ static PyMethodDef methods[] = {
     {"shape_tails", (PyCFunction)(void (*)(void))shape_tails, METH_FASTCALL,
      "Each shape's kernel-line tail (normalizer/kernel_lines.py KernelLines.tails, in C)."},
     {"collect_values", (PyCFunction)(void (*)(void))collect_values, METH_FASTCALL,
-     "Kinds and values gathered for the surface (normalizer/build.py collect_values, in C)."},
+     "Kinds and values gathered for the surface (normalizer/collector.py collect_values, in C)."},
     {"unseen_shapes", (PyCFunction)(void (*)(void))unseen_shapes, METH_FASTCALL,
-     "Distinct shapes not yet in the tail memo (normalizer/build.py unseen_shapes, in C)."},
+     "Distinct shapes not yet in the tail memo (normalizer/collector.py unseen_shapes, in C)."},
     {"tails_of", (PyCFunction)(void (*)(void))tails_of, METH_FASTCALL,
-     "Each shape's tail from the memo by id (normalizer/build.py tails_of, in C)."},
+     "Each shape's tail from the memo by id (normalizer/collector.py tails_of, in C)."},
     {"index_shapes", index_shapes, METH_O,
      "Distinct shapes and each item's index (normalizer/buckets.py index_shapes, in C)."},
     {"join_lines", (PyCFunction)(void (*)(void))join_lines, METH_FASTCALL,

@@ -2,7 +2,7 @@
 
 A line is `{"schema":..,"run_id":..,"seq":N,"pid":P,` followed by a tail that
 depends only on the event's type, kind, value and open metadata. Agents repeat
-those (the same files opened again and again), so the writer (normalizer/build.py)
+those (the same files opened again and again), so the writer (normalizer/collector.py)
 computes each distinct tail once (`KernelLines.tail`: the value encoded with
 msgspec, spliced into a frame encoded once per type, kind and open metadata)
 and splices the run's head, seq and pid in (`join_lines`, in C when the

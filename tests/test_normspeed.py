@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ebpf import wire
-from normalizer import accel, build, redact, scan, telemetry
+from normalizer import accel, build, collector, redact, scan, telemetry
 from normalizer.buckets import index_shapes
 from normalizer.build import normalize
 from normalizer.classify import Classified, open_meta
@@ -56,7 +56,7 @@ def mode(name: str, tiny: bool = False) -> Iterator[None]:
         if tiny:
             mp.setattr(scan, "OPEN_MEMO", 2)
             mp.setattr(build, "SPILL_EVERY", 3)
-            mp.setattr(build, "MEMO_ENTRIES", 2)
+            mp.setattr(collector, "MEMO_ENTRIES", 2)
         yield
 
 
@@ -169,9 +169,9 @@ def test_the_c_tail_lookups_answer_as_python(picks: list[int], known: set[int]) 
     assert accel.native is not None
     unseen = accel.native.unseen_shapes(shapes, by_id)
     assert len(unseen) == len({id(s) for s in unseen})
-    assert {id(s) for s in unseen} == {id(s) for s in build.unseen_shapes(shapes, by_id)}  # type: ignore[arg-type]
+    assert {id(s) for s in unseen} == {id(s) for s in collector.unseen_shapes(shapes, by_id)}  # type: ignore[arg-type]
     by_id.update({id(s): b"new" for s in unseen})
-    assert accel.native.tails_of(shapes, by_id) == build.tails_of(shapes, by_id)  # type: ignore[arg-type]
+    assert accel.native.tails_of(shapes, by_id) == collector.tails_of(shapes, by_id)  # type: ignore[arg-type]
 
 
 TELEMETRY_PIECES = ["/", "etc", "ld.so.cache", "lib", "lib64", "usr", "share", "locale", "proc", "sys",
@@ -233,12 +233,12 @@ def test_the_c_tails_give_the_python_bytes(case: tuple[list[Classified], list[st
 @given(shapes_and_values())
 def test_the_c_collector_gathers_what_python_does(case: tuple[list[Classified], list[str | None]]) -> None:
     shapes, values = case
-    c_sets, py_sets = {k: set() for k in build.VALUE_SETS}, {k: set() for k in build.VALUE_SETS}
+    c_sets, py_sets = {k: set() for k in collector.VALUE_SETS}, {k: set() for k in collector.VALUE_SETS}
     c_kinds: set[str] = set()
     py_kinds: set[str] = set()
     assert accel.native is not None
-    accel.native.collect_values(shapes, values, c_kinds, build.routes(c_sets), ("write", "read_write"))
-    build.collect_values(shapes, values, py_kinds, build.routes(py_sets), ("write", "read_write"))
+    accel.native.collect_values(shapes, values, c_kinds, collector.routes(c_sets), ("write", "read_write"))
+    collector.collect_values(shapes, values, py_kinds, collector.routes(py_sets), ("write", "read_write"))
     assert (c_sets, c_kinds) == (py_sets, py_kinds)
 
 
@@ -307,8 +307,8 @@ def test_secrets_in_prepared_chunks_are_redacted_once_per_occurrence(name: str) 
         with mode("general"):
             expected, count = archive(spool), _redacted_count(spool)
         settled = []
-        settle = build._Collector._settle
-        mp.setattr(build._Collector, "_settle", lambda self, *a: settled.append(1) or settle(self, *a))
+        settle = collector.Collector._settle
+        mp.setattr(collector.Collector, "_settle", lambda self, *a: settled.append(1) or settle(self, *a))
         with mode(name):
             assert archive(spool) == expected
             assert _redacted_count(spool) == count
