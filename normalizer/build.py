@@ -43,7 +43,7 @@ from normalizer.tree import Process, Thread, number_tree
 from spool.format import Spool
 
 _encoder = msgspec.json.Encoder()
-SPILL_EVERY = 50_000
+SPILL_EVERY = 1 << 14
 """Evidence events held in memory before they are spilled to disk."""
 PREPARE = True
 """Stage A prepares spilled chunks for stage B (`Prepared`; tests turn it off to compare)."""

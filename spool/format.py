@@ -25,6 +25,10 @@ _LEN = struct.Struct("<I")
 FRAME_HEAD = _LEN.size
 """Bytes of a frame's length prefix."""
 MAX_FRAME = 256 << 20
+READ_BYTES = 1 << 20
+"""Bytes a spool reader asks for at a time: many small frames per read (a larger frame whole)."""
+RECORDS_PER_LIST = 4096
+"""Records `SpoolRecords.batches` gathers into one list from consecutive small batches."""
 
 
 class SpoolHeader(msgspec.Struct, tag="header"):
@@ -140,12 +144,22 @@ class SpoolRecords:
             yield from batch
 
     def batches(self) -> Iterator[list[bytes]]:
-        """The records batch by batch, as the consumer drained them (the normalizer walks these
-        lists without a generator step per record)."""
+        """The records in ring order, in lists the normalizer walks without a generator step per
+        record: consecutive batches joined up to `RECORDS_PER_LIST` (the consumer may drain a
+        few records at a time, and each list costs the walk a call), a larger batch whole."""
+        pending: list[bytes] = []
         with open(self._path, "rb") as f:
             for frame in iter_frames(f):
                 if isinstance(frame, Batch):
-                    yield frame.records
+                    if pending:
+                        pending += frame.records
+                    else:
+                        pending = frame.records
+                    if len(pending) >= RECORDS_PER_LIST:
+                        yield pending
+                        pending = []
+        if pending:
+            yield pending
 
 
 class Spool(msgspec.Struct):
@@ -176,10 +190,6 @@ def _file_left(stream: BinaryIO) -> int | None:
         return os.fstat(stream.fileno()).st_size - stream.tell()
     except (OSError, AttributeError, io.UnsupportedOperation):
         return None
-
-
-READ_BYTES = 1 << 20
-"""Bytes a spool reader asks for at a time: many small frames per read (a larger frame whole)."""
 
 
 _BATCH_HEAD = b"\x82\xa4type\xa5batch\xa7records"

@@ -1,5 +1,5 @@
-"""The spool reader reads in blocks: whatever the block size, the same frames, and a torn or
-oversize frame refused as strictly (spool/format.py `_frame_bodies`)."""
+"""The spool reader reads in blocks: whatever the block size, the same frames and records, and a
+torn or oversize frame refused as strictly (spool/format.py `_frame_bodies`, `SpoolRecords`)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def test_any_block_size_reads_the_same_spool(monkeypatch: pytest.MonkeyPatch, pa
         frames = list(iter_frames(f))
     whole = read_spool(path)
     monkeypatch.setattr(spool_format, "READ_BYTES", block)
+    monkeypatch.setattr(spool_format, "RECORDS_PER_LIST", block)  # batches joined up to this many records
     with path.open("rb") as f:
         assert list(iter_frames(f)) == frames
     assert list(iter_frames(io.BytesIO(path.read_bytes()))) == frames  # not a file: no size asked
@@ -42,6 +43,8 @@ def test_any_block_size_reads_the_same_spool(monkeypatch: pytest.MonkeyPatch, pa
     assert (again.header, again.phases, again.trailer, again.sdk, again.dac) == \
         (whole.header, whole.phases, whole.trailer, whole.sdk, whole.dac)
     assert list(again.records) == list(whole.records)
+    lists = list(again.records.batches())  # type: ignore[attr-defined]
+    assert all(lists) and all(len(batch) >= block for batch in lists[:-1])
 
 
 @given(st.integers(0, len(EXAMPLE)), st.sampled_from([1, 5, 100, 1 << 20]), st.booleans())
