@@ -182,11 +182,13 @@ class Collector:
 
     def adopt(self, prepared: Prepared) -> None:
         """Take stage A's prepared chunks as they are (see `Prepared`: only when nothing is
-        substituted and no window stamped): their values join the sets, their lines are
-        written from their tails."""
-        for k, values in prepared.values.items():
-            self.values[k] |= values
-        self.kinds |= prepared.kinds
+        substituted and no window stamped), before any line is written: its sets become
+        this collector's (not copied: they can hold every distinct path of the run), and
+        prepared chunks are written from their tails."""
+        if self.layer.count or self.kinds:
+            raise RuntimeError("adopt() comes before the first line")
+        self.values, self.kinds = prepared.values, prepared.kinds
+        self._routes = routes(self.values)
         self._ahead = True
 
     def add(self, pid: int, piece: Run | Spilled) -> None:
