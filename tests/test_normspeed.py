@@ -315,3 +315,20 @@ def test_secrets_in_prepared_chunks_are_redacted_once_per_occurrence(name: str) 
     base = _redacted_count(EXAMPLE)
     assert count >= base + 14  # each of the 14 secret opens redacted, none memoized away
     assert settled  # the prepared chunks' pending values were worked out in stage B
+
+
+def test_prepared_chunks_give_the_same_lines_under_another_run_id() -> None:
+    """Stage A prepares tails under the spool's run id; `finish` may be given another (the live
+    pass, `normalize --run-id`): the tails hold no run id, so the bytes are the same."""
+    results, adopted = [], []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build, "SPILL_EVERY", 3)
+        adopt = collector.Collector.adopt
+        mp.setattr(collector.Collector, "adopt", lambda self, p: adopted.append(1) or adopt(self, p))
+        for prepare in (True, False):
+            mp.setattr(build, "PREPARE", prepare)
+            run = normalize(EXAMPLE, run_id="another-run")
+            results.append((archive_bytes(run.run_id, run.members()), run.kernel.read_bytes()))
+    assert results[0] == results[1]
+    assert results[0][1].count(b'"run_id":"another-run"') == run.kernel.count > 3
+    assert adopted == [1]  # the first way took the prepared chunks
