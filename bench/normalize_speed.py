@@ -1,12 +1,15 @@
 """`python bench/normalize_speed.py SPOOL`: normalize and publish one spool, timed, in this process.
 
 Prints one JSON line: kernel events, wall and CPU seconds of `normalize` and
-of `publish` (sweep, validation when small, tar+gzip, fsync), events per
-second, peak RSS. It is run as a script file (not `-m`), so the normalizer it
-times is whichever tree comes first on PYTHONPATH: that is how `bench.scaling`
+of `publish` (sweep, validation when small, tar+gzip, fsync), the CPU seconds
+of stage B alone (`finish`: what is left after the command's exit when the
+runner's live pass did stage A), events per second, peak RSS. It is run as a
+script file (not `-m`), so the normalizer it times is whichever tree comes
+first on PYTHONPATH: that is how `bench.scaling`
 compares this branch with another checkout in the same session.
 
-`--profile FILE` writes a cProfile of the same work (docs/benchmarks.md);
+`--profile FILE` writes a cProfile of the same work (docs/benchmarks.md),
+`--profile-stage-b FILE` one of stage B alone;
 `--pure` times the pure-Python path of a tree whose C accelerator is built.
 """
 
@@ -22,8 +25,8 @@ import time
 from pathlib import Path
 
 
-def timed(spool: Path, out: Path) -> dict[str, float | int]:
-    """Normalize `spool` and publish its archive at `out`; the numbers."""
+def timed(spool: Path, out: Path, stage_b: cProfile.Profile | None = None) -> dict[str, float | int]:
+    """Normalize `spool` and publish its archive at `out`; the numbers (`stage_b` profiles `finish`)."""
     from normalizer.build import finish, scan
     from runner.evidence.publish import publish
     from spool.format import read_spool
@@ -32,7 +35,8 @@ def timed(spool: Path, out: Path) -> dict[str, float | int]:
     complete = read_spool(spool)
     scanned = scan(complete)
     cb = time.process_time()
-    run = finish(scanned, complete)  # normalize() is exactly scan() then finish()
+    run = (stage_b.runcall(finish, scanned, complete) if stage_b  # normalize() is scan() then finish()
+           else finish(scanned, complete))
     c1, w1 = time.process_time(), time.perf_counter()
     publish(run, out)
     c2, w2 = time.process_time(), time.perf_counter()
@@ -47,6 +51,8 @@ def main() -> int:
     p.add_argument("spool", type=Path)
     p.add_argument("--out", type=Path, help="archive to write (default: a temp directory)")
     p.add_argument("--profile", type=Path, metavar="FILE", help="write a cProfile of the run here")
+    p.add_argument("--profile-stage-b", type=Path, metavar="FILE",
+                   help="write a cProfile of stage B alone (`finish`) here")
     p.add_argument("--pure", action="store_true",
                    help="run the normalizer's pure-Python path even when its C accelerator is built")
     args = p.parse_args()
@@ -65,6 +71,10 @@ def main() -> int:
             profiler = cProfile.Profile()
             result = profiler.runcall(timed, args.spool, out)
             profiler.dump_stats(args.profile)
+        elif args.profile_stage_b:
+            profiler = cProfile.Profile()
+            result = timed(args.spool, out, profiler)
+            profiler.dump_stats(args.profile_stage_b)
         else:
             result = timed(args.spool, out)
     print(json.dumps(result))
