@@ -418,6 +418,21 @@ failed:
     return NULL;
 }
 
+/* Write `v` in decimal at `w` (at most 20 digits, no terminator); the digits written. What
+ * "%llu" gives, without snprintf's cost per line. */
+static Py_ssize_t put_u64(char *w, uint64_t v)
+{
+    char digits[20];
+    Py_ssize_t n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (Py_ssize_t k = 0; k < n; k++)
+        w[k] = digits[n - 1 - k];
+    return n;
+}
+
 /* join_lines(head, seq, pid_part, tails) -> bytes: for each tail, head + decimal seq (counting up
  * from `seq`) + pid_part + tail, as normalizer/kernel_lines.py join_lines (its fallback) gives. */
 static PyObject *join_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -453,7 +468,7 @@ static PyObject *join_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyObject *tail = PyList_GET_ITEM(tails, k);
         memcpy(w, PyBytes_AS_STRING(args[0]), (size_t)head_n);
         w += head_n;
-        w += snprintf(w, 21, "%llu", (unsigned long long)(seq + k));
+        w += put_u64(w, (uint64_t)(seq + k));
         memcpy(w, PyBytes_AS_STRING(args[2]), (size_t)pid_n);
         w += pid_n;
         memcpy(w, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
@@ -511,7 +526,7 @@ static PyObject *join_indexed(PyObject *self, PyObject *const *args, Py_ssize_t 
         uint64_t i = u64_at(picks + 8 * k), from = u64_at(spans + 16 * i), to = u64_at(spans + 16 * i + 8);
         memcpy(w, head, (size_t)head_n);
         w += head_n;
-        w += snprintf(w, 21, "%llu", (unsigned long long)(seq + (k - start)));
+        w += put_u64(w, (uint64_t)(seq + (k - start)));
         memcpy(w, pid, (size_t)pid_n);
         w += pid_n;
         memcpy(w, tails + from, (size_t)(to - from));
