@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from policy.load import PRESETS
 from tests.support import ROOT
 from tests.test_validate import KERNEL, golden, set_line
 
@@ -108,3 +109,16 @@ def test_redaction_uses_the_upstream_rules_from_the_wheel(installed: Path, tmp_p
     assert Path(rules).is_relative_to(installed.parent), rules
     assert redacted.startswith("token <redacted:github-token:") and redacted.endswith("> end"), redacted
     assert SECRET not in redacted
+
+
+def test_the_other_package_data_is_in_the_wheel(installed: Path, tmp_path: Path) -> None:
+    """The BPF sources BCC compiles at run time and the policy presets."""
+    proc = run(installed, tmp_path, "python", "-c",
+               "from ebpf.monitor import SOURCE_DIR; from policy.load import PRESETS, load_preset; "
+               "print(sorted(p.name for p in SOURCE_DIR.iterdir() if p.suffix in ('.c', '.h'))); "
+               "print(SOURCE_DIR); print([load_preset(n).name for n in PRESETS])")
+    assert proc.returncode == 0, proc.stderr
+    sources, where, presets = proc.stdout.splitlines()
+    assert sources == str(sorted(p.name for p in (ROOT / "ebpf").iterdir() if p.suffix in (".c", ".h")))
+    assert Path(where).is_relative_to(installed.parent), where
+    assert presets == str(list(PRESETS)), presets
