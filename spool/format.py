@@ -256,7 +256,7 @@ def _frame_bodies(stream: BinaryIO, skip: bytes | None = None) -> Iterator[bytes
             buf, pos = buf[pos:] + stream.read(max(READ_BYTES, size - (len(buf) - pos))), 0
             if len(buf) < size:
                 raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
-        if skip is not None and not first and buf.startswith(skip, pos):
+        if skip is not None and not first and buf.startswith(skip, pos, pos + size):
             yield None
         else:
             yield buf[pos:pos + size]

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spool import format as spool_format
-from spool.format import FRAME_HEAD, MAX_FRAME, SpoolError, iter_frames, read_spool
+from spool.format import FRAME_HEAD, MAX_FRAME, Phase, SpoolError, encode_frame, iter_frames, read_spool
 
 DATA = Path(__file__).resolve().parent / "data"
 SPOOLS = sorted(DATA.glob("*.spool"))
@@ -79,3 +79,17 @@ def test_an_oversize_frame_is_refused() -> None:
     data = (MAX_FRAME + 1).to_bytes(4, "little") + b"x"
     with pytest.raises(SpoolError, match="too large"):
         list(iter_frames(io.BytesIO(data)))
+
+
+def test_a_frame_shorter_than_a_batch_head_is_never_skipped_as_a_batch(tmp_path: Path) -> None:
+    """read_spool skips batch frames by their first bytes without decoding them; a frame holding
+    only the start of those bytes is not a batch whatever the next frame's bytes are (here its
+    length prefix completes them): it is decoded and refused, as the reader always did."""
+    head = spool_format._BATCH_HEAD
+    first = _ends(EXAMPLE)[0]
+    n = next(n for n in range(300) if len(encode_frame(Phase(name="p" * n, ts=0))) - FRAME_HEAD == head[-1])
+    spool = tmp_path / "s.spool"
+    spool.write_bytes(EXAMPLE[:first] + (len(head) - 1).to_bytes(4, "little") + head[:-1]
+                      + encode_frame(Phase(name="p" * n, ts=0)) + EXAMPLE[first:])
+    with pytest.raises(SpoolError, match="undecodable frame"):
+        read_spool(spool)
