@@ -49,7 +49,7 @@
 #define O_CLOEXEC_BIT 02000000
 #define JOIN_MAX 8192 /* longest path worked out here; a longer one goes to Python */
 
-static PyObject *s_process, *s_fds, *s_cwd, *s_event_type, *s_kind, *s_meta, *s_status, *s_access_mode;
+static PyObject *s_process, *s_fds, *s_cwd;
 
 static uint64_t u64_at(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static uint32_t u32_at(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -653,6 +653,21 @@ static PyObject *tails_of(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return out;
 }
 
+/* The attribute names stage B's functions read, interned on first use. -1 on error. */
+static PyObject *s_event_type, *s_kind, *s_meta, *s_status, *s_access_mode;
+
+static int shape_names(void)
+{
+    if (s_access_mode != NULL)
+        return 0;
+    s_event_type = PyUnicode_InternFromString("event_type");
+    s_kind = PyUnicode_InternFromString("kind");
+    s_meta = PyUnicode_InternFromString("meta");
+    s_status = PyUnicode_InternFromString("status");
+    s_access_mode = s_event_type && s_kind && s_meta && s_status ? PyUnicode_InternFromString("access_mode") : NULL;
+    return s_access_mode != NULL ? 0 : -1;
+}
+
 /* Is `v` a str msgspec writes as its own characters between quotes (printable ASCII, no quote
  * or backslash)? Its UTF-8 is then its bytes. */
 static int plain_json(PyObject *v, const char **s, Py_ssize_t *n)
@@ -718,6 +733,8 @@ static PyObject *shape_tails(PyObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     PyObject *shapes = args[0], *values = args[1], *frames = args[2], *frame_of = args[3], *encode = args[4];
+    if (shape_names() < 0)
+        return NULL;
     Py_ssize_t n = PyList_GET_SIZE(shapes);
     PyObject *out = PyList_New(n);
     PyObject *key = NULL, *before = NULL, *after = NULL; /* the last frame looked up, and its key */
@@ -839,6 +856,8 @@ static PyObject *collect_values(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     }
     PyObject *shapes = args[0], *values = args[1], *kinds = args[2], *routes = args[3], *writes = args[4];
+    if (shape_names() < 0)
+        return NULL;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(shapes); k++) {
         PyObject *shape = PyList_GET_ITEM(shapes, k), *value = PyList_GET_ITEM(values, k);
         PyObject *kind = PyObject_GetAttr(shape, s_kind);
@@ -898,13 +917,7 @@ PyMODINIT_FUNC PyInit__fastscan(void)
     s_process = PyUnicode_InternFromString("process");
     s_fds = PyUnicode_InternFromString("fds");
     s_cwd = PyUnicode_InternFromString("cwd");
-    s_event_type = PyUnicode_InternFromString("event_type");
-    s_kind = PyUnicode_InternFromString("kind");
-    s_meta = PyUnicode_InternFromString("meta");
-    s_status = PyUnicode_InternFromString("status");
-    s_access_mode = PyUnicode_InternFromString("access_mode");
-    if (s_process == NULL || s_fds == NULL || s_cwd == NULL || s_event_type == NULL || s_kind == NULL
-        || s_meta == NULL || s_status == NULL || s_access_mode == NULL)
+    if (s_process == NULL || s_fds == NULL || s_cwd == NULL)
         return NULL;
     return PyModule_Create(&module);
 }
