@@ -83,13 +83,18 @@ class Spilled:
     def events(self) -> int:
         return len(self.indexes) // 8
 
+    def pairs(self) -> array[int]:
+        """The chunk's (order, ts) pairs, flattened."""
+        pairs = array("Q")
+        pairs.frombytes(self._pairs)
+        return pairs
+
     def run(self) -> Run:
         """The chunk as a run: shapes (one object per distinct shape) and pairs."""
         table = self.table()
-        index, pairs = array("Q"), array("Q")
+        index = array("Q")
         index.frombytes(self.indexes)
-        pairs.frombytes(self._pairs)
-        return list(map(table.__getitem__, index)), pairs.tolist()
+        return list(map(table.__getitem__, index)), self.pairs().tolist()
 
 
 class ThreadBuckets:

@@ -212,7 +212,7 @@ def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> Normali
     processes = number_tree(scanned.scan.tree.root)
     names = scanned.transient.finish(_rank)
     out = Collector(run_id, sdk.tool_calls, redactor, names)
-    if scanned.prepared is not None and not names.count and not sdk.tool_calls:
+    if scanned.prepared is not None and not names.count:
         out.adopt(scanned.prepared)
     buckets = scanned.buckets
     for thread, piece in canonical_runs(buckets, processes, names):

@@ -119,9 +119,9 @@ class Prepared:
     `Collector._first` would: their kernel-line tails, and their values gathered into its own
     sets. A value that may hold a secret is left to stage B (its position in the chunk's
     `pending`), whose redactor counts every occurrence. What is prepared holds only when stage
-    B writes values unchanged: no transient name substituted, and no tool-call window to stamp
-    per event; `finish` checks both, known only at the end, and otherwise ignores all of this.
-    The tails do not depend on the run id (it is in the lines' head)."""
+    B writes values unchanged: no transient name substituted (`finish` checks, known only at
+    the end, and otherwise ignores all of this). The tails do not depend on the run id (it is
+    in the lines' head)."""
 
     def __init__(self, run_id: str) -> None:
         self.values: dict[str, set[str]] = {k: set() for k in VALUE_SETS}
@@ -182,7 +182,7 @@ class Collector:
 
     def adopt(self, prepared: Prepared) -> None:
         """Take stage A's prepared chunks as they are (see `Prepared`: only when nothing is
-        substituted and no window stamped), before any line is written: its sets become
+        substituted), before any line is written: its sets become
         this collector's (not copied: they can hold every distinct path of the run), and
         prepared chunks are written from their tails."""
         if self.layer.count or self.kinds:
@@ -209,6 +209,22 @@ class Collector:
             lines = self._join_indexed(self._lines.head, self.layer.count, pid_part, tails, spans,
                                        piece.indexes, start, count)
             self.layer.write_block(lines, count)
+        if self._any_window:
+            self._stamp(piece)
+
+    def _stamp(self, piece: Spilled) -> None:
+        """The capture times of a chunk's events inside tool-call windows, and its blocks among
+        them, in the chunk's order (as `add_run` stamps a run's); its shapes are read back only
+        when one falls inside."""
+        times = piece.pairs()[1::2]
+        inside = [k for k, ts in enumerate(times) if ts in self._windows]
+        if not inside:
+            return
+        table, index = piece.table(), memoryview(piece.indexes).cast("Q")
+        for k in inside:
+            self.stamps.append(times[k])
+            if (kind := table[index[k]].kind) in BLOCK_KINDS:
+                self.blocks.append(Block(times[k], kind))
 
     def _settle(self, piece: Spilled, tails: bytes, spans: bytes, pending: bytes) -> tuple[bytes, bytes]:
         """The tails stage A left pending (values that may hold a secret) worked out here, as
