@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import queue
+import sys
 import tempfile
 import threading
 import weakref
@@ -29,11 +30,16 @@ import weakref
 from normalizer.deflate import Deflated, Segment
 from normalizer.redact import unredacted_in_block
 
-CHUNK_BYTES = 4 << 20
-"""Bytes of whole lines the worker takes at once: each chunk costs it a few waits for the GIL
-(up to the 5 ms switch interval each, while stage B runs Python), so chunks are large."""
+CHUNK_BYTES = 1 << 20
+"""Bytes of whole lines the worker takes at once. What is left when stage B ends (the queue, the
+chunk in hand, the last one) is done after it: small chunks keep that short."""
 QUEUE_CHUNKS = 2
 """Chunks waiting for the worker at most (memory: about (QUEUE_CHUNKS + 2) * CHUNK_BYTES)."""
+SWITCH_INTERVAL = 0.0005
+"""The interpreter's switch interval while a worker runs (seconds; Python's default is 0.005).
+After each C call the worker waits for the GIL until stage B's thread is asked to drop it, one
+interval: three calls a chunk at the default would make it fall behind stage B
+(docs/benchmarks.md). The default is restored when the last worker ends."""
 
 
 class Digest:
@@ -73,6 +79,8 @@ class Pipeline:
         self._queue: queue.Queue[bytes | None] | None = None
         self._worker: threading.Thread | None = None
         self._error: list[BaseException] = []
+        """The worker's first error, until the writer takes it (`_raise`)."""
+        self._failed: BaseException | None = None
         self._ending: weakref.finalize | None = None
 
     def put(self, block: bytes) -> None:
@@ -92,7 +100,12 @@ class Pipeline:
             self._queue = queue.Queue(QUEUE_CHUNKS)
             self._worker = threading.Thread(target=_work, args=(self._queue, self._digest, self._error),
                                             name="assay-kernel-digest", daemon=True)
-            self._worker.start()
+            _faster_switching(True)
+            try:
+                self._worker.start()
+            except BaseException:
+                _faster_switching(False)
+                raise
             self._ending = weakref.finalize(self, self._queue.put, _DONE)  # so does an abandoned layer
         self._queue.put(chunk)
         self._raise()
@@ -112,16 +125,40 @@ class Pipeline:
         return self._digest
 
     def _raise(self) -> None:
+        """Raise the worker's error here, in the writer. Taken out of the worker's list first: its
+        traceback will hold the writer's frames, which must not stay reachable from the worker."""
         if self._error:
-            raise self._error[0]
+            self._failed = self._error.pop()
+        if self._failed is not None:
+            raise self._failed
+
+
+_switching = threading.Lock()
+_running = {"workers": 0, "interval_before": 0.0}
+
+
+def _faster_switching(on: bool) -> None:
+    """Lower the switch interval for one more running worker, or restore it after the last."""
+    with _switching:
+        if on and _running["workers"] == 0:
+            _running["interval_before"] = sys.getswitchinterval()
+            sys.setswitchinterval(min(SWITCH_INTERVAL, _running["interval_before"]))
+        _running["workers"] += 1 if on else -1
+        if not on and _running["workers"] == 0:
+            sys.setswitchinterval(_running["interval_before"])
 
 
 def _work(chunks: queue.Queue[bytes | None], digest: Digest, error: list[BaseException]) -> None:
     """The worker: take chunks until told to stop; after an error, only drain the queue."""
-    while (chunk := chunks.get()) is not _DONE:
-        if error:
-            continue
-        try:
-            digest.take(chunk)
-        except BaseException as exc:  # handed to the writer, raised there
-            error.append(exc)
+    failed = False
+    try:
+        while (chunk := chunks.get()) is not _DONE:
+            if failed:
+                continue
+            try:
+                digest.take(chunk)
+            except BaseException as exc:  # handed to the writer, raised there
+                failed = True
+                error.append(exc)
+    finally:
+        _faster_switching(False)

@@ -263,6 +263,20 @@ def any_folded(block: bytes, needles: tuple[bytes, ...]) -> bool:
     return any(needle in lowered for needle in needles)
 
 
+def _may_match(data: bytes) -> bool:
+    """False only when `data` holds none of `sweep_needles` (then no rule can match any of it)."""
+    needles = sweep_needles()
+    if needles is None:
+        return True
+    native = accel.native
+    return (native.any_folded if native else any_folded)(data, needles)
+
+
+def find_unredacted_bytes(data: bytes) -> str | None:
+    """`find_unredacted` of `data` as UTF-8 text, cleared at memory speed when it holds no needle."""
+    return find_unredacted(data.decode("utf-8", "replace")) if _may_match(data) else None
+
+
 def unredacted_in_block(block: bytes) -> str | None:
     """`find_unredacted` of each line of `block` (whole UTF-8 lines) in turn: the first line's first
     rule, or None.
@@ -271,11 +285,8 @@ def unredacted_in_block(block: bytes) -> str | None:
     at memory speed; any other block is swept line by line, so the answer is
     the per-line one whatever the block's size.
     """
-    needles = sweep_needles()
-    if needles is not None:
-        native = accel.native
-        if not (native.any_folded if native else any_folded)(block, needles):
-            return None
+    if not _may_match(block):
+        return None
     for line in io.BytesIO(block):  # lines as a file gives them
         rule = find_unredacted(line.decode("utf-8", "replace"))
         if rule is not None:

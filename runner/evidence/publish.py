@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from normalizer.build import NormalizedRun
-from normalizer.redact import find_unredacted
+from normalizer.redact import find_unredacted_bytes
 from runner.errors import RunnerError
 from runner.evidence.archive import MANIFEST, Member, build_manifest, write_archive
 from runner.logs import get_logger
@@ -35,10 +35,7 @@ log = get_logger("publish")
 def unredacted(members: dict[str, Member]) -> tuple[str, str] | None:
     """(member, rule) of the first secret-shaped value left in any member, or None."""
     for name, member in sorted(members.items()):
-        if isinstance(member, bytes):
-            rule = find_unredacted(member.decode("utf-8", "replace"))
-        else:
-            rule = member.unredacted  # swept as it was written
+        rule = find_unredacted_bytes(member) if isinstance(member, bytes) else member.unredacted
         if rule is not None:
             return name, rule
     return None
