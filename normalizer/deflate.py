@@ -19,6 +19,7 @@ not expose it).
 from __future__ import annotations
 
 import io
+import shutil
 import struct
 import zlib
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ no extra flags (the level is neither 1 nor 9), OS 255 (unknown)."""
 _ZLIB_GZIP_HEADER = 10
 """Bytes of the header zlib writes itself in gzip mode (no name, no extra): dropped, see `Segment`."""
 _EMPTY_FINAL_BLOCK = b"\x03\x00"
+"""A final fixed-Huffman block holding only its end code: how zlib ends a flushed stream."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,47 @@ class Segment:
         if tail[:2] != _EMPTY_FINAL_BLOCK or size != self.size & 0xFFFFFFFF:
             raise RuntimeError("zlib ended a flushed deflate segment unexpectedly")
         return crc
+
+
+def deflated(data: bytes) -> Deflated:
+    """`data` as a finished segment (what a streamed member makes as it is written)."""
+    out = io.BytesIO()
+    segment = Segment(out)
+    segment.write(data)
+    crc = segment.finish()
+    out.seek(0)
+    return Deflated(out, crc, len(data))
+
+
+class GzipSegments:
+    """One gzip member written as segments: `write` into the current one, `splice` a finished one
+    in; `close` ends the last, adds an empty final block and the trailer (CRC-32 and size)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        out.write(GZIP_HEADER)
+        self._out = out
+        self._segment = Segment(out)
+        self._crc = 0
+        self._size = 0
+
+    def write(self, data: bytes) -> None:
+        self._segment.write(data)
+
+    def _end_segment(self) -> None:
+        self._crc = crc32_combine(self._crc, self._segment.finish(), self._segment.size)
+        self._size += self._segment.size
+
+    def splice(self, done: Deflated) -> None:
+        self._end_segment()
+        shutil.copyfileobj(done.data, self._out)
+        self._crc = crc32_combine(self._crc, done.crc32, done.size)
+        self._size += done.size
+        self._segment = Segment(self._out)
+
+    def close(self) -> None:
+        self._end_segment()
+        self._out.write(_EMPTY_FINAL_BLOCK)
+        self._out.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
 
 
 _POLY = 0xEDB88320  # CRC-32, reflected

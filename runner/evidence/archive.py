@@ -21,10 +21,7 @@ import hashlib
 import io
 import os
 import secrets
-import shutil
-import struct
 import tarfile
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -46,7 +43,6 @@ MEMBER_ORDER = (
     "layers/sdk.ndjson",
     "observation-health.json",
 )
-COMPRESS_LEVEL = deflate.LEVEL
 OWN_SEGMENT = frozenset({"layers/kernel.ndjson"})
 """Members whose data is a deflate segment of its own by name, whatever the member's type, so
 the same members give the same bytes (a streamed member always is one)."""
@@ -91,57 +87,18 @@ def build_manifest(run_id: str, members: dict[str, Member]) -> bytes:
     return _json.encode(Manifest(schema=MANIFEST_SCHEMA, run_id=run_id, files=files)) + b"\n"
 
 
-class _Stream:
-    """One gzip member written as deflate segments: `write` into the current one, `splice` a
-    finished one in (normalizer/deflate.py)."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        out.write(deflate.GZIP_HEADER)
-        self._out = out
-        self._segment = deflate.Segment(out)
-        self._crc = 0
-        self._size = 0
-
-    def write(self, data: bytes) -> None:
-        self._segment.write(data)
-
-    def _end_segment(self) -> None:
-        self._crc = deflate.crc32_combine(self._crc, self._segment.finish(), self._segment.size)
-        self._size += self._segment.size
-
-    def splice(self, done: deflate.Deflated) -> None:
-        self._end_segment()
-        shutil.copyfileobj(done.data, self._out)
-        self._crc = deflate.crc32_combine(self._crc, done.crc32, done.size)
-        self._size += done.size
-        self._segment = deflate.Segment(self._out)
-
-    def close(self) -> None:
-        """The last segment, an empty final block, and the trailer (CRC-32 and size of the tar)."""
-        self._end_segment()
-        self._out.write(zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS).flush())
-        self._out.write(struct.pack("<II", self._crc, self._size & 0xFFFFFFFF))
-
-
 def _own_segment(data: Member) -> deflate.Deflated:
     """`data` as a finished segment: the one a streamed member made as it was written."""
-    if not isinstance(data, bytes):
-        return data.deflated()
-    out = io.BytesIO()
-    segment = deflate.Segment(out)
-    segment.write(data)
-    crc = segment.finish()
-    out.seek(0)
-    return deflate.Deflated(out, crc, len(data))
+    return deflate.deflated(data) if isinstance(data, bytes) else data.deflated()
 
 
 def _write_tar(fileobj: BinaryIO, run_id: str, members: dict[str, Member]) -> None:
     """The USTAR bytes tarfile writes for these members (file entries only, as upstream writes,
     archive.rs:435-449), each member's data padded to a block, then two zero blocks and zeros
-    to a whole record; deflated as `_Stream` segments."""
+    to a whole record; deflated in segments (normalizer/deflate.py)."""
     ordered: list[tuple[str, Member]] = [(MANIFEST, build_manifest(run_id, members))]
     ordered += sorted(members.items())
-    stream = _Stream(fileobj)
+    stream = deflate.GzipSegments(fileobj)
     offset = 0
     for path, data in ordered:
         size = len(data) if isinstance(data, bytes) else data.size
