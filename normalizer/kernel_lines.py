@@ -72,9 +72,10 @@ class KernelLayer:
 
     Only the deflated bytes are kept (a temp file that spills to disk past a
     few MB): the archive writer splices them in instead of compressing the
-    layer again, and `reader` inflates them. The first read of a result
-    (`sha256`, `unredacted`, `deflated`, `reader`) seals the layer: nothing
-    more can be written.
+    layer again, and `reader` inflates them. `end` (stage B's last step)
+    lets the worker finish on its own; the first read of a result (`sha256`,
+    `unredacted`, `deflated`, `reader`) waits for it and seals the layer.
+    Nothing can be written after either.
     """
 
     def __init__(self) -> None:
@@ -89,7 +90,8 @@ class KernelLayer:
         self.write_line(_encoder.encode(event) + b"\n")
 
     def write_line(self, line: bytes) -> None:
-        """Append one encoded line (newline included); lines reach the file in blocks."""
+        """Append one encoded line (newline included); lines reach the digest in blocks."""
+        self._writing()
         self._pending.append(line)
         self.size += len(line)
         self.count += 1
@@ -110,14 +112,22 @@ class KernelLayer:
             self._writing().put(block)
 
     def _writing(self) -> Pipeline:
-        if self._pipeline is None:
+        if self._pipeline is None or self._pipeline.ended:
             raise RuntimeError("the kernel layer was sealed: nothing more can be written")
         return self._pipeline
 
+    def end(self) -> None:
+        """No more lines: the worker finishes the sweep, digest and deflate of what it holds while
+        the writer goes on to the other members (stage B's last step; sealing does it too)."""
+        if self._pipeline is not None and not self._pipeline.ended:
+            self._flush()
+            self._pipeline.end()
+
     def _sealed(self) -> Digest:
         if self._digest is None:
-            self._flush()
-            self._digest = self._writing().close()
+            self.end()
+            assert self._pipeline is not None  # set until the digest is
+            self._digest = self._pipeline.close()
             self._pipeline = None
         return self._digest
 

@@ -82,8 +82,11 @@ class Pipeline:
         """The worker's first error, until the writer takes it (`_raise`)."""
         self._failed: BaseException | None = None
         self._ending: weakref.finalize | None = None
+        self.ended = False
 
     def put(self, block: bytes) -> None:
+        if self.ended:
+            raise RuntimeError("the kernel layer was sealed: nothing more can be written")
         self._blocks.append(block)
         self._gathered += len(block)
         if self._gathered >= CHUNK_BYTES:
@@ -110,16 +113,24 @@ class Pipeline:
         self._queue.put(chunk)
         self._raise()
 
-    def close(self) -> Digest:
-        """Take what is left, wait for the worker; the digest (or the worker's error, raised)."""
+    def end(self) -> None:
+        """No more blocks: hand over what is left; the worker finishes on its own meanwhile."""
+        if self.ended:
+            return
+        self.ended = True
         if self._blocks:
             chunk = self._chunk()
             if self._queue is None:
                 self._digest.take(chunk)
             else:
                 self._queue.put(chunk)
-        if self._ending is not None and self._worker is not None:
-            self._ending()  # tells the worker to stop, once
+        if self._ending is not None:
+            self._ending()  # tells the worker to stop once the queue is done, once
+
+    def close(self) -> Digest:
+        """`end`, then wait for the worker; the digest (or the worker's error, raised)."""
+        self.end()
+        if self._worker is not None:
             self._worker.join()
         self._raise()
         return self._digest

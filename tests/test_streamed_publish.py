@@ -242,3 +242,22 @@ def test_a_small_layer_starts_no_thread() -> None:
     assert _digest_threads() == []
     assert layer.unredacted is None
     assert _digest_threads() == []
+
+
+def test_an_ended_layer_finishes_on_its_own_and_takes_no_more_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stage B's last step: the worker ends without anyone waiting for it; the results stay."""
+    monkeypatch.setattr(layer_digest, "CHUNK_BYTES", 1 << 10)
+    before = sys.getswitchinterval()
+    lines = _clean_lines(3000)
+    layer = KernelLayer()
+    for line in lines:
+        layer.write_line(line)
+    layer.end()
+    for thread in _digest_threads():
+        thread.join(10)
+    assert _digest_threads() == []
+    assert sys.getswitchinterval() == before
+    with pytest.raises(RuntimeError, match="sealed"):
+        layer.write_line(lines[0])
+    assert layer.read_bytes() == b"".join(lines)
+    assert (layer.count, layer.unredacted) == (3000, None)
