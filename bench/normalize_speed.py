@@ -7,7 +7,9 @@ the share after stage B ends, the time the archive waits for once the
 normalized run exists. Within it, `publish_catch_up_*` is the wait for the
 kernel layer's worker (normalizer/layer_digest.py) to finish what stage B
 handed it; a tree without the worker reports null. CPU seconds count every
-thread (the worker's included). Then events per second and peak RSS. It is
+thread (the worker's included); `normalize_thread_cpu_s` is the normalizing
+thread's alone (stage A and B without the publishing work the worker does
+beside them). Then events per CPU second (both ways) and peak RSS. It is
 run as a script file (not `-m`), so the normalizer it times is whichever tree
 comes first on PYTHONPATH: that is how `bench.scaling` compares this branch
 with another checkout in the same session.
@@ -36,12 +38,12 @@ def timed(spool: Path, out: Path) -> dict[str, float | int | None]:
     from runner.evidence.publish import publish
     from spool.format import read_spool
 
-    c0, w0 = time.process_time(), time.perf_counter()
+    c0, w0, t0 = time.process_time(), time.perf_counter(), time.thread_time()
     whole = read_spool(spool)
     scanned = scan(whole)
     ca, wa = time.process_time(), time.perf_counter()
     run = finish(scanned, whole)
-    c1, w1 = time.process_time(), time.perf_counter()
+    c1, w1, t1 = time.process_time(), time.perf_counter(), time.thread_time()
     sealed = getattr(run.kernel, "deflated", None)  # the layer's worker: not in older trees
     if sealed is not None:
         sealed()
@@ -49,12 +51,14 @@ def timed(spool: Path, out: Path) -> dict[str, float | int | None]:
     publish(run, out)
     c2, w2 = time.process_time(), time.perf_counter()
     return {"events": run.kernel.count, "normalize_wall_s": w1 - w0, "normalize_cpu_s": c1 - c0,
+            "normalize_thread_cpu_s": t1 - t0,
             "stage_a_wall_s": wa - w0, "stage_a_cpu_s": ca - c0,
             "stage_b_wall_s": w1 - wa, "stage_b_cpu_s": c1 - ca,
             "publish_wall_s": w2 - w1, "publish_cpu_s": c2 - c1,
             "publish_catch_up_wall_s": ws - w1 if sealed else None,
             "publish_catch_up_cpu_s": cs - c1 if sealed else None,
             "events_per_cpu_s": run.kernel.count / max(c1 - c0, 1e-9),
+            "events_per_thread_cpu_s": run.kernel.count / max(t1 - t0, 1e-9),
             "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
 
