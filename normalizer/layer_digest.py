@@ -12,8 +12,10 @@ stage B's Python keeps the first.
 `Pipeline` gathers blocks into chunks of `CHUNK_BYTES` (each chunk costs the
 worker a few GIL hand-overs) and hands them over a queue of `QUEUE_CHUNKS`:
 memory stays flat, stage B waits when the worker is behind. A layer smaller
-than one chunk never starts a thread. The worker's first error is raised in
-the writer on its next hand-over, or at `close`. Results do not depend on the
+than one chunk never starts a thread. `end` (stage B's last step) hands
+over the rest and lets the worker finish on its own while the other members
+are made; `close` waits for it. The worker's first error is raised in the
+writer on its next hand-over, or at `close`. Results do not depend on the
 chunking: the sweep's answer is the per-line one, and sha256 and deflate are
 streams.
 """
@@ -38,7 +40,7 @@ QUEUE_CHUNKS = 2
 SWITCH_INTERVAL = 0.0005
 """The interpreter's switch interval while a worker runs (seconds; Python's default is 0.005).
 After each C call the worker waits for the GIL until stage B's thread is asked to drop it, one
-interval: three calls a chunk at the default would make it fall behind stage B
+interval: three calls a chunk at the default made it fall behind stage B
 (docs/benchmarks.md). The default is restored when the last worker ends."""
 
 
