@@ -112,6 +112,7 @@ class Pipeline:
                 _faster_switching(False)
                 raise
             self._ending = weakref.finalize(self, self._queue.put, _DONE)  # so does an abandoned layer
+            self._ending.atexit = False  # at exit the daemon thread just ends: never wait on its queue
         self._queue.put(chunk)
         self._raise()
 
