@@ -28,8 +28,8 @@ from runner.capture.cgroup import RunCgroup
 from runner.capture.control import RunControl, TerminalControl
 from runner.capture.interrupt import Interruptions, run_exit_code
 from runner.capture.limits import DEFAULT_LIMITS, CgroupLimits, LimitGroups
-from runner.capture.live import LiveNormalize
-from runner.capture.live import enabled as live_enabled
+from runner.capture.live import LivePass
+from runner.capture.live import start as start_live
 from runner.capture.owner import claim
 from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
@@ -115,7 +115,7 @@ def execute(req: RunRequest) -> RunResult:
     with Interruptions(req.forward_first_signal, final=req.exit_after) as interrupts:
         enforcement = enforce.prepare(req.policy)  # fails before anything exists
         out_fd = open_dir(req.out_dir)
-        live: list[LiveNormalize] = []
+        live: list[LivePass] = []
         marks: dict[str, float] = {}
         try:
             spool_name, trailer = _capture(req, enforcement, out_fd, interrupts, live, marks)
@@ -142,7 +142,7 @@ def execute(req: RunRequest) -> RunResult:
 
 
 def _normalized(req: RunRequest, out_fd: int, spool_name: str,
-                live: LiveNormalize | None) -> tuple[NormalizedRun, str]:
+                live: LivePass | None) -> tuple[NormalizedRun, str]:
     """The run normalized, and by which pass: the live one's result (runner/capture/live.py,
     `live`), or the finished spool's (`offline`, `offline_dac`, `offline_live_failed`).
 
@@ -180,7 +180,7 @@ def _spool_final(req: RunRequest) -> None:
 
 
 def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
-             interrupts: Interruptions, live: list[LiveNormalize],
+             interrupts: Interruptions, live: list[LivePass],
              marks: dict[str, float]) -> tuple[str, SpoolTrailer]:
     """Cgroup, the run's source, spawn, drain into the spool; the published spool's name and its trailer.
 
@@ -212,8 +212,8 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
             policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
-        if live_enabled(ring_in_process=req.sensor is None or isinstance(req.sensor, LocalSensor)):
-            live.append(LiveNormalize(spooler, req.run_id))
+        in_process = req.sensor is None or isinstance(req.sensor, LocalSensor)
+        live.extend(p for p in [start_live(spooler, req.run_id, ring_in_process=in_process)] if p is not None)
         interrupts.check_setup()
         interrupts.phase = "command"
         exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
