@@ -137,7 +137,10 @@ class LiveNormalize:
         return sorted(set(self._scanned.scan.judge.unattributed))
 
     def close(self) -> None:
-        """Stop the pass (the capture failed, or its result is not wanted); release the spool descriptor."""
+        """Stop the pass (the capture failed, or its result is not wanted); release the spool
+        descriptor; once (the session may close a pass it gave up on before its `finally` does)."""
+        if self._stopped:
+            return
         self._stopped = True
         self._tail.cancel()
         self._go.set()
@@ -165,7 +168,7 @@ def start(spooler: Spooler, run_id: str, ring_in_process: bool) -> LivePass | No
         return LiveNormalize(spooler, run_id)
     try:
         return LiveProcess(spooler, run_id, LIVE_NICE)
-    except OSError as exc:  # no process to spare: the finished spool is normalized after the exit
+    except (OSError, ValueError) as exc:  # no process to spare: the spool is normalized after the exit
         log.warning("normalize.live_unavailable", error=f"{type(exc).__name__}: {exc}",
                     hint="normalizing the finished spool after the command exits")
         return None

@@ -193,7 +193,10 @@ class LiveProcess:
         return f"the live normalizer ended without a result (exit status {code})"
 
     def close(self) -> None:
-        """End the child (EOF on its control pipe; killed if it does not go) and release everything."""
+        """End the child (EOF on its control pipe; killed if it does not go) and release everything;
+        once (the session may close a pass it gave up on before its own `finally` does)."""
+        if self._socket.fileno() < 0:
+            return
         os.close(self._control)
         try:
             self._child.wait(EXIT_WAIT_S)

@@ -164,6 +164,7 @@ def _normalized(req: RunRequest, out_fd: int, spool_name: str,
             if run is not None:
                 return run, "live"
             return normalize(_finished_spool(out_fd, spool_name), req.run_id), "offline_live_failed"
+        live.close()  # its stage B is of no use now: the CPU goes to the offline pass
     spool = _with_dac_verdicts(_finished_spool(out_fd, spool_name), out_fd, spool_name, req.user)
     _spool_final(req)
     return normalize(spool, req.run_id), how
