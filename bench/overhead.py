@@ -7,6 +7,13 @@ variant's time is the median of its repetitions' own times, and a ratio is
 that median over the bare median. The runner passes a workload when its ratio
 is within the target and every repetition ran, with zero drops and every
 event; a repetition that failed makes the row ERROR.
+
+The per-round ratios (`paired`: each round's variant time over the same
+round's bare time) are reported beside them, as median and range: the bare
+command's own time drifts between rounds (ext4 state, other work), and a
+ratio of medians can move by more than a target's margin with it, while a
+round's variants share that round's conditions. Their spread is how much a
+single session's ratio can be trusted.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ class WorkloadResult:
     runs: dict[str, list[Measurement]] = field(default_factory=dict)
     wall_ratios: dict[str, float | None] = field(default_factory=dict)
     """Whole wall (start, run, stop, publish: the archive is ready) median over bare's wall median."""
+    paired: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """Per variant with at least one clean round: (median, min, max) of its per-round ratios."""
 
 
 def bench_workload(session: Session, workload: Workload, variants: Sequence[Variant],
@@ -71,7 +80,21 @@ def summarize(workload: Workload, runs: dict[str, list[Measurement]],
     walls = {name: _median_wall(ms) for name, ms in runs.items()}
     wall_ratios = {name: _div(t, walls.get(BARE)) for name, t in walls.items() if name != BARE}
     return WorkloadResult(workload.name, workload.target, medians, ratios, runner_vs,
-                          status, notes, runs, wall_ratios)
+                          status, notes, runs, wall_ratios, paired_ratios(runs))
+
+
+def paired_ratios(runs: dict[str, list[Measurement]]) -> dict[str, tuple[float, float, float]]:
+    """(median, min, max) of each variant's own time over bare's in the same round; a round in
+    which either failed is left out."""
+    out = {}
+    for name, ms in runs.items():
+        if name == BARE:
+            continue
+        per_round = [m.own_s / b.own_s for m, b in zip(ms, runs.get(BARE, []), strict=False)
+                     if not m.error and not b.error and m.own_s is not None and b.own_s]
+        if per_round:
+            out[name] = (statistics.median(per_round), min(per_round), max(per_round))
+    return out
 
 
 def _judge(workload: Workload, ratio: float | None, ours: list[Measurement],

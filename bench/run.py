@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         overhead, probe_results, skipped = run_session(args, tools)
     print(overhead_table(overhead) if overhead else "(no overhead workloads selected)")
     for r in overhead:
+        print(f"  {r.workload}: per-round ratios, median [min-max]: " + ", ".join(
+            f"{name} {m:.2f}x [{lo:.2f}-{hi:.2f}]" for name, (m, lo, hi) in sorted(r.paired.items())))
         for note in r.notes:
             print(f"  {r.workload}: {note}")
     print()

@@ -129,3 +129,18 @@ def test_scaling_keeps_the_runners_after_exit_log() -> None:
               '"event": "run.after_exit", "level": "info", "timestamp": "t"}\n')
     assert after_exit_log(stderr) == {"normalized_by": "live", "total_s": 0.9, "live_behind_records": 12}
     assert after_exit_log("no log here") == {}
+
+
+def test_paired_ratios_pair_each_round_with_its_own_bare_run() -> None:
+    """A slow round slows bare and runner alike: the per-round ratio stays, the ratio of medians moves."""
+    from bench.overhead import summarize
+    from bench.variants import Measurement
+
+    def m(variant: str, own: float, error: str | None = None) -> Measurement:
+        return Measurement(variant=variant, own_s=own, wall_s=own, error=error)
+
+    runs = {"bare": [m("bare", 1.0), m("bare", 2.0), m("bare", 1.0), m("bare", 9.0, error="bare exited 1")],
+            "runner": [m("runner", 1.1), m("runner", 2.4), m("runner", 1.3), m("runner", 9.9)]}
+    result = summarize(by_name("open_heavy"), runs, {})
+    assert result.paired == {"runner": (pytest.approx(1.2), pytest.approx(1.1), pytest.approx(1.3))}
+    assert result.ratios["runner"] == pytest.approx(1.85)  # median of 4 runs (1.3, 2.4) over 1.0 of 3
