@@ -65,6 +65,8 @@ class LiveNormalize:
         self._stopped = False
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # the runner's (this thread's)
         self._tid: int | None = None
+        self.peak_rss_mib: float | None = None
+        """Always None: the thread's memory is the runner's (LiveProcess has its own)."""
         self._thread = threading.Thread(target=self._run, name="assay-live-normalize", daemon=True)
         self._thread.start()
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import resource
 import signal
 import socket
 import struct
@@ -85,6 +86,8 @@ class Done(msgspec.Struct, tag="done"):
     kernel_sha256: str
     kernel_size: int
     kernel_count: int
+    peak_rss_kib: int
+    """This process's peak resident memory (it is not the runner's: `run.after_exit` logs it)."""
 
 
 class Failed(msgspec.Struct, tag="failed"):
@@ -161,7 +164,8 @@ def _normalize(spool_fd: int, control_fd: int, out: socket.socket, progress: mma
     layer = run.kernel
     reader = layer.reader()
     members = Members(**{name: getattr(run, name) for name in Members.__struct_fields__})
-    done = Done(run=members, kernel_sha256=layer.sha256, kernel_size=layer.size, kernel_count=layer.count)
+    done = Done(run=members, kernel_sha256=layer.sha256, kernel_size=layer.size, kernel_count=layer.count,
+                peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     message = frame(done)
     # the descriptor rides on the length prefix; fileno() moves an in-memory layer to a temp file
     socket.send_fds(out, [message[:_LEN.size]], [reader.fileno()])

@@ -85,6 +85,8 @@ class LiveProcess:
         self._fds: list[int] = []
         self._scanned: Scanned | Failed | None = None
         self._deadline: float | None = None
+        self.peak_rss_mib: float | None = None
+        """The child's peak resident memory, once it has sent the result."""
         spool_fd = spooler.reader_fd()
         control_r, self._control = os.pipe()
         self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -147,6 +149,7 @@ class LiveProcess:
         done = self._receive(Done)
         if not isinstance(done, Done) or len(self._fds) != 1:
             return None
+        self.peak_rss_mib = round(done.peak_rss_kib / 1024, 1)
         layer = HandedLayer(os.fdopen(self._fds.pop(), "rb"), done.kernel_sha256, done.kernel_size,
                             done.kernel_count)
         return NormalizedRun(kernel=layer, **msgspec.structs.asdict(done.run))
