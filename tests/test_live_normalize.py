@@ -24,6 +24,7 @@ import pytest
 
 from normalizer.build import NormalizedRun, dac_questions, normalize
 from runner.capture.live import LiveNormalize, LivePass
+from runner.capture.live_child import IDLE
 from runner.capture.live_process import RESULT_TIMEOUT_S, LiveProcess
 from spool.format import FRAME_HEAD, Batch, SpoolError, decode_frame, encode_frame, iter_frames, read_spool
 from spool.tail import SpoolTail, TailCancelled
@@ -67,7 +68,7 @@ def _members(run: NormalizedRun) -> dict[str, bytes]:
     return {k: v if isinstance(v, bytes) else v.read_bytes() for k, v in run.members().items()}
 
 
-PASSES = {"thread": LiveNormalize, "process": lambda writer, run_id: LiveProcess(writer, run_id, nice=0)}
+PASSES = {"thread": LiveNormalize, "process": lambda writer, run_id: LiveProcess(writer, run_id, IDLE)}
 
 
 @pytest.fixture(params=list(PASSES))
@@ -244,7 +245,7 @@ def test_a_killed_live_process_is_a_failed_pass_not_a_hang(tmp_path: Path, priva
     frames = _frames("example")
     writer = SlowWriter(tmp_path / "s.spool")
     writer.write(frames[0])
-    live = LiveProcess(writer, "live-run", nice=0)  # type: ignore[arg-type]
+    live = LiveProcess(writer, "live-run", IDLE)  # type: ignore[arg-type]
     os.kill(live.pid, signal.SIGKILL)
     for f in frames[1:]:
         writer.write(f)
@@ -274,10 +275,11 @@ import os, signal, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from pathlib import Path
 from test_live_normalize import SlowWriter, _frames
+from runner.capture.live_child import IDLE
 from runner.capture.live_process import RESULT_TIMEOUT_S, LiveProcess
 writer = SlowWriter(Path({str(tmp_path / "s.spool")!r}))
 writer.write(_frames("example")[0])
-live = LiveProcess(writer, "live-run", nice=0)
+live = LiveProcess(writer, "live-run", IDLE)
 print(live.pid, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """

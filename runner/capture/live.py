@@ -16,11 +16,12 @@ failed opens need the runner's permission verdicts (they are asked after
 the run and change stage A), and any failure of the live pass (the offline
 pass then reports the problem as it always did).
 
-The pass runs at a lower priority (`LIVE_NICE`) while the command runs:
-on two cores, the command keeps its own core. Where the ring is drained in
+The pass runs at a lower priority while the command runs (`NICE_ENV`): on
+two cores, the command keeps its own core. Where the ring is drained in
 this process (direct mode) the same pass runs in a process of its own
 instead (`start`, runner/capture/live_process.py), so that it never holds
-the drain loop's GIL.
+the drain loop's GIL, and there at SCHED_IDLE: it takes only CPU time that
+nothing else (the command, the drain loop, the machine's other work) wants.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import os
 import threading
 
 from normalizer.build import NormalizedRun, Scanned, finish, scan
+from runner.capture.live_child import IDLE, lower, restore
 from runner.capture.live_process import LiveProcess
 from runner.evidence.publish import warm
 from runner.logs import get_logger
@@ -39,8 +41,9 @@ from spool.writer import Spooler
 
 LIVE_ENV = "ASSAY_RUNNER_LIVE_NORMALIZE"
 """`0` turns the live pass off (A/B benchmarks); it is on by default in both modes."""
-LIVE_NICE = int(os.environ.get("ASSAY_RUNNER_LIVE_NICE", "10"))
-"""The live pass's nice value relative to the runner's while the command runs (Linux nice is per thread)."""
+NICE_ENV = "ASSAY_RUNNER_LIVE_NICE"
+"""The pass's priority while the command runs: `idle` (SCHED_IDLE) or N (nice +N; per thread in
+Linux); by default +10 for the thread, `idle` for the process (docs/architecture.md)."""
 log = get_logger("session")
 
 
@@ -66,14 +69,15 @@ class LiveNormalize:
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # the runner's (this thread's)
         self._tid: int | None = None
         self.peak_rss_mib: float | None = None
-        """Always None: the thread's memory is the runner's (LiveProcess has its own)."""
+        self.cpu_s: float | None = None
+        """Always None, as `peak_rss_mib`: the thread's are the runner's (LiveProcess has its own)."""
         self._thread = threading.Thread(target=self._run, name="assay-live-normalize", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         self._tid = threading.get_native_id()
-        with contextlib.suppress(OSError):  # a preference: otherwise it runs at the runner's own
-            os.setpriority(os.PRIO_PROCESS, self._tid, self._nice + LIVE_NICE)
+        with contextlib.suppress(OSError, ValueError):  # a preference: else it runs at the runner's own
+            lower(self._tid, os.environ.get(NICE_ENV, "10"), self._nice)
         try:
             try:
                 warm()  # publish's validation imports, while the command runs
@@ -113,7 +117,7 @@ class LiveNormalize:
         the runner's own priority (lowering a nice value back needs CAP_SYS_NICE, which the runner has)."""
         if self._tid is not None:
             with contextlib.suppress(OSError):  # the thread has ended, or no capability: nothing to gain
-                os.setpriority(os.PRIO_PROCESS, self._tid, self._nice)
+                restore(self._tid, self._nice)
 
     def result(self) -> NormalizedRun | None:
         """The normalized run once the spool is finished (stage B runs now), or None (logged) when
@@ -169,7 +173,7 @@ def start(spooler: Spooler, run_id: str, ring_in_process: bool) -> LivePass | No
     if not ring_in_process:
         return LiveNormalize(spooler, run_id)
     try:
-        return LiveProcess(spooler, run_id, LIVE_NICE)
+        return LiveProcess(spooler, run_id, os.environ.get(NICE_ENV, IDLE))
     except (OSError, ValueError) as exc:  # no process to spare: the spool is normalized after the exit
         log.warning("normalize.live_unavailable", error=f"{type(exc).__name__}: {exc}",
                     hint="normalizing the finished spool after the command exits")

@@ -54,6 +54,8 @@ from normalizer.artifacts import (
 PR_SET_PDEATHSIG = 1
 PROGRESS_BYTES = 8
 """The shared counter of records read (little-endian u64), for `live_behind_records`."""
+IDLE = "idle"
+"""The priority for SCHED_IDLE (instead of `+N` nice values) while the command runs."""
 POKE = b"p"
 """Control byte: more has been committed (the trailer): read now rather than at the next poll."""
 _LEN = struct.Struct("<I")
@@ -88,6 +90,8 @@ class Done(msgspec.Struct, tag="done"):
     kernel_count: int
     peak_rss_kib: int
     """This process's peak resident memory (it is not the runner's: `run.after_exit` logs it)."""
+    cpu_s: float
+    """This process's CPU seconds (user+system) up to this message."""
 
 
 class Failed(msgspec.Struct, tag="failed"):
@@ -117,6 +121,22 @@ def split_frame(buffer: bytearray) -> bytes | None:
     body = bytes(buffer[_LEN.size:end])
     del buffer[:end]
     return body
+
+
+def lower(tid: int, priority: str, base: int) -> None:
+    """Run thread `tid` (0: this one) below the runner while the command runs: SCHED_IDLE
+    (`idle`: only CPU time nothing else wants), or nice `base` + `priority`."""
+    if priority == IDLE:
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    else:
+        os.setpriority(os.PRIO_PROCESS, tid, base + int(priority))
+
+
+def restore(tid: int, nice: int) -> None:
+    """Back to the runner's priority once the command exits (the pass is then what the user waits
+    for): SCHED_OTHER at nice `nice`. Raising a priority needs CAP_SYS_NICE, which the runner has."""
+    os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+    os.setpriority(os.PRIO_PROCESS, tid, nice)
 
 
 class _Counted:
@@ -163,9 +183,10 @@ def _normalize(spool_fd: int, control_fd: int, out: socket.socket, progress: mma
     run = finish(scanned, whole, run_id)
     layer = run.kernel
     reader = layer.reader()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     members = Members(**{name: getattr(run, name) for name in Members.__struct_fields__})
     done = Done(run=members, kernel_sha256=layer.sha256, kernel_size=layer.size, kernel_count=layer.count,
-                peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+                peak_rss_kib=usage.ru_maxrss, cpu_s=round(usage.ru_utime + usage.ru_stime, 3))
     message = frame(done)
     # the descriptor rides on the length prefix; fileno() moves an in-memory layer to a temp file
     socket.send_fds(out, [message[:_LEN.size]], [reader.fileno()])
@@ -173,14 +194,14 @@ def _normalize(spool_fd: int, control_fd: int, out: socket.socket, progress: mma
 
 
 def main(argv: list[str]) -> int:
-    """`PARENT_PID SPOOL_FD CONTROL_FD RESULT_FD PROGRESS_FD NICE RUN_ID` (the runner's descriptors)."""
-    parent, spool_fd, control_fd, result_fd, progress_fd, nice = map(int, argv[:6])
+    """`PARENT_PID SPOOL_FD CONTROL_FD RESULT_FD PROGRESS_FD PRIORITY RUN_ID` (`lower`'s priority)."""
+    parent, spool_fd, control_fd, result_fd, progress_fd = map(int, argv[:5])
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the runner died before the line above: nobody wants the result
         return 1
     out = socket.socket(fileno=result_fd)
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)  # the runner raises it back once the command exits
+        lower(0, argv[5], os.getpriority(os.PRIO_PROCESS, 0))  # `restore`d when the command exits
         progress = mmap.mmap(progress_fd, PROGRESS_BYTES)
         _normalize(spool_fd, control_fd, out, progress, argv[6])
     except BaseException as exc:  # every failure goes to the runner, which logs it

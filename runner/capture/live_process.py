@@ -18,8 +18,9 @@ runner's multi-threaded process) and these descriptors only:
 
 It runs in a session of its own (a Ctrl-C on the terminal is the runner's
 to handle), with the runner's credentials and cgroup (not the command's: the
-command is spawned into its cgroup and pid namespace separately), at nice
-+`LIVE_NICE` until the command exits. It dies with the runner
+command is spawned into its cgroup and pid namespace separately), at
+SCHED_IDLE until the command exits (`ASSAY_RUNNER_LIVE_NICE=N`: nice +N
+instead), at the runner's priority after. It dies with the runner
 (PR_SET_PDEATHSIG). A child that dies or goes silent is never waited for
 longer than `RESULT_TIMEOUT_S` plus `RESULT_S_PER_RECORD` per record: the
 session then normalizes the finished spool itself.
@@ -43,7 +44,16 @@ import msgspec
 from normalizer.build import NormalizedRun
 from normalizer.kernel_lines import KernelLayer
 from runner.capture import live_child
-from runner.capture.live_child import DECODER, POKE, PROGRESS_BYTES, Done, Failed, Scanned, split_frame
+from runner.capture.live_child import (
+    DECODER,
+    POKE,
+    PROGRESS_BYTES,
+    Done,
+    Failed,
+    Scanned,
+    restore,
+    split_frame,
+)
 from runner.logs import get_logger
 from spool.writer import Spooler
 
@@ -51,8 +61,6 @@ RESULT_TIMEOUT_S = 30.0
 """The least the runner waits for a message after the command exits before it gives up on the pass."""
 RESULT_S_PER_RECORD = 20e-6
 """Added per spool record: stage A reads about 1M records per CPU second and stage B more; 20x margin."""
-EXIT_WAIT_S = 5.0
-"""How long `close` waits for the child to end at EOF before it kills it."""
 log = get_logger("session")
 
 
@@ -77,7 +85,7 @@ class HandedLayer(KernelLayer):
 class LiveProcess:
     """Stage A over the growing spool, then stage B once the trailer is in, in a child process."""
 
-    def __init__(self, spooler: Spooler, run_id: str, nice: int) -> None:
+    def __init__(self, spooler: Spooler, run_id: str, priority: str) -> None:
         self._spooler = spooler
         self._run_id = run_id
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # the runner's
@@ -87,6 +95,8 @@ class LiveProcess:
         self._deadline: float | None = None
         self.peak_rss_mib: float | None = None
         """The child's peak resident memory, once it has sent the result."""
+        self.cpu_s: float | None = None
+        """The child's CPU seconds, once it has sent the result."""
         spool_fd = spooler.reader_fd()
         control_r, self._control = os.pipe()
         self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -97,7 +107,7 @@ class LiveProcess:
             passed = (spool_fd, control_r, theirs.fileno(), progress_fd)
             self._child = subprocess.Popen(
                 [sys.executable, "-I", "-m", live_child.__name__, str(os.getpid()), *map(str, passed),
-                 str(self._nice + nice), run_id],
+                 priority, run_id],
                 pass_fds=passed, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, cwd="/", start_new_session=True)
         except BaseException:
@@ -126,7 +136,7 @@ class LiveProcess:
         """The command has exited: the child runs at the runner's priority from now on, and reads
         what was committed (the trailer, say) without waiting for its next poll."""
         with contextlib.suppress(OSError):  # it has ended: the next message says how
-            os.setpriority(os.PRIO_PROCESS, self._child.pid, self._nice)
+            restore(self._child.pid, self._nice)
             os.write(self._control, POKE)
         if self._deadline is None:
             self._deadline = (time.monotonic() + RESULT_TIMEOUT_S
@@ -149,7 +159,7 @@ class LiveProcess:
         done = self._receive(Done)
         if not isinstance(done, Done) or len(self._fds) != 1:
             return None
-        self.peak_rss_mib = round(done.peak_rss_kib / 1024, 1)
+        self.peak_rss_mib, self.cpu_s = round(done.peak_rss_kib / 1024, 1), done.cpu_s
         layer = HandedLayer(os.fdopen(self._fds.pop(), "rb"), done.kernel_sha256, done.kernel_size,
                             done.kernel_count)
         return NormalizedRun(kernel=layer, **msgspec.structs.asdict(done.run))
@@ -196,16 +206,15 @@ class LiveProcess:
         return f"the live normalizer ended without a result (exit status {code})"
 
     def close(self) -> None:
-        """End the child (EOF on its control pipe; killed if it does not go) and release everything;
-        once (the session may close a pass it gave up on before its own `finally` does)."""
+        """End the child and release everything; once (the session may close a pass it gave up on
+        before its own `finally` does). The child is killed: it holds nothing that needs an orderly
+        end (its files are anonymous), and its control thread may be waiting for an idle CPU."""
         if self._socket.fileno() < 0:
             return
         os.close(self._control)
-        try:
-            self._child.wait(EXIT_WAIT_S)
-        except subprocess.TimeoutExpired:
+        if self._child.poll() is None:
             self._child.kill()
-            self._child.wait()
+        self._child.wait()
         self._socket.close()
         for fd in self._fds:
             os.close(fd)

@@ -127,7 +127,7 @@ def execute(req: RunRequest) -> RunResult:
                 publish(normalized, req.archive_path, out_fd, sync=not req.staged)
                 interrupts.published()
                 marks["published"] = time.monotonic()
-                _log_after_exit(marks, how, live[0].peak_rss_mib if live else None)
+                _log_after_exit(marks, how, live[0] if live else None)
             except OSError as exc:
                 raise RunnerError(
                     f"cannot write the archive {req.archive_path}: {exc.strerror or exc}; the command exited "
@@ -273,12 +273,13 @@ def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
                           "was not started and nothing was written") from exc
 
 
-def _log_after_exit(marks: dict[str, float], how: str, live_rss_mib: float | None) -> None:
+def _log_after_exit(marks: dict[str, float], how: str, live: LivePass | None) -> None:
     """Where the time after the command's exit went, step by step (seconds; docs/benchmarks.md),
-    and the live process's peak memory (MiB; its own, not counted in the runner's)."""
+    and the live process's own CPU seconds and peak memory (MiB), which are not the runner's."""
     steps = ("exited", "drained", "spooled", "cleaned_up", "normalized", "published")
     log.info("run.after_exit", normalized_by=how, total_s=round(marks["published"] - marks["exited"], 3),
-             live_behind_records=marks.get("live_behind"), live_peak_rss_mib=live_rss_mib,
+             live_behind_records=marks.get("live_behind"), live_cpu_s=live.cpu_s if live else None,
+             live_peak_rss_mib=live.peak_rss_mib if live else None,
              **{f"{b}_s": round(marks[b] - marks[a], 3) for a, b in itertools.pairwise(steps)})
 
 
