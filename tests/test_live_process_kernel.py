@@ -82,7 +82,7 @@ def live_run(tmp_path: Path) -> Iterator[LiveRun]:
     run_id = unique_run_id("liveproc")
     go, cgroup, tmpdir = tmp_path / "go", tmp_path / "command-cgroup", tmp_path / "tmp"
     tmpdir.mkdir()
-    script = (f"cat /proc/self/cgroup > {cgroup}; cat /etc/hostname; "
+    script = (f"cat /proc/self/cgroup > {cgroup}.tmp && mv {cgroup}.tmp {cgroup}; cat /etc/hostname; "
               f"while [ ! -e {go} ]; do sleep 0.02; done; cat /etc/hostname")
     proc = subprocess.Popen([*CLI, "--log-format", "json", "run", "--out", str(tmp_path / "out"),
                              "--run-id", run_id, "--force", "--", "sh", "-c", script],
