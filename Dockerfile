@@ -22,9 +22,11 @@
 #   builds behind a TLS-intercepting proxy. `make image` fills it from the host
 #   (EXTRA_CA=host, the default) or a file (EXTRA_CA=path); docs/setup.md.
 #
-# Two stages: `build` makes the venv (pip and its downloads stay there);
-# the final stage adds only Debian's python3-bpfcc and copies the checkout
-# with its venv.
+# Two stages: `build` makes the venv (pip and its downloads stay there) and
+# builds the three C pieces with scripts/build_native.sh, the script `make
+# setup` runs (gcc and the headers stay there); the final stage adds only
+# Debian's python3-bpfcc, copies the checkout with its venv and pieces, and
+# fails the build unless each piece loads there (`python -m runner.host.native`).
 ARG BASE_IMAGE=assay-runner-base:bookworm
 
 FROM ${BASE_IMAGE} AS build
@@ -35,8 +37,12 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PIP_NO_CACHE_DIR=1 \
     PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 COPY docker/extra-ca/ /tmp/extra-ca/
+# gcc, libc6-dev and python3-dev: the C pieces. The accelerator is a CPython
+# extension; the final stage's python3 (python3-bpfcc's) is the same Debian
+# python3 from the same base, so its ABI is the one built for here.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+ && apt-get install -y --no-install-recommends python3 python3-venv python3-dev gcc libc6-dev \
+    ca-certificates \
  && find /tmp/extra-ca -name '*.crt' -exec cp {} /usr/local/share/ca-certificates/ \; \
  && update-ca-certificates
 WORKDIR /opt/assay-runner
@@ -48,12 +54,14 @@ RUN python3 -m venv --system-site-packages .venv \
  && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' >/tmp/requirements.txt \
  && .venv/bin/pip install --no-input -r /tmp/requirements.txt "setuptools>=68"
 # The checkout (.dockerignore leaves out tests, docs and the like), installed
-# editable as `make setup` does: the packages are the ones pyproject.toml
-# lists, and code that reads data beside them (schema/upstream/) finds it.
+# editable as `make setup` does: the C pieces are built into the checkout's
+# package directories, where the runner loads them from. A piece that cannot
+# be built stops the build (the script exits 1 and says what is missing).
 COPY . .
 RUN .venv/bin/pip install --no-input --no-deps --no-build-isolation -e . \
+ && bash scripts/build_native.sh .venv \
  && .venv/bin/pip uninstall -y -q setuptools pip \
- && rm -rf docker build ./*.egg-info \
+ && rm -rf docker build scripts ./*.egg-info \
  && find . -name __pycache__ -prune -exec rm -rf {} +
 
 FROM ${BASE_IMAGE}
@@ -68,5 +76,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /var/cache/debconf/*-old /var/log/apt /var/log/dpkg.log
 COPY --from=build /opt/assay-runner /opt/assay-runner
 WORKDIR /opt/assay-runner
+# Every C piece is in place and loads with this stage's Python and C library:
+# otherwise the build fails here instead of the image silently taking the
+# slower Python paths.
+RUN .venv/bin/python -m runner.host.native
 ENTRYPOINT ["/opt/assay-runner/.venv/bin/python", "-m", "runner.host.container"]
 CMD ["doctor"]

@@ -16,11 +16,16 @@ DEMO_OUT := /var/lib/assay-runner/runs
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test test-parallel lint schemas bench image image-smoke clean \
+.PHONY: setup native demo test test-parallel lint schemas bench image image-smoke clean \
 	acceptance acceptance-prepare acceptance-gate acceptance-verify
 
 setup:
 	@bash scripts/setup.sh
+
+# The three C pieces alone (ring consumer, normalizer accelerator, fast client), rebuilt when
+# older than their sources; `make setup` and the image build run the same script.
+native: $(VENV)/bin/python
+	@bash scripts/build_native.sh $(VENV)
 
 # The fixture writes notes/ into the workspace: removed first, so every demo run starts the same.
 # The runner prints its summary (what was touched and blocked, health) on stderr.
@@ -84,7 +89,7 @@ image:
 image-smoke: setup
 	$(VENV)/bin/pytest -q -m image tests/test_image.py
 
-$(VENV)/bin/ruff:
+$(VENV)/bin/ruff $(VENV)/bin/python:
 	@bash scripts/setup.sh
 
 # Generated files only; the venv stays (rm -rf .venv, then make setup, rebuilds it).

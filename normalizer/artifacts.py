@@ -3,7 +3,7 @@
 Field order here is the serialized key order, so it follows the contract's
 tables (`../shared/spec/runner-artifacts-v0.md`) and, for the members the
 contract leaves to the reader, the upstream Rust types Assay deserializes
-into (commit pinned in schema/upstream/README.md; file:line on each Struct).
+into (commit pinned in normalizer/upstream/README.md; file:line on each Struct).
 Integer bounds are the Rust field widths (a u32 pid, an i64 return value),
 so a value serde would refuse is refused here too. These Structs are the
 source of the JSON Schemas in `schema/` (`make schemas` regenerates them,
@@ -70,7 +70,7 @@ class KernelEvent(_Strict):
     """One line of `layers/kernel.ndjson`.
 
     Upstream's `KernelLayerEvent` (crates/assay-runner-core/src/kernel.rs:33-64)
-    and its line schema (schema/upstream/kernel-event-v0.schema.json). The
+    and its line schema (normalizer/upstream/kernel-event-v0.schema.json). The
     structured `connect_blocked` fields (`cgroup_id` .. `rule_id`) are read,
     never written: our blocks carry the endpoint in `value`. `status` implies
     `return_value` (schema allOf/5), so a successful open carries neither

@@ -5,9 +5,9 @@ endpoints, tool names, ids), so any of them may hold a credential. Before
 anything is hashed, each such string goes through `Redactor.redact`, which
 replaces every secret-shaped span with `<redacted:RULE:H8>`, exactly as
 upstream does (crates/assay-runner-core/src/redact.rs:221-295 at the pinned
-commit, see schema/upstream/README.md):
+commit, see normalizer/upstream/README.md):
 
-- the rules are `schema/upstream/secret-rules.v1.json`, vendored verbatim
+- the rules are `normalizer/upstream/secret-rules.v1.json`, vendored verbatim
   (the parity contract upstream's Rust and Python detectors share);
 - one left-to-right scan: at each position the earliest match across all
   rules wins, the longer one on a tie, earlier rules first on equal spans;
@@ -29,15 +29,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib.resources
 import io
 import json
 import re
 from collections import Counter
 from functools import cache
-from pathlib import Path
 from typing import BinaryIO
 
-RULES_FILE = Path(__file__).resolve().parent.parent / "schema" / "upstream" / "secret-rules.v1.json"
+RULES_FILE = importlib.resources.files("normalizer") / "upstream" / "secret-rules.v1.json"
+"""Package data (pyproject.toml), so a wheel install finds it as the checkout does."""
 PLACEHOLDER = re.compile(r"<redacted:[a-z-]+:[0-9a-f]{8}>")  # redact.rs:314-320
 PLACEHOLDER_KEY = b"assay-runner redaction v0"
 MODE = "shape_only"

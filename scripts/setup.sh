@@ -15,8 +15,9 @@ VENV=.venv
 # docker.io and debootstrap: `make image` and its smoke test (tests/test_image.py).
 # bubblewrap: the external sandbox the probe harness is tested under (docs/probes.md).
 # chromium: the HTML report test renders a report headless (tests/test_report_browser.py).
+# gcc, libc6-dev (gcc only recommends it) and python3-dev: the C pieces (scripts/build_native.sh).
 # systemd: systemd-analyze and systemd-socket-activate for the daemon's unit tests (tests/test_packaging.py).
-PACKAGES=(python3-bpfcc python3-venv python3-dev bpftrace strace make gcc iproute2 git ca-certificates
+PACKAGES=(python3-bpfcc python3-venv python3-dev bpftrace strace make gcc libc6-dev iproute2 git ca-certificates
           docker.io debootstrap systemd bubblewrap chromium bpftool)
 # npm: the npm determinism workload (tests/test_transient_kernel.py). Machines
 # that ship Node.js from another source already have it; Debian's otherwise.
@@ -105,42 +106,10 @@ else
   say "pip install -e .[$EXTRAS]: installed"
 fi
 
-# 3b. The C ring-buffer consumer (ebpf/ringsink.c, loaded with ctypes by
-#     ebpf/ringsink.py), rebuilt when its source is newer. Without it the
-#     runner reads the ring with one Python call per record.
-so=ebpf/_ringsink.so
-if [ -f "$so" ] && [ "$so" -nt ebpf/ringsink.c ]; then
-  say "ring consumer: already built ($so)"
-else
-  quiet gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$so" ebpf/ringsink.c
-  say "ring consumer: built $so"
-fi
-
-# 3c. The normalizer's C accelerator (normalizer/fastscan.c, a CPython extension:
-#     normalizer/accel.py), rebuilt when its source is newer. Without it the
-#     normalizer runs its pure-Python path, with the same output.
-ext=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-inc=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-so=normalizer/_fastscan$ext
-if [ -f "$so" ] && [ "$so" -nt normalizer/fastscan.c ]; then
-  say "normalizer accelerator: already built ($so)"
-else
-  quiet gcc -O2 -Wall -Wextra -Werror -shared -fPIC -I"$inc" -o "$so" normalizer/fastscan.c
-  say "normalizer accelerator: built $so"
-fi
-
-# 3d. The fast daemon client (runner/daemon/fastclient.c) becomes the venv's
-#     `assay-runner`: it serves `run` through the daemon without Python's
-#     start-up and hands every other use to the Python CLI, `assay-runner-py`
-#     (docs/daemon.md). Rebuilt when pip put its script back or the source is newer.
-client=$VENV/bin/assay-runner
-if [ "$(head -c4 "$client" 2>/dev/null)" = $'\x7fELF' ] && [ "$client" -nt runner/daemon/fastclient.c ]; then
-  say "fast client: already built ($client)"
-else
-  quiet gcc -O2 -Wall -Wextra -Werror -o "$client.new" runner/daemon/fastclient.c
-  mv -f "$client.new" "$client"
-  say "fast client: built $client (the Python CLI is $VENV/bin/assay-runner-py)"
-fi
+# 3b. The three C pieces (ring consumer, normalizer accelerator, fast daemon
+#     client), each rebuilt when older than its source; a piece that cannot be
+#     built stops set-up with what to install (scripts/build_native.sh).
+bash scripts/build_native.sh "$VENV"
 
 # 4. Kernel side: tracefs/debugfs mounts and kernel headers (exact package,
 #    else the closest distro headers + /lib/modules links), then every check.

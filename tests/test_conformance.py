@@ -54,7 +54,7 @@ def test_vendored_file_is_the_pinned_upstream_blob(name: str) -> None:
     """An edited copy changes its blob id; the README records the same id and commit."""
     upstream_path, blob = PINNED[name]
     data = (UPSTREAM_DIR / name).read_bytes()
-    assert git_blob_id(data) == blob, f"schema/upstream/{name} is not upstream's {upstream_path}"
+    assert git_blob_id(data) == blob, f"normalizer/upstream/{name} is not upstream's {upstream_path}"
     assert git_blob_id(data + b" ") != blob
     readme = (UPSTREAM_DIR / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith(f"| `{name}` "))

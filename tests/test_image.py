@@ -58,6 +58,37 @@ def run_in_image(image: str, runs: Path, *args: str,
     return docker("run", *run_line(image, runs, extra), *args, timeout=300)
 
 
+VENV_BIN = "/opt/assay-runner/.venv/bin"
+IN_USE = (
+    "import sys; from pathlib import Path; from ebpf import ringsink; from normalizer import accel; "
+    "b = Path(sys.executable).parent; "
+    "print(ringsink.available(), accel.native is not None, "
+    "(b / 'assay-runner').read_bytes()[:4] == b'\\x7fELF', "
+    "(b / 'assay-runner-py').read_text().startswith('#!'))"
+)
+"""What the runner asks before taking each fast path, and which program each CLI name is."""
+
+
+def in_image(image: str, entrypoint: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A program of the image run directly (no mounts, no capabilities: nothing here needs them)."""
+    return docker("run", "--rm", "--entrypoint", entrypoint, image, *args, timeout=300)
+
+
+def test_every_c_piece_is_in_use_in_the_image(image: str) -> None:
+    """The ring consumer, the normalizer accelerator and the fast client: built in the build
+    stage, loaded by the final stage's Python (the build fails otherwise: Dockerfile)."""
+    direct = in_image(image, f"{VENV_BIN}/python", "-c", IN_USE)
+    assert direct.returncode == 0, direct.stdout + direct.stderr
+    assert direct.stdout.split() == ["True", "True", "True", "True"], direct.stdout
+    report = in_image(image, f"{VENV_BIN}/python", "-m", "runner.host.native")
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert [line.split()[:2] for line in report.stdout.splitlines()] == [
+        ["ok", "ringsink"], ["ok", "fastscan"], ["ok", "fastclient"]], report.stdout
+    # No compiler in the final image: the pieces came from the build stage.
+    gcc = in_image(image, "/bin/sh", "-c", "command -v gcc cc || echo none")
+    assert gcc.stdout == "none\n", gcc.stdout
+
+
 def test_image_size_is_reported(built: Built, capsys: pytest.CaptureFixture[str]) -> None:
     size = int(docker("image", "inspect", "-f", "{{.Size}}", built.tag).stdout)
     assert f"({size} bytes)" in built.report, built.report
@@ -83,9 +114,15 @@ def test_run_in_the_container_writes_an_archive_that_validates(image: str, tmp_p
     proc = run_in_image(image, tmp_path, "run", "--out", "/runs", "--run-id", run_id, "--",
                         "sh", "-c", f"echo evidence > {marker}; cat /etc/debian_version")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The run read the ring with the C consumer (its log line, JSON on a non-terminal stderr).
+    assert '"ring_consumer": "c"' in proc.stderr, proc.stderr
     archive = tmp_path / f"{run_id}.tar.gz"
     inside = run_in_image(image, tmp_path, "validate", f"/runs/{archive.name}")
     assert inside.returncode == 0, inside.stdout + inside.stderr
+    # The image's `assay-runner` (the C client) hands validate to the Python CLI.
+    fast = docker("run", "--rm", "-v", f"{tmp_path}:/runs", "--entrypoint", f"{VENV_BIN}/assay-runner", image,
+                  "validate", f"/runs/{archive.name}", timeout=300)
+    assert fast.returncode == 0 and fast.stdout == inside.stdout, fast.stdout + fast.stderr
     outside = subprocess.run([*CLI, "validate", str(archive)], capture_output=True, text=True,
                              check=False)
     assert outside.returncode == 0, outside.stdout + outside.stderr

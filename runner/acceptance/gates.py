@@ -50,6 +50,7 @@ GATED_PATHS = (
     "pyproject.toml",
     "runner",
     "schema",
+    "scripts/build_native.sh",
     "scripts/setup.sh",
     "spool",
 )

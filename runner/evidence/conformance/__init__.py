@@ -4,7 +4,7 @@ Assay (github.com/Rul1an/assay) publishes one machine-readable file for our
 members, the kernel line schema; everything else it enforces lives in Rust
 types and validators and in its CI scripts. These modules apply every such
 rule to every line of every member, each citing its upstream `file:line` at
-base.UPSTREAM (vendored files: schema/upstream/README.md):
+base.UPSTREAM (vendored files: normalizer/upstream/README.md):
 
 - `kernel`: the line schema, kinds, open metadata, loader telemetry;
   coverage and surface versus the kernel lines;

@@ -19,7 +19,7 @@ ARCHIVE = "archive"
 """Pseudo-member for problems of the archive file itself (member order)."""
 
 UPSTREAM = "f919ce8628ad151b5da4f196b9f762b150a5e6d5"
-"""The Assay commit every `file:line` in these modules refers to (schema/upstream/README.md)."""
+"""The Assay commit every `file:line` in these modules refers to (normalizer/upstream/README.md)."""
 
 
 class Problem(msgspec.Struct, frozen=True):

@@ -1,6 +1,6 @@
 """Rules for `layers/kernel.ndjson`, each from Assay at base.UPSTREAM.
 
-Per line: the published line schema (schema/upstream/kernel-event-v0.schema.json,
+Per line: the published line schema (normalizer/upstream/kernel-event-v0.schema.json,
 applied by upstream.kernel_schema_errors), the kind for each event_type, the
 open metadata's derivations, and the loader telemetry upstream filters out.
 Across members: network coverage and the capability surface versus the lines.

@@ -1,7 +1,7 @@
 """The fail-closed secret sweep, as Assay runs it before writing an archive.
 
 crates/assay-runner-core/src/archive.rs:202-214 with redact.rs:297-311: no
-member may still match a rule of schema/upstream/secret-rules.v1.json once
+member may still match a rule of normalizer/upstream/secret-rules.v1.json once
 the `<redacted:RULE:H8>` placeholders are blanked out. The sweep never
 rewrites; a hit means a string reached a member without passing the
 redactor.

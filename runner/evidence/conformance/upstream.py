@@ -1,4 +1,4 @@
-"""Assay's own machine-readable files, vendored verbatim under schema/upstream/.
+"""Assay's own machine-readable files, vendored verbatim under normalizer/upstream/.
 
 `PINNED` names each file with its upstream path and git blob id at the
 pinned commit; `tests/test_conformance.py` recomputes the blob ids so an
@@ -9,9 +9,9 @@ edited copy fails. The kernel line schema is applied as published, with
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import json
 from functools import cache, lru_cache
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -19,7 +19,8 @@ import msgspec
 from normalizer.artifacts import KernelEvent
 
 _encoder = msgspec.json.Encoder()
-UPSTREAM_DIR = Path(__file__).resolve().parents[3] / "schema" / "upstream"
+UPSTREAM_DIR = importlib.resources.files("normalizer") / "upstream"
+"""Package data of `normalizer` (pyproject.toml), which reads the rules table too."""
 KERNEL_SCHEMA = "kernel-event-v0.schema.json"
 SECRET_RULES = "secret-rules.v1.json"
 PINNED = {
