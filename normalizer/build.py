@@ -377,6 +377,7 @@ def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> Normali
     buckets = scanned.buckets
     for thread, run in canonical_runs(buckets, processes, names):
         out.add_run(thread.process.number, run)
+    out.layer.end()  # its worker finishes the sweep, digest and deflate while the members are made
     buckets.close()
     facts = scanned.scan.facts(spool.trailer, spool.header.platform)
 
