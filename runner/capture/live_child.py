@@ -88,6 +88,9 @@ class Done(msgspec.Struct, tag="done"):
     kernel_sha256: str
     kernel_size: int
     kernel_count: int
+    kernel_unredacted: str | None
+    """The first secret rule a kernel line still matches after redaction (publish refuses then)."""
+    kernel_crc32: int
     peak_rss_kib: int
     """This process's peak resident memory (it is not the runner's: `run.after_exit` logs it)."""
     cpu_s: float
@@ -182,14 +185,15 @@ def _normalize(spool_fd: int, control_fd: int, out: socket.socket, progress: mma
     whole = Spool(header=header, records=(), phases=tail.phases, trailer=tail.trailer, sdk=tail.sdk)
     run = finish(scanned, whole, run_id)
     layer = run.kernel
-    reader = layer.reader()
+    segment = layer.deflated()  # seals the layer: sweep, digest and deflate done
     usage = resource.getrusage(resource.RUSAGE_SELF)
     members = Members(**{name: getattr(run, name) for name in Members.__struct_fields__})
     done = Done(run=members, kernel_sha256=layer.sha256, kernel_size=layer.size, kernel_count=layer.count,
+                kernel_unredacted=layer.unredacted, kernel_crc32=segment.crc32,
                 peak_rss_kib=usage.ru_maxrss, cpu_s=round(usage.ru_utime + usage.ru_stime, 3))
     message = frame(done)
-    # the descriptor rides on the length prefix; fileno() moves an in-memory layer to a temp file
-    socket.send_fds(out, [message[:_LEN.size]], [reader.fileno()])
+    # the descriptor rides on the length prefix; fileno() moves an in-memory segment to a temp file
+    socket.send_fds(out, [message[:_LEN.size]], [segment.data.fileno()])
     out.sendall(message[_LEN.size:])
 
 

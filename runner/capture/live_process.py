@@ -42,6 +42,7 @@ from typing import BinaryIO
 import msgspec
 
 from normalizer.build import NormalizedRun
+from normalizer.deflate import Deflated
 from normalizer.kernel_lines import KernelLayer
 from runner.capture import live_child
 from runner.capture.live_child import (
@@ -65,21 +66,30 @@ log = get_logger("session")
 
 
 class HandedLayer(KernelLayer):
-    """A kernel layer another process wrote: its file, with the digest, size and line count it sent."""
+    """A kernel layer another process wrote and sealed: its deflate segment (the file), with the
+    digest, sweep result, size and line count it sent (normalizer/kernel_lines.py's results)."""
 
-    def __init__(self, file: BinaryIO, sha256: str, size: int, count: int) -> None:
-        self._file = file
-        self._digest = sha256
-        self.size = size
-        self.count = count
+    def __init__(self, file: BinaryIO, done: Done) -> None:
+        self._handed = Deflated(file, done.kernel_crc32, done.kernel_size)
+        self._sha = done.kernel_sha256
+        self._unredacted = done.kernel_unredacted
+        self.size = done.kernel_size
+        self.count = done.kernel_count
 
     @property
     def sha256(self) -> str:
-        return self._digest
+        return self._sha
 
-    def reader(self) -> BinaryIO:
-        self._file.seek(0)
-        return self._file
+    @property
+    def unredacted(self) -> str | None:
+        return self._unredacted
+
+    def deflated(self) -> Deflated:
+        self._handed.data.seek(0)
+        return self._handed
+
+    def end(self) -> None:
+        """Nothing to end: sealed by the process that wrote it."""
 
 
 class LiveProcess:
@@ -160,8 +170,7 @@ class LiveProcess:
         if not isinstance(done, Done) or len(self._fds) != 1:
             return None
         self.peak_rss_mib, self.cpu_s = round(done.peak_rss_kib / 1024, 1), done.cpu_s
-        layer = HandedLayer(os.fdopen(self._fds.pop(), "rb"), done.kernel_sha256, done.kernel_size,
-                            done.kernel_count)
+        layer = HandedLayer(os.fdopen(self._fds.pop(), "rb"), done)
         return NormalizedRun(kernel=layer, **msgspec.structs.asdict(done.run))
 
     def _receive(self, kind: type[Scanned] | type[Done]) -> Scanned | Done | Failed:
