@@ -39,6 +39,7 @@ import struct
 import sys
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -50,6 +51,9 @@ from normalizer.artifacts import (
     RunEvent,
     SdkEvent,
 )
+
+if TYPE_CHECKING:
+    from spool.tail import SpoolTail
 
 PR_SET_PDEATHSIG = 1
 PROGRESS_BYTES = 8
@@ -145,7 +149,7 @@ def restore(tid: int, nice: int) -> None:
 class _Counted:
     """The tail's records, with the count read so far published in the shared progress page."""
 
-    def __init__(self, tail: object, progress: mmap.mmap) -> None:
+    def __init__(self, tail: SpoolTail, progress: mmap.mmap) -> None:
         self._tail = tail
         self._progress = progress
 
@@ -155,21 +159,23 @@ class _Counted:
 
     def batches(self) -> Iterator[list[bytes]]:
         tail = self._tail
-        for batch in tail.records().batches():  # type: ignore[attr-defined]
+        for batch in tail.records().batches():
             yield batch
-            struct.pack_into("<Q", self._progress, 0, tail.records_read)  # type: ignore[attr-defined]
+            struct.pack_into("<Q", self._progress, 0, tail.records_read)
 
 
-def _follow_control(control_fd: int, tail: object) -> None:
+def _follow_control(control_fd: int, tail: SpoolTail) -> None:
     """Pokes wake the tail; EOF (the runner closed the pass, or died) ends this process now."""
     while True:
         data = os.read(control_fd, 64)
         if not data:
             os._exit(0)
-        tail.poke()  # type: ignore[attr-defined]
+        tail.poke()
 
 
 def _normalize(spool_fd: int, control_fd: int, out: socket.socket, progress: mmap.mmap, run_id: str) -> None:
+    """Stage A as the spool grows, then stage B; the messages go to `out`. Imported here, so that
+    a failure to import is reported like any other (`main`)."""
     from normalizer.build import finish, scan
     from spool.format import Spool
     from spool.tail import SpoolTail
@@ -215,5 +221,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.stdout.flush()
     os._exit(main(sys.argv[1:]))  # no teardown: the result is sent, the heap goes with the process
