@@ -286,3 +286,11 @@ os.kill(os.getpid(), signal.SIGKILL)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert _gone(int(proc.stdout))
+
+
+def test_the_live_process_hands_back_every_field_of_the_normalized_run() -> None:
+    """A field added to NormalizedRun must reach the runner from the live process too."""
+    from dataclasses import fields
+
+    from runner.capture.live_child import Members
+    assert set(Members.__struct_fields__) == {f.name for f in fields(NormalizedRun)} - {"kernel"}
