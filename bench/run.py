@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import daemon, probes
-from bench.build import BuildError, Tools, build
+from bench.build import Tools, root_tools
 from bench.overhead import RUNNER, WorkloadResult, bench_workload
 from bench.procs import Cgroup, Tmpfs
 from bench.session import Session
@@ -167,14 +167,8 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Runs the selected benchmarks; exit 0 when everything ran (pass or fail)."""
     args = parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench: needs root (BPF, cgroups); run it with sudo", file=sys.stderr)
-        return 2
-    args.work.mkdir(parents=True, exist_ok=True)
-    try:
-        tools = build(args.work / "bin")
-    except BuildError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
+    tools = root_tools(args.work)
+    if tools is None:
         return 2
     with contextlib.ExitStack() as stack:
         if args.scratch_tmpfs:

@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.build import BuildError, Tools, build
+from bench.build import Tools, root_tools
 from bench.capture import read_runner_archive
 from bench.procs import GNU_TIME, run_measured
 from bench.report import REPORT_PREFIX, check_events, parse_report
@@ -175,13 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(e.g. main=/work/main/.venv/bin/assay-runner); repeatable")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "scaling.json")
     args = p.parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench: needs root (BPF, cgroups); run it with sudo", file=sys.stderr)
-        return 2
-    try:
-        tools = build(args.work / "bin")
-    except BuildError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
+    tools = root_tools(args.work)
+    if tools is None:
         return 2
     trees = {THIS: None, **({"baseline": args.baseline} if args.baseline else {})}
     runners = [(THIS, args.runner), *((name or "baseline", path) for name, _, path

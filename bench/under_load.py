@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.build import BuildError, build
+from bench.build import root_tools
 from bench.run import REPO, _default_runner
 from bench.scaling import THIS, RunSample, run_once
 from bench.table import render
@@ -72,13 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scratch", type=Path, default=Path("/tmp/assay-bench/scratch"))
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "under_load.json")
     args = p.parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench: needs root (BPF, cgroups); run it with sudo", file=sys.stderr)
-        return 2
-    try:
-        tools = build(args.work / "bin")
-    except BuildError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
+    tools = root_tools(args.work)
+    if tools is None:
         return 2
     variants = [(THIS, args.runner, {}), *args.variant]
     hogs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(args.hogs)]

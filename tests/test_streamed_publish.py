@@ -212,11 +212,16 @@ def test_a_worker_error_reaches_the_writer_and_the_worker_ends(monkeypatch: pyte
         layer.sha256  # noqa: B018 - the seal raises it if no write did
     assert len(taken) == 3  # nothing taken after the error
     del layer
+    _assert_workers_gone(before)
+
+
+def _assert_workers_gone(switch_interval: float) -> None:
+    """Once the layer is collected, its worker ends and the switch interval is given back."""
     gc.collect()
     for thread in _digest_threads():
         thread.join(10)
     assert _digest_threads() == []
-    assert sys.getswitchinterval() == before
+    assert sys.getswitchinterval() == switch_interval
 
 
 def test_an_abandoned_layer_ends_its_worker(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,11 +234,7 @@ def test_an_abandoned_layer_ends_its_worker(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(_digest_threads()) == 1
     assert sys.getswitchinterval() == min(before, layer_digest.SWITCH_INTERVAL)
     del layer
-    gc.collect()
-    for thread in _digest_threads():
-        thread.join(10)
-    assert _digest_threads() == []
-    assert sys.getswitchinterval() == before
+    _assert_workers_gone(before)
 
 
 def test_a_small_layer_starts_no_thread() -> None:
