@@ -6,6 +6,7 @@ stale one; `-O2 -Werror` keeps the loops tight and warnings from hiding bugs.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -49,3 +50,17 @@ def build(bin_dir: Path, cc: str = "gcc") -> Tools:
         if done.returncode:
             raise BuildError(f"building {name} failed:\n{done.stderr}")
     return Tools(bin_dir=bin_dir)
+
+
+def root_tools(work: Path) -> Tools | None:
+    """The workloads built into `work`/bin, for a benchmark that runs the runner: None, with the
+    reason on stderr, when this is not root (BPF, cgroups) or a workload does not compile."""
+    if os.geteuid() != 0:
+        print("bench: needs root (BPF, cgroups); run it with sudo", file=sys.stderr)
+        return None
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        return build(work / "bin")
+    except BuildError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return None

@@ -1,16 +1,24 @@
 """`python bench/normalize_speed.py SPOOL`: normalize and publish one spool, timed, in this process.
 
-Prints one JSON line: kernel events, wall and CPU seconds of `normalize` and
-of `publish` (sweep, validation when small, tar+gzip, fsync), the CPU seconds
-of stage B alone (`finish`: what is left after the command's exit when the
-runner's live pass did stage A), events per second, peak RSS. It is run as a
-script file (not `-m`), so the normalizer it times is whichever tree comes
-first on PYTHONPATH: that is how `bench.scaling`
-compares this branch with another checkout in the same session.
+Prints one JSON line: kernel events, wall and CPU seconds of `normalize`
+(split into stage A, the scan, and stage B, which writes the kernel layer)
+and of `publish` (sweep, validation when small, tar+gzip, fsync): publish is
+the share after stage B ends, the time the archive waits for once the
+normalized run exists. Within it, `publish_catch_up_*` is the wait for the
+kernel layer's worker (normalizer/layer_digest.py) to finish what stage B
+handed it; a tree without the worker reports null. CPU seconds count every
+thread (the worker's included); `normalize_thread_cpu_s` is the normalizing
+thread's alone (stage A and B without the publishing work the worker does
+beside them). Then events per CPU second (both ways) and peak RSS. It is
+run as a script file (not `-m`), so the normalizer it times is whichever tree
+comes first on PYTHONPATH: that is how `bench.scaling` compares this branch
+with another checkout in the same session.
 
 `--profile FILE` writes a cProfile of the same work (docs/benchmarks.md),
-`--profile-stage-b FILE` one of stage B alone;
-`--pure` times the pure-Python path of a tree whose C accelerator is built.
+`--profile-stage-b FILE` one of stage B alone (`finish`);
+`--pure` times the pure-Python path of a tree whose C accelerator is built;
+`--warm` imports what publishing needs first, as the runner does before a run
+(`publish.warm`: about 10 ms of imports otherwise counted in publish).
 """
 
 from __future__ import annotations
@@ -25,24 +33,33 @@ import time
 from pathlib import Path
 
 
-def timed(spool: Path, out: Path, stage_b: cProfile.Profile | None = None) -> dict[str, float | int]:
+def timed(spool: Path, out: Path, stage_b: cProfile.Profile | None = None) -> dict[str, float | int | None]:
     """Normalize `spool` and publish its archive at `out`; the numbers (`stage_b` profiles `finish`)."""
     from normalizer.build import finish, scan
     from runner.evidence.publish import publish
     from spool.format import read_spool
 
-    c0, w0 = time.process_time(), time.perf_counter()
-    complete = read_spool(spool)
-    scanned = scan(complete)
-    cb = time.process_time()
-    run = (stage_b.runcall(finish, scanned, complete) if stage_b  # normalize() is scan() then finish()
-           else finish(scanned, complete))
-    c1, w1 = time.process_time(), time.perf_counter()
+    c0, w0, t0 = time.process_time(), time.perf_counter(), time.thread_time()
+    whole = read_spool(spool)
+    scanned = scan(whole)
+    ca, wa = time.process_time(), time.perf_counter()
+    run = stage_b.runcall(finish, scanned, whole) if stage_b else finish(scanned, whole)
+    c1, w1, t1 = time.process_time(), time.perf_counter(), time.thread_time()
+    sealed = getattr(run.kernel, "deflated", None)  # the layer's worker: not in older trees
+    if sealed is not None:
+        sealed()
+    cs, ws = time.process_time(), time.perf_counter()
     publish(run, out)
     c2, w2 = time.process_time(), time.perf_counter()
     return {"events": run.kernel.count, "normalize_wall_s": w1 - w0, "normalize_cpu_s": c1 - c0,
-            "stage_b_cpu_s": c1 - cb, "publish_wall_s": w2 - w1, "publish_cpu_s": c2 - c1,
+            "normalize_thread_cpu_s": t1 - t0,
+            "stage_a_wall_s": wa - w0, "stage_a_cpu_s": ca - c0,
+            "stage_b_wall_s": w1 - wa, "stage_b_cpu_s": c1 - ca,
+            "publish_wall_s": w2 - w1, "publish_cpu_s": c2 - c1,
+            "publish_catch_up_wall_s": ws - w1 if sealed else None,
+            "publish_catch_up_cpu_s": cs - c1 if sealed else None,
             "events_per_cpu_s": run.kernel.count / max(c1 - c0, 1e-9),
+            "events_per_thread_cpu_s": run.kernel.count / max(t1 - t0, 1e-9),
             "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
 
@@ -55,7 +72,12 @@ def main() -> int:
                    help="write a cProfile of stage B alone (`finish`) here")
     p.add_argument("--pure", action="store_true",
                    help="run the normalizer's pure-Python path even when its C accelerator is built")
+    p.add_argument("--warm", action="store_true", help="import what publishing needs before timing")
     args = p.parse_args()
+    if args.warm:
+        from runner.evidence.publish import warm
+
+        warm()
     if args.pure:
         from normalizer import accel
 

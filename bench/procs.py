@@ -42,6 +42,8 @@ class Finished:
     rss_while_command_kib: int | None = None
     start_ns: int = 0
     timed_out: bool = False
+    cpu_s: float | None = None
+    """User+system CPU seconds of the process and the descendants it waited for (wait4)."""
 
     def failure(self) -> str | None:
         """A one-line reason when the process did not succeed, else None."""
@@ -89,7 +91,7 @@ def run_measured(
         sampler = RssSampler(proc.pid, Path(rss_of).name) if rss_of else None
         try:
             with sampler or contextlib.nullcontext():
-                _, status, _usage = os.wait4(proc.pid, 0)
+                _, status, usage = os.wait4(proc.pid, 0)
         finally:
             timer.cancel()
         wall = time.monotonic() - start
@@ -104,6 +106,7 @@ def run_measured(
             rss_while_command_kib=sampler.while_marker_kib if sampler else None,
             start_ns=start_ns,
             timed_out=expired.is_set(),
+            cpu_s=usage.ru_utime + usage.ru_stime,
         )
 
 

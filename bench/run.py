@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import daemon, probes
-from bench.build import BuildError, Tools, build
+from bench.build import Tools, root_tools
 from bench.overhead import RUNNER, WorkloadResult, bench_workload
 from bench.procs import Cgroup, Tmpfs
 from bench.session import Session
@@ -34,9 +34,9 @@ PROBES = ("start", "rate", "memory", "daemon")
 PEERS = ("strace", "bpftrace", "floor")
 BUSY_LOAD = 0.5
 PY_CONSUMER = "runner-py"
-LIVE = "runner-live"
+OFFLINE = "runner-offline"
 LIVE_ENV = "ASSAY_RUNNER_LIVE_NORMALIZE"
-"""runner/capture/live.py's switch: `1` normalizes while the command runs in direct mode too."""
+"""runner/capture/live.py's switch: `0` normalizes the finished spool after the exit instead."""
 BASELINE = "baseline"
 CONSUMER_ENV = "ASSAY_RUNNER_RING_CONSUMER"
 BPF_CACHE_ENV = "ASSAY_RUNNER_BPF_CACHE"
@@ -69,9 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--py-consumer", action="store_true",
                    help="also run the runner with the per-record Python ring reader instead of the "
                         "C consumer (the 'runner-py' column): an A/B in the same rounds")
-    p.add_argument("--live-normalize", action="store_true",
-                   help="also run the runner with the live normalizer on in direct mode (normalize while "
-                        "the command runs: the 'runner-live' column): an A/B in the same rounds")
+    p.add_argument("--offline-normalize", action="store_true",
+                   help="also run the runner with the live normalizer off (normalize the finished spool "
+                        "after the exit: the 'runner-offline' column): an A/B in the same rounds")
     p.add_argument("--baseline-runner", action="append", metavar="[NAME=]PATH",
                    help="also run this other assay-runner (e.g. a checkout of main) in the same rounds, "
                         "in a column NAME (default 'baseline'); repeatable: before/after in one session")
@@ -105,9 +105,9 @@ def make_variants(args: argparse.Namespace, cgroup: Cgroup) -> tuple[list[Varian
     if args.py_consumer:
         candidates.insert(2, Runner(args.runner, args.work / "runs-py", name=PY_CONSUMER,
                                     env={CONSUMER_ENV: "python"}))
-    if args.live_normalize:
-        candidates.insert(2, Runner(args.runner, args.work / "runs-live", name=LIVE,
-                                    env={LIVE_ENV: "1"}))
+    if args.offline_normalize:
+        candidates.insert(2, Runner(args.runner, args.work / "runs-offline", name=OFFLINE,
+                                    env={LIVE_ENV: "0"}))
     if args.daemon:
         candidates.insert(2, daemon.DaemonRunner(args.runner, args.work / "daemon-runs", daemon_socket(args)))
     usable, skipped = [], {}
@@ -167,14 +167,8 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Runs the selected benchmarks; exit 0 when everything ran (pass or fail)."""
     args = parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench: needs root (BPF, cgroups); run it with sudo", file=sys.stderr)
-        return 2
-    args.work.mkdir(parents=True, exist_ok=True)
-    try:
-        tools = build(args.work / "bin")
-    except BuildError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
+    tools = root_tools(args.work)
+    if tools is None:
         return 2
     with contextlib.ExitStack() as stack:
         if args.scratch_tmpfs:

@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.build import BuildError, Tools, build
+from bench.build import Tools, root_tools
 from bench.capture import read_runner_archive
 from bench.procs import GNU_TIME, run_measured
 from bench.report import REPORT_PREFIX, check_events, parse_report
@@ -50,6 +50,8 @@ class RunSample:
     ready_after_exit_s: float | None = None
     peak_rss_mib: float | None = None
     own_s: float | None = None
+    cpu_s: float | None = None
+    """User+system CPU seconds of the whole invocation (runner, its live process, the command)."""
     drops: int | None = None
     events_ok: bool | None = None
     after_exit: dict[str, object] = field(default_factory=dict)
@@ -67,8 +69,9 @@ class SizeResult:
 
 
 def run_once(args: argparse.Namespace, tools: Tools, size: int, rep: int,
-             runner: tuple[str, str]) -> tuple[RunSample, Path]:
-    """One run at `size` by `runner` (column name, executable); its sample and its spool."""
+             runner: tuple[str, str], env: dict[str, str] | None = None) -> tuple[RunSample, Path]:
+    """One run at `size` by `runner` (column name, executable), with `env` added to the
+    environment; its sample and its spool."""
     name, binary = runner
     out = args.work / "scaling" / name / f"{size}-{rep}"
     subprocess.run(["rm", "-rf", str(out), str(args.scratch)], check=True)
@@ -81,7 +84,7 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, rep: int,
         done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, binary, "run", "--direct",
                              "--out", str(out), "--run-id", run_id, "--force", "--", "sh", "-c", script,
                              tools.program("open_heavy"), str(args.scratch), str(size),
-                             tools.program("start_stamp")], env=runner_env())
+                             tools.program("start_stamp")], env={**runner_env(), **(env or {})})
         ready_ns = done.start_ns + int(done.wall_s * 1e9)
         rss_text = rss.read().strip().splitlines()
     sample = RunSample(size, name)
@@ -93,6 +96,7 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, rep: int,
     sample.ready_after_exit_s = (ready_ns - int(stamp.extra["realtime_ns"])) / 1e9
     sample.peak_rss_mib = int(rss_text[-1]) / 1024 if rss_text else None
     sample.own_s = workload.elapsed_s
+    sample.cpu_s = done.cpu_s
     capture = read_runner_archive(out / f"{run_id}.tar.gz")
     sample.drops = capture.drops
     sample.events_ok = all(c.ok for c in check_events(workload.expect, capture.records))
@@ -174,13 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(e.g. main=/work/main/.venv/bin/assay-runner); repeatable")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "scaling.json")
     args = p.parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench: needs root (BPF, cgroups); run it with sudo", file=sys.stderr)
-        return 2
-    try:
-        tools = build(args.work / "bin")
-    except BuildError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
+    tools = root_tools(args.work)
+    if tools is None:
         return 2
     trees = {THIS: None, **({"baseline": args.baseline} if args.baseline else {})}
     runners = [(THIS, args.runner), *((name or "baseline", path) for name, _, path

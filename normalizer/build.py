@@ -217,6 +217,7 @@ def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> Normali
     buckets = scanned.buckets
     for thread, piece in canonical_runs(buckets, processes, names):
         out.add(thread.process.number, piece)
+    out.layer.end()  # its worker finishes the sweep, digest and deflate while the members are made
     buckets.close()
     facts = scanned.scan.facts(spool.trailer, spool.header.platform)
 

@@ -890,6 +890,8 @@ static PyObject *collect_values(PyObject *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
 static PyMethodDef methods[] = {
     {"join_indexed", (PyCFunction)(void (*)(void))join_indexed, METH_FASTCALL,
      "Kernel lines of tails picked by index (normalizer/kernel_lines.py join_indexed, in C)."},
@@ -907,6 +909,8 @@ static PyMethodDef methods[] = {
      "Kernel lines spliced in one block (normalizer/kernel_lines.py join_lines, in C)."},
     {"fast_records", (PyCFunction)(void (*)(void))fast_records, METH_FASTCALL,
      "The scan's fast path (normalizer/scan.py fast_records, in C)."},
+    {"any_folded", (PyCFunction)(void (*)(void))any_folded, METH_FASTCALL, /* defined at the end */
+     "Whether a block, ASCII lower-cased, holds any needle (normalizer/redact.py any_folded, in C)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -921,3 +925,90 @@ PyMODINIT_FUNC PyInit__fastscan(void)
         return NULL;
     return PyModule_Create(&module);
 }
+
+/* ==== any_folded: the secret sweep's block prefilter (pubpipe; normalizer/redact.py any_folded) ====
+ *
+ * any_folded(block, needles) -> bool: does `block` (any buffer), with ASCII A-Z read as a-z, hold
+ * one of `needles` (a tuple of bytes, given lower-cased)? The same answer as normalizer/redact.py
+ * any_folded, its fallback and reference: `any(n in bytes(block).lower() for n in needles)`.
+ *
+ * One pass over the block whatever the number of needles: a position is compared with the
+ * needles only when its two bytes, read as one u16, are in a 64 Kibit table of every byte pair
+ * that lower-cases to a needle's first two (any second byte for a one-byte needle). The block is held as a Py_buffer and scanned with the GIL
+ * released, so the kernel layer's sweep runs beside stage B (normalizer/kernel_lines.py). */
+#define FOLD_NEEDLES_MAX 64
+
+static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "any_folded(block: buffer, needles: tuple[bytes, ...])");
+        return NULL;
+    }
+    PyObject *needles = args[1];
+    Py_ssize_t count = PyTuple_GET_SIZE(needles);
+    if (count > FOLD_NEEDLES_MAX) {
+        PyErr_SetString(PyExc_ValueError, "any_folded: too many needles");
+        return NULL;
+    }
+    const unsigned char *need[FOLD_NEEDLES_MAX];
+    Py_ssize_t need_n[FOLD_NEEDLES_MAX];
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *n = PyTuple_GET_ITEM(needles, k);
+        if (!PyBytes_Check(n)) {
+            PyErr_SetString(PyExc_TypeError, "any_folded: needles must be bytes");
+            return NULL;
+        }
+        need[k] = (const unsigned char *)PyBytes_AS_STRING(n);
+        need_n[k] = PyBytes_GET_SIZE(n);
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = view.buf;
+    Py_ssize_t n = view.len;
+    int found = 0;
+    Py_BEGIN_ALLOW_THREADS
+    unsigned char low[256];
+    uint64_t pairs[1 << 10] = {0}; /* one bit per two raw bytes, read as a native u16 */
+    for (int c = 0; c < 256; c++)
+        low[c] = (unsigned char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (need_n[k] == 0) {
+            found = 1; /* the empty needle is in every block */
+            continue;
+        }
+        for (int c0 = 0; c0 < 256; c0++) { /* every byte pair that lower-cases to the needle's start */
+            if (low[c0] != need[k][0])
+                continue;
+            for (int c1 = 0; c1 < 256; c1++) {
+                if (need_n[k] > 1 && low[c1] != need[k][1])
+                    continue;
+                uint16_t key;
+                unsigned char two[2] = {(unsigned char)c0, (unsigned char)c1};
+                memcpy(&key, two, 2);
+                pairs[key >> 6] |= (uint64_t)1 << (key & 63);
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < n && !found; i++) {
+        if (i + 1 < n) {
+            uint16_t key;
+            memcpy(&key, b + i, 2);
+            if (!(pairs[key >> 6] >> (key & 63) & 1))
+                continue;
+        }
+        for (Py_ssize_t k = 0; k < count && !found; k++) {
+            Py_ssize_t m = need_n[k], j = 0;
+            if (m > n - i)
+                continue;
+            while (j < m && low[b[i + j]] == need[k][j])
+                j++;
+            found = j == m;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(found);
+}
+/* ==== end of any_folded ==== */

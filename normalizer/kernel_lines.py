@@ -13,8 +13,6 @@ and the digest in blocks of `LINES_PER_WRITE`.
 
 from __future__ import annotations
 
-import hashlib
-import tempfile
 from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from typing import BinaryIO
@@ -24,6 +22,8 @@ import msgspec
 from normalizer import accel
 from normalizer.artifacts import KERNEL_EVENT_SCHEMA, KernelEvent
 from normalizer.classify import Classified
+from normalizer.deflate import Deflated, inflated
+from normalizer.layer_digest import Digest, Pipeline
 
 LINES_PER_WRITE = 4096
 """Kernel lines joined into one write and one digest update."""
@@ -68,16 +68,21 @@ def kernel_event(run_id: str, seq: int, c: Classified, pid: int) -> KernelEvent:
 
 
 class KernelLayer:
-    """`layers/kernel.ndjson`, written line by line to a temp file with its digest.
+    """`layers/kernel.ndjson`, swept, hashed and deflated as it is written
+    (normalizer/layer_digest.py, on a worker thread for large layers).
 
-    Large layers spill to disk (SpooledTemporaryFile), so the archive writer
-    streams them instead of holding them in memory.
+    Only the deflated bytes are kept (a temp file that spills to disk past a
+    few MB): the archive writer splices them in instead of compressing the
+    layer again, and `reader` inflates them. `end` (stage B's last step)
+    lets the worker finish on its own; the first read of a result (`sha256`,
+    `unredacted`, `deflated`, `reader`) waits for it and seals the layer.
+    Nothing can be written after either.
     """
 
     def __init__(self) -> None:
-        self._file = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - lives as long as the run
-            max_size=16 << 20, prefix="assay-kernel-")
-        self._hash = hashlib.sha256()
+        self._pipeline: Pipeline | None = Pipeline(Digest())
+        self._digest: Digest | None = None
+        self._deflated: Deflated | None = None
         self._pending: list[bytes] = []
         self.size = 0
         self.count = 0
@@ -86,7 +91,8 @@ class KernelLayer:
         self.write_line(_encoder.encode(event) + b"\n")
 
     def write_line(self, line: bytes) -> None:
-        """Append one encoded line (newline included); lines reach the file in blocks."""
+        """Append one encoded line (newline included); lines reach the digest in blocks."""
+        self._writing()
         self._pending.append(line)
         self.size += len(line)
         self.count += 1
@@ -96,27 +102,56 @@ class KernelLayer:
     def write_block(self, block: bytes, lines: int) -> None:
         """Append `lines` whole encoded lines at once (the bulk writer's path)."""
         self._flush()
-        self._file.write(block)
-        self._hash.update(block)
+        self._writing().put(block)
         self.size += len(block)
         self.count += lines
 
     def _flush(self) -> None:
-        block = b"".join(self._pending)
-        self._pending.clear()
-        self._file.write(block)
-        self._hash.update(block)
+        if self._pending:
+            block = b"".join(self._pending)
+            self._pending.clear()
+            self._writing().put(block)
+
+    def _writing(self) -> Pipeline:
+        if self._pipeline is None or self._pipeline.ended:
+            raise RuntimeError("the kernel layer was sealed: nothing more can be written")
+        return self._pipeline
+
+    def end(self) -> None:
+        """No more lines: the worker finishes the sweep, digest and deflate of what it holds while
+        the writer goes on to the other members (stage B's last step; sealing does it too)."""
+        if self._pipeline is not None and not self._pipeline.ended:
+            self._flush()
+            self._pipeline.end()
+
+    def _sealed(self) -> Digest:
+        if self._digest is None:
+            self.end()
+            assert self._pipeline is not None  # set until the digest is
+            self._digest = self._pipeline.close()
+            self._pipeline = None
+        return self._digest
 
     @property
     def sha256(self) -> str:
-        self._flush()
-        return self._hash.hexdigest()
+        return self._sealed().sha.hexdigest()
+
+    @property
+    def unredacted(self) -> str | None:
+        """The first rule a line still matches after redaction (the fail-closed sweep), or None."""
+        return self._sealed().unredacted
+
+    def deflated(self) -> Deflated:
+        """The layer's bytes as a deflate segment (normalizer/deflate.py), read from the start."""
+        if self._deflated is None:
+            self._deflated = self._sealed().finish()
+        self._deflated.data.seek(0)
+        return self._deflated
 
     def reader(self) -> BinaryIO:
-        """The layer's bytes from the start (a shared handle: read it before asking again)."""
-        self._flush()
-        self._file.seek(0)
-        return self._file  # type: ignore[return-value]
+        """The layer's bytes from the start, inflated as read (shares the deflated file's
+        position: read it before asking again)."""
+        return inflated(self.deflated())
 
     def read_bytes(self) -> bytes:
         return self.reader().read()

@@ -35,7 +35,8 @@ import json
 import re
 from collections import Counter
 from functools import cache
-from typing import BinaryIO
+
+from normalizer import accel
 
 RULES_FILE = importlib.resources.files("normalizer") / "upstream" / "secret-rules.v1.json"
 """Package data (pyproject.toml), so a wheel install finds it as the checkout does."""
@@ -108,39 +109,6 @@ def _any_literal(text: str) -> bool:
     return any(literal in folded for literal in fold)
 
 
-@cache
-def _block_literals() -> tuple[tuple[bytes, tuple[bytes, ...]], ...] | None:
-    """Every rule's literal, lower-cased, as bytes: (literal, ()), or (shared two-byte prefix,
-    its literals) for `gh` (GitHub's five) and `k_` (Stripe's two), where one scan of the
-    prefix rules out the whole group."""
-    literals = _literals()
-    if literals is None:
-        return None
-    groups: dict[bytes, list[bytes]] = {}
-    for literal in dict.fromkeys(lit.lower().encode() for lit in literals[0] + literals[1]):
-        groups.setdefault(literal[:2], []).append(literal)
-    return tuple((prefix, tuple(members)) if len(members) > 1 else (members[0], ())
-                 for prefix, members in groups.items())
-
-
-def _any_literal_in_block(block: bytes) -> bool:
-    """`_any_literal` over a block of UTF-8 lines at once (False: no rule can match any line).
-
-    For ASCII, case folding is `bytes.lower()`, so the test runs on bytes at
-    memory speed, all literals compared lower-cased (a superset of the exact
-    comparisons, which is all a prefilter needs); other text is decoded and
-    tested as `str`.
-    """
-    if not block.isascii():
-        return _any_literal(block.decode("utf-8", "replace"))
-    groups = _block_literals()
-    if groups is None:
-        return True
-    lowered = block.lower()
-    return any(prefix in lowered and (not members or any(literal in lowered for literal in members))
-               for prefix, members in groups)
-
-
 TEXTS_PER_BLOCK = 256
 """Texts `may_hold_secrets` tests together before it tests them one by one."""
 
@@ -157,7 +125,7 @@ def may_hold_secrets(texts: list[str | None]) -> list[bool]:
     rule's literal is in it, as `Redactor.redact` decides before it runs any rule.
 
     Texts are tested in blocks: an ASCII block without any literal, lower-cased
-    (a superset of the exact comparisons, as `_any_literal_in_block`), clears
+    (a superset of the exact comparisons, as `sweep_needles`), clears
     all its texts at once; the others are tested one by one.
     """
     literals = _lowered_literals()
@@ -268,27 +236,60 @@ def find_unredacted(text: str) -> str | None:
     return None
 
 
-SWEEP_BLOCK = 1 << 20
+FOLDING_TO_ASCII = ("\u212a".encode(), "\u017f".encode())
+"""UTF-8 of the only characters a case-insensitive rule matches to an ASCII letter of a literal
+(`i` is in none): the Kelvin sign (`k`) and long s (`s`)."""
 
 
-def find_unredacted_lines(stream: BinaryIO) -> str | None:
-    """`find_unredacted` of each line of `stream` in turn: the first line's first rule, or None.
+@cache
+def sweep_needles() -> tuple[bytes, ...] | None:
+    """What a block of lines must hold, ASCII lower-cased, for a line of it to still match a rule
+    (None when a rule has no literal): every rule's literal, the start of a placeholder (blanking
+    one out could join text into a match), and the non-ASCII characters that fold to a literal's
+    letter. A superset of the exact comparisons, which is all a prefilter needs."""
+    literals = _literals()
+    if literals is None or not all(lit.isascii() for lit in literals[0] + literals[1]):
+        return None
+    lowered = (lit.lower().encode() for lit in literals[0] + literals[1])
+    return tuple(dict.fromkeys([*lowered, b"<redacted:", *FOLDING_TO_ASCII]))
 
-    Lines are read in blocks of about `SWEEP_BLOCK` bytes cut at a newline;
-    a block holding no rule's literal and no placeholder (whose removal could
-    join text into a literal) cannot hold a match, and is skipped whole. Any
-    other block is swept line by line, so the answer is the per-line one.
+
+def any_folded(block: bytes, needles: tuple[bytes, ...]) -> bool:
+    """Does `block`, with ASCII A-Z read as a-z, hold one of `needles` (given lower-cased)?
+
+    The C accelerator has the same function, one pass for all needles with
+    the GIL released (normalizer/fastscan.c); this is its fallback and reference.
     """
-    tail = b""
-    while True:
-        data = stream.read(SWEEP_BLOCK)
-        block = tail + data
-        cut = block.rfind(b"\n") + 1 if data else len(block)
-        block, tail = block[:cut], block[cut:]
-        if block and (b"<redacted:" in block or _any_literal_in_block(block)):
-            for line in io.BytesIO(block):  # lines as a file gives them
-                rule = find_unredacted(line.decode("utf-8", "replace"))
-                if rule is not None:
-                    return rule
-        if not data:
-            return None
+    lowered = block.lower()
+    return any(needle in lowered for needle in needles)
+
+
+def _may_match(data: bytes) -> bool:
+    """False only when `data` holds none of `sweep_needles` (then no rule can match any of it)."""
+    needles = sweep_needles()
+    if needles is None:
+        return True
+    native = accel.native
+    return (native.any_folded if native else any_folded)(data, needles)
+
+
+def find_unredacted_bytes(data: bytes) -> str | None:
+    """`find_unredacted` of `data` as UTF-8 text, cleared at memory speed when it holds no needle."""
+    return find_unredacted(data.decode("utf-8", "replace")) if _may_match(data) else None
+
+
+def unredacted_in_block(block: bytes) -> str | None:
+    """`find_unredacted` of each line of `block` (whole UTF-8 lines) in turn: the first line's first
+    rule, or None.
+
+    A block holding none of `sweep_needles` cannot hold a match and is cleared
+    at memory speed; any other block is swept line by line, so the answer is
+    the per-line one whatever the block's size.
+    """
+    if not _may_match(block):
+        return None
+    for line in io.BytesIO(block):  # lines as a file gives them
+        rule = find_unredacted(line.decode("utf-8", "replace"))
+        if rule is not None:
+            return rule
+    return None

@@ -3,9 +3,17 @@
 The runner normalizes a run as it goes (runner/capture/live.py): stage A of
 the normalizer consumes the records while the command runs, so that little
 is left once it exits. The reader follows the spool file through a
-descriptor of its own and never reads past what the writer reports as
-committed (`Spooler.size`: whole frames only, spool/writer.py), so it never
-sees a frame that is still being written, or one a failed write cut back.
+descriptor of its own and never decodes a frame that is not committed, so
+it never sees a frame that is still being written, or one a failed write
+cut back. Committed is what the writer reports (`Spooler.size`: whole
+frames only, spool/writer.py) when the reader runs in the writer's process;
+a reader in another process (runner/capture/live_child.py) cannot ask, and
+takes the whole frames, by their length prefix, below the file's size. That
+is the same set: the writer writes a frame front to back and counts it once
+its last byte is written, so a frame whose bytes are all in the file is one
+the writer counts (part of a write in progress may show; it is not decoded
+until the rest is in); a write that fails is cut back before its frame is
+whole, and nothing is written after it (spool/writer.py `_write`).
 It stops at the trailer, the last frame the run writes; frames appended
 after it (DAC verdicts) are not its business.
 
@@ -49,13 +57,14 @@ class SpoolTail:
 
     `fd` is a descriptor of the spool file (read with pread, so it may share
     its offset with the writer's); `committed()` is how many bytes of it are
-    whole frames. The small frames are kept as they pass (`header`,
-    `phases`, `sdk`, `trailer`).
+    whole frames, by default the file's size (the frames are then cut by
+    their length prefix: see above). The small frames are kept as they pass
+    (`header`, `phases`, `sdk`, `trailer`).
     """
 
-    def __init__(self, fd: int, committed: Callable[[], int]) -> None:
+    def __init__(self, fd: int, committed: Callable[[], int] | None = None) -> None:
         self._fd = fd
-        self._committed = committed
+        self._committed = committed or (lambda: os.fstat(fd).st_size)
         self._stop = threading.Event()
         self._more = threading.Event()
         self._frames = self._read_frames()

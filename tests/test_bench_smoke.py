@@ -6,6 +6,7 @@ come from `python -m bench.run`, never from tests.
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 from pathlib import Path
@@ -144,3 +145,13 @@ def test_paired_ratios_pair_each_round_with_its_own_bare_run() -> None:
     result = summarize(by_name("open_heavy"), runs, {})
     assert result.paired == {"runner": (pytest.approx(1.2), pytest.approx(1.1), pytest.approx(1.3))}
     assert result.ratios["runner"] == pytest.approx(1.85)  # median of 4 runs (1.3, 2.4) over 1.0 of 3
+
+
+def test_under_load_variants_name_a_runner_and_its_environment() -> None:
+    from bench.under_load import parse_variant
+    assert parse_variant("main-thread=/m/assay-runner,ASSAY_RUNNER_LIVE_NORMALIZE=1,X=a=b") == (
+        "main-thread", "/m/assay-runner", {"ASSAY_RUNNER_LIVE_NORMALIZE": "1", "X": "a=b"})
+    assert parse_variant("main=/m/assay-runner") == ("main", "/m/assay-runner", {})
+    for bad in ("main", "=/m/assay-runner", "main=/m/assay-runner,NOVALUE"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_variant(bad)

@@ -8,7 +8,6 @@ independent `../shared/tools/assay-compat/assay_compat.py`, which must report
 
 from __future__ import annotations
 
-import io
 import random
 import re
 import shutil
@@ -20,9 +19,10 @@ import msgspec
 import pytest
 from support import ROOT, Archive, assay, assert_assay_accepts, run_observed
 
-from normalizer import redact
+from normalizer import layer_digest, redact
 from normalizer.artifacts import CapabilitySurface, CorrelationReport
 from normalizer.build import normalize
+from normalizer.kernel_lines import KernelLayer
 from normalizer.redact import Redactor, find_unredacted, rules
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.evidence.archive import read_archive
@@ -134,17 +134,25 @@ def test_the_prefilter_never_changes_a_result(monkeypatch: pytest.MonkeyPatch) -
     assert sum(1 for _, rule in filtered if rule) > 100  # the corpus does hit the rules
 
 
-@pytest.mark.parametrize("block", [64, 1000, 1 << 20])
-def test_the_block_sweep_gives_the_per_line_answer(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
-    """Blocks skipped whole never hide a line's match, and the first matching line's rule is the answer."""
-    monkeypatch.setattr(redact, "SWEEP_BLOCK", block)
+@pytest.mark.parametrize("chunk", [64, 1000, 1 << 20])
+def test_the_streamed_sweep_gives_the_per_line_answer(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Blocks cleared whole never hide a line's match, and the first matching line's rule is the
+    answer, however the kernel layer's writer cuts its blocks and the worker its chunks."""
+    monkeypatch.setattr(layer_digest, "CHUNK_BYTES", chunk)
     corpus = [t.replace("\n", " ") for t in _corpus()]
     clean = [t for t in corpus if find_unredacted(t) is None]
+    rng = random.Random(chunk)
     for stream in (clean, clean[:500] + corpus, corpus[::-1]):
         lines = [f"{t}\n".encode() for t in stream]
         expected = next((r for r in map(find_unredacted, (line.decode() for line in lines)) if r), None)
-        assert redact.find_unredacted_lines(io.BytesIO(b"".join(lines))) == expected
-    assert redact.find_unredacted_lines(io.BytesIO(b"".join(f"{t}\n".encode() for t in clean))) is None
+        layer, at = KernelLayer(), 0
+        while at < len(lines):
+            n = rng.randint(1, 40)
+            layer.write_block(b"".join(lines[at:at + n]), len(lines[at:at + n]))
+            at += n
+        assert layer.unredacted == expected
+        assert b"".join(lines) == layer.read_bytes()
+    assert redact.unredacted_in_block(b"".join(f"{t}\n".encode() for t in clean)) is None
 
 
 # --- publishing fails closed -----------------------------------------------

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from support import CLI, Archive, assay, runner_env
 
-from runner.capture.live import LIVE_ENV
 from runner.capture.phases import HOLD_ENV
 from runner.capture.snapshot import Snapshot, SnapshotError
 from runner.evidence.archive import MANIFEST, load_members
@@ -118,8 +117,7 @@ def _tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
 def determinism(out: Path, run_id: str, work: Path, *cmd: str, extra: tuple[str, ...] = ()):
     """Run the gate like a user; returns the process and the parsed JSON report."""
     proc = assay("determinism", "--runs", "3", "--run-id", run_id, "--out", out,
-                 "--workdir", work, *extra, "--", *cmd,
-                 env=runner_env(**{LIVE_ENV: "1"}))  # the live pass (opt-in in direct mode) makes them
+                 "--workdir", work, *extra, "--", *cmd)
     assert proc.returncode != 125, proc.stderr
     report_path = out / "determinism-report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else None

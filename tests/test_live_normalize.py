@@ -3,13 +3,19 @@
 No root and no BPF: each recorded spool (tests/data/) is written again frame
 by frame, by a writer thread that commits whole frames only and leaves the
 next frame half-written in the file between commits, while the live pass
-follows it. Its members must be byte-identical to `normalize(read_spool())`
-of the finished file, and so must everything the summary shows.
+follows it: in a thread of this process (`LiveNormalize`, the daemon's) and
+in a process of its own (`LiveProcess`, direct mode's, which cannot ask the
+writer what is committed). Its members must be byte-identical to
+`normalize(read_spool())` of the finished file, and so must everything the
+summary shows.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,8 +23,10 @@ from pathlib import Path
 import pytest
 
 from normalizer.build import NormalizedRun, dac_questions, normalize
-from runner.capture.live import LiveNormalize
-from spool.format import SpoolError, encode_frame, iter_frames, read_spool
+from runner.capture.live import LiveNormalize, LivePass
+from runner.capture.live_child import IDLE
+from runner.capture.live_process import RESULT_TIMEOUT_S, LiveProcess
+from spool.format import FRAME_HEAD, Batch, SpoolError, decode_frame, encode_frame, iter_frames, read_spool
 from spool.tail import SpoolTail, TailCancelled
 
 DATA = Path(__file__).parent / "data"
@@ -35,6 +43,7 @@ class SlowWriter:
     def __init__(self, path: Path) -> None:
         self._fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         self.size = 0
+        self.records = 0
 
     def reader_fd(self) -> int:
         return os.open(f"/proc/self/fd/{self._fd}", os.O_RDONLY)
@@ -59,12 +68,21 @@ def _members(run: NormalizedRun) -> dict[str, bytes]:
     return {k: v if isinstance(v, bytes) else v.read_bytes() for k, v in run.members().items()}
 
 
-def _replay(name: str, path: Path, frames: list[bytes] | None = None) -> tuple[LiveNormalize, SlowWriter]:
+PASSES = {"thread": LiveNormalize, "process": lambda writer, run_id: LiveProcess(writer, run_id, IDLE)}
+
+
+@pytest.fixture(params=list(PASSES))
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def _replay(name: str, path: Path, kind: str,
+            frames: list[bytes] | None = None) -> tuple[LivePass, SlowWriter]:
     """Write the recorded spool again at `path` while a live pass follows it (header first, as the runner)."""
     frames = _frames(name) if frames is None else frames
     writer = SlowWriter(path)
     writer.write(frames[0])
-    live = LiveNormalize(writer, "live-run")  # type: ignore[arg-type]  # the two members it uses
+    live = PASSES[kind](writer, "live-run")  # type: ignore[operator]  # the members it uses
     feeder = threading.Thread(target=lambda: [writer.write(f) for f in frames[1:]])
     feeder.start()
     feeder.join()
@@ -72,9 +90,9 @@ def _replay(name: str, path: Path, frames: list[bytes] | None = None) -> tuple[L
 
 
 @pytest.mark.parametrize("name", SPOOLS)
-def test_live_members_are_byte_identical_to_offline_normalize(tmp_path: Path, name: str) -> None:
+def test_live_members_are_byte_identical_to_offline_normalize(tmp_path: Path, name: str, kind: str) -> None:
     path = tmp_path / "replayed.spool"
-    live, writer = _replay(name, path)
+    live, writer = _replay(name, path, kind)
     try:
         got = live.result()
         assert got is not None
@@ -90,9 +108,9 @@ def test_live_members_are_byte_identical_to_offline_normalize(tmp_path: Path, na
         writer.close()
 
 
-def test_a_run_with_permission_questions_is_flagged_for_the_offline_pass(tmp_path: Path) -> None:
+def test_a_run_with_permission_questions_is_flagged_for_the_offline_pass(tmp_path: Path, kind: str) -> None:
     """The DAC spool's verdicts change stage A, and the live pass cannot have them: it says so."""
-    live, writer = _replay("dac", tmp_path / "dac.spool")
+    live, writer = _replay("dac", tmp_path / "dac.spool", kind)
     try:
         assert live.result() is not None
         spool = read_spool(tmp_path / "dac.spool")
@@ -106,7 +124,7 @@ def test_a_run_with_permission_questions_is_flagged_for_the_offline_pass(tmp_pat
 
 def test_a_capture_that_never_finishes_the_spool_is_cancelled_not_hung(tmp_path: Path) -> None:
     frames = _frames("example")[:-1]  # no trailer: the capture failed
-    live, writer = _replay("example", tmp_path / "torn.spool", frames)
+    live, writer = _replay("example", tmp_path / "torn.spool", "thread", frames)
     closer = threading.Timer(0.2, live.close)
     closer.start()
     try:
@@ -155,3 +173,124 @@ def test_a_foreign_file_is_refused_not_followed(tmp_path: Path) -> None:
             SpoolTail(fd, lambda: 9).read_header()
     finally:
         os.close(fd)
+
+
+def test_the_tail_by_file_size_decodes_only_whole_frames(tmp_path: Path) -> None:
+    """Without the writer's count (another process), a frame in progress, or one cut back after a
+    failed write, is never decoded: only frames whose every byte is in the file."""
+    frames = _frames("example")
+    batch = next(i for i, f in enumerate(frames) if i > 0 and len(f) > 64)
+    path = tmp_path / "s.spool"
+    whole = b"".join(frames[:batch])
+    path.write_bytes(whole + frames[batch][:len(frames[batch]) - 1])  # all but its last byte
+    fd = os.open(path, os.O_RDONLY)
+    tail = SpoolTail(fd)
+    try:
+        tail.read_header()
+        seen: list = []
+        reader = threading.Thread(target=lambda: _drain(tail, seen))
+        reader.start()
+        time.sleep(0.1)
+        os.truncate(path, len(whole))  # the writer cuts a failed frame back
+        time.sleep(0.05)
+        tail.cancel()
+        reader.join()
+        decoded = [decode_frame(f[FRAME_HEAD:]) for f in frames[1:batch]]
+        expected = sum(len(f.records) for f in decoded if isinstance(f, Batch))
+        assert seen == ["cancelled"] and tail.records_read == expected
+    finally:
+        os.close(fd)
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    """Has process `pid` ended (and been reaped, or become a zombie) within `within` seconds?"""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """TMPDIR for the live process (it inherits the environment): what it leaves there is visible."""
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    return tmp
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_the_live_process_leaves_nothing_behind(tmp_path: Path, private_tmp: Path) -> None:
+    before = _open_fds()
+    live, writer = _replay("example", tmp_path / "s.spool", "process")
+    got = live.result()
+    assert got is not None and got.kernel.count > 0
+    del got
+    live.close()
+    writer.close()
+    assert _gone(live.pid) and list(private_tmp.iterdir()) == []
+    assert _open_fds() <= before
+
+
+def test_a_killed_live_process_is_a_failed_pass_not_a_hang(tmp_path: Path, private_tmp: Path) -> None:
+    before = _open_fds()
+    frames = _frames("example")
+    writer = SlowWriter(tmp_path / "s.spool")
+    writer.write(frames[0])
+    live = LiveProcess(writer, "live-run", IDLE)  # type: ignore[arg-type]
+    os.kill(live.pid, signal.SIGKILL)
+    for f in frames[1:]:
+        writer.write(f)
+    started = time.monotonic()
+    assert live.dac_questions() is None and live.result() is None
+    assert time.monotonic() - started < RESULT_TIMEOUT_S  # EOF, not the deadline
+    live.close()
+    writer.close()
+    assert list(private_tmp.iterdir()) == [] and _open_fds() <= before
+
+
+def test_a_capture_that_fails_ends_the_live_process(tmp_path: Path, private_tmp: Path) -> None:
+    """No trailer will come: `close` (the session's `finally`) ends the child, which was waiting."""
+    before = _open_fds()
+    live, writer = _replay("example", tmp_path / "torn.spool", "process", _frames("example")[:-1])
+    time.sleep(0.2)
+    assert not _gone(live.pid, within=0)  # still following the spool
+    live.close()
+    writer.close()
+    assert _gone(live.pid) and list(private_tmp.iterdir()) == [] and _open_fds() <= before
+
+
+def test_the_live_process_dies_with_the_runner(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG: a runner killed with SIGKILL takes its live process with it."""
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from pathlib import Path
+from test_live_normalize import SlowWriter, _frames
+from runner.capture.live_child import IDLE
+from runner.capture.live_process import RESULT_TIMEOUT_S, LiveProcess
+writer = SlowWriter(Path({str(tmp_path / "s.spool")!r}))
+writer.write(_frames("example")[0])
+live = LiveProcess(writer, "live-run", IDLE)
+print(live.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert _gone(int(proc.stdout))
+
+
+def test_the_live_process_hands_back_every_field_of_the_normalized_run() -> None:
+    """A field added to NormalizedRun must reach the runner from the live process too."""
+    from dataclasses import fields
+
+    from runner.capture.live_child import Members
+    assert set(Members.__struct_fields__) == {f.name for f in fields(NormalizedRun)} - {"kernel"}

@@ -24,7 +24,6 @@ import pytest
 from recount import raw_counts
 from support import ROOT, Archive, assay, run_cgroups, run_observed, runner_env, unique_run_id
 
-from runner.capture.live import LIVE_ENV
 from spool.format import Spool, read_spool
 
 pytestmark = pytest.mark.kernel
@@ -251,8 +250,7 @@ write = ["/dev/null"]
 """)
         out = tmp_path_factory.mktemp("dac-out")
         proc = run_observed(out, "dac", PY, "-I", "-B", PROGRAMS / "open_files.py", *files.values(),
-                            workdir=base, extra=("--policy", str(policy), "--user", "nobody"),
-                            env=runner_env(**{LIVE_ENV: "1"}))
+                            workdir=base, extra=("--policy", str(policy), "--user", "nobody"))
         assert proc.returncode == 0, proc.stderr
         # the verdicts change stage A, which the live pass ran without them (runner/capture/live.py)
         assert '"normalized_by": "offline_dac"' in proc.stderr

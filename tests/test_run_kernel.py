@@ -6,9 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, run_observed, runner_env
-
-from runner.capture.live import LIVE_ENV
+from support import Archive, assay, run_observed
 
 pytestmark = pytest.mark.kernel
 
@@ -28,8 +26,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Archive, Path, ob
         "cd sub && echo hi > out.txt; cat /etc/hostname; "
         f'{PY} -c "import socket; s=socket.socket(); s.connect_ex((\\"127.0.0.1\\", 9))"'
     )
-    proc = run_observed(out, "example", "sh", "-c", script, workdir=work,
-                        env=runner_env(**{LIVE_ENV: "1"}))  # the live pass, opt-in in direct mode
+    proc = run_observed(out, "example", "sh", "-c", script, workdir=work)
     assert proc.returncode == 0, proc.stderr
     return Archive(out / "example.tar.gz"), work, proc
 

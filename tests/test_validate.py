@@ -13,7 +13,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 import re
 import subprocess
 import tarfile
@@ -791,13 +790,14 @@ def test_manifest_must_come_first_in_a_tar(tmp_path: Path) -> None:
     assert [str(p) for p in report.problems] == ["archive: manifest.json is not the first member"]
 
 
+PASSWD_PAYLOAD = b"root::0:0:assay-runner hostile archive test:/:/bin/sh\n"
 HOSTILE: dict[str, tuple[Callable[[Path], Path], str]] = {
     "parent traversal": (
         lambda p: write_tar(p, [regular("manifest.json", b"{}\n"), regular("../x", b"pwned\n")]),
         "unsafe member name '../x'",
     ),
     "absolute name": (
-        lambda p: write_tar(p, [regular("/etc/passwd", b"root::0:0::/:/bin/sh\n")]),
+        lambda p: write_tar(p, [regular("/etc/passwd", PASSWD_PAYLOAD)]),
         "unsafe member name '/etc/passwd'",
     ),
     "symlink": (
@@ -839,7 +839,6 @@ def test_hostile_archive_is_refused_and_nothing_is_written(tmp_path: Path, case:
     work.mkdir()
     archive = build(work / "evil.tar.gz")
     before = _snapshot(tmp_path)
-    passwd = os.stat("/etc/passwd")
 
     with pytest.raises(ArchiveError, match=f"^{re.escape(reason)}$"):
         validate_path(archive)
@@ -854,8 +853,8 @@ def test_hostile_archive_is_refused_and_nothing_is_written(tmp_path: Path, case:
     assert result.stderr == f"assay-runner: error: cannot validate evil.tar.gz: {reason}\n"
     assert _snapshot(tmp_path) == before
     assert not (tmp_path / "x").exists()
-    after = os.stat("/etc/passwd")
-    assert (after.st_mtime_ns, after.st_size) == (passwd.st_mtime_ns, passwd.st_size)
+    # the payload, not the file's metadata: other tests may add users to /etc/passwd meanwhile
+    assert PASSWD_PAYLOAD not in Path("/etc/passwd").read_bytes()
 
 
 # --- the command line ------------------------------------------------------

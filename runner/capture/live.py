@@ -16,9 +16,12 @@ failed opens need the runner's permission verdicts (they are asked after
 the run and change stage A), and any failure of the live pass (the offline
 pass then reports the problem as it always did).
 
-The thread runs at a lower priority (`LIVE_NICE`): on two cores, the
-command keeps its own core; the drain loop (GIL) is delayed by at most one
-switch interval per wake-up, far less than the ring holds.
+The pass runs at a lower priority while the command runs (`NICE_ENV`): on
+two cores, the command keeps its own core. Where the ring is drained in
+this process (direct mode) the same pass runs in a process of its own
+instead (`start`, runner/capture/live_process.py), so that it never holds
+the drain loop's GIL, and there at SCHED_IDLE: it takes only CPU time that
+nothing else (the command, the drain loop, the machine's other work) wants.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import os
 import threading
 
 from normalizer.build import NormalizedRun, Scanned, finish, scan
+from runner.capture.live_child import IDLE, lower, restore
+from runner.capture.live_process import LiveProcess
 from runner.evidence.publish import warm
 from runner.logs import get_logger
 from spool.format import Spool
@@ -35,25 +40,16 @@ from spool.tail import SpoolTail
 from spool.writer import Spooler
 
 LIVE_ENV = "ASSAY_RUNNER_LIVE_NORMALIZE"
-"""`1` or `0` turns the live pass on or off whatever the mode (A/B benchmarks)."""
-LIVE_NICE = int(os.environ.get("ASSAY_RUNNER_LIVE_NICE", "10"))
-"""The live thread's nice value relative to the runner's (Linux nice is per thread)."""
+"""`0` turns the live pass off (A/B benchmarks); it is on by default in both modes."""
+NICE_ENV = "ASSAY_RUNNER_LIVE_NICE"
+"""The pass's priority while the command runs: `idle` (SCHED_IDLE) or N (nice +N; per thread in
+Linux); by default +10 for the thread, `idle` for the process (docs/architecture.md)."""
 log = get_logger("session")
 
 
-def enabled(ring_in_process: bool) -> bool:
-    """Whether to normalize while the command runs; by default only when this process does not
-    drain the ring itself (the daemon's worker: its sensor process drains it).
-
-    In direct mode the drain loop runs in this process and needs the GIL for a moment per
-    wake-up; a pass that is preempted while it holds the GIL (at nice +10, on a loaded machine)
-    stalls the drain loop for as long as it waits for a CPU, and the ring overflows: 85,532
-    records were dropped in one of three loaded open_heavy runs (docs/benchmarks.md). Direct
-    mode keeps the pass off until it runs in a process of its own; `ASSAY_RUNNER_LIVE_NORMALIZE=1`
-    turns it on for measurements.
-    """
-    value = os.environ.get(LIVE_ENV)
-    return value != "0" if value in ("0", "1") else not ring_in_process
+def enabled() -> bool:
+    """Whether to normalize while the command runs: yes unless `ASSAY_RUNNER_LIVE_NORMALIZE=0`."""
+    return os.environ.get(LIVE_ENV) != "0"
 
 
 class LiveNormalize:
@@ -72,13 +68,16 @@ class LiveNormalize:
         self._stopped = False
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # the runner's (this thread's)
         self._tid: int | None = None
+        self.peak_rss_mib: float | None = None
+        self.cpu_s: float | None = None
+        """Always None, as `peak_rss_mib`: the thread's are the runner's (LiveProcess has its own)."""
         self._thread = threading.Thread(target=self._run, name="assay-live-normalize", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         self._tid = threading.get_native_id()
-        with contextlib.suppress(OSError):  # a preference: otherwise it runs at the runner's own
-            os.setpriority(os.PRIO_PROCESS, self._tid, self._nice + LIVE_NICE)
+        with contextlib.suppress(OSError, ValueError):  # a preference: else it runs at the runner's own
+            lower(self._tid, os.environ.get(NICE_ENV, "10"), self._nice)
         try:
             try:
                 warm()  # publish's validation imports, while the command runs
@@ -118,7 +117,7 @@ class LiveNormalize:
         the runner's own priority (lowering a nice value back needs CAP_SYS_NICE, which the runner has)."""
         if self._tid is not None:
             with contextlib.suppress(OSError):  # the thread has ended, or no capability: nothing to gain
-                os.setpriority(os.PRIO_PROCESS, self._tid, self._nice)
+                restore(self._tid, self._nice)
 
     def result(self) -> NormalizedRun | None:
         """The normalized run once the spool is finished (stage B runs now), or None (logged) when
@@ -144,9 +143,38 @@ class LiveNormalize:
         return sorted(set(self._scanned.scan.judge.unattributed))
 
     def close(self) -> None:
-        """Stop the pass (the capture failed, or its result is not wanted); release the spool descriptor."""
+        """Stop the pass (the capture failed, or its result is not wanted); release the spool
+        descriptor; once (the session may close a pass it gave up on before its `finally` does)."""
+        if self._stopped:
+            return
         self._stopped = True
         self._tail.cancel()
         self._go.set()
         self._thread.join()
         os.close(self._fd)
+
+
+LivePass = LiveNormalize | LiveProcess
+"""The session-facing interface: `records_read`, `hurry`, `settle`, `dac_questions`, `result`, `close`."""
+
+
+def start(spooler: Spooler, run_id: str, ring_in_process: bool) -> LivePass | None:
+    """The live pass over `spooler`'s spool, or None when it is off or could not start (logged).
+
+    Where this process drains the ring itself (direct mode), the pass runs in a process of its
+    own (runner/capture/live_process.py): a thread here, niced and preempted while it holds the
+    GIL, stalls the drain loop for as long as it waits for a CPU, and the ring overflowed on a
+    loaded machine (85,532 records dropped in one open_heavy run, docs/benchmarks.md). The
+    daemon's workers do not drain a ring (the sensor process does), so they keep the thread,
+    which starts at no cost.
+    """
+    if not enabled():
+        return None
+    if not ring_in_process:
+        return LiveNormalize(spooler, run_id)
+    try:
+        return LiveProcess(spooler, run_id, os.environ.get(NICE_ENV, IDLE))
+    except (OSError, ValueError) as exc:  # no process to spare: the spool is normalized after the exit
+        log.warning("normalize.live_unavailable", error=f"{type(exc).__name__}: {exc}",
+                    hint="normalizing the finished spool after the command exits")
+        return None

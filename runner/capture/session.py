@@ -28,8 +28,8 @@ from runner.capture.cgroup import RunCgroup
 from runner.capture.control import RunControl, TerminalControl
 from runner.capture.interrupt import Interruptions, run_exit_code
 from runner.capture.limits import DEFAULT_LIMITS, CgroupLimits, LimitGroups
-from runner.capture.live import LiveNormalize
-from runner.capture.live import enabled as live_enabled
+from runner.capture.live import LivePass
+from runner.capture.live import start as start_live
 from runner.capture.owner import claim
 from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
@@ -115,7 +115,7 @@ def execute(req: RunRequest) -> RunResult:
     with Interruptions(req.forward_first_signal, final=req.exit_after) as interrupts:
         enforcement = enforce.prepare(req.policy)  # fails before anything exists
         out_fd = open_dir(req.out_dir)
-        live: list[LiveNormalize] = []
+        live: list[LivePass] = []
         marks: dict[str, float] = {}
         try:
             spool_name, trailer = _capture(req, enforcement, out_fd, interrupts, live, marks)
@@ -127,7 +127,7 @@ def execute(req: RunRequest) -> RunResult:
                 publish(normalized, req.archive_path, out_fd, sync=not req.staged)
                 interrupts.published()
                 marks["published"] = time.monotonic()
-                _log_after_exit(marks, how)
+                _log_after_exit(marks, how, live[0] if live else None)
             except OSError as exc:
                 raise RunnerError(
                     f"cannot write the archive {req.archive_path}: {exc.strerror or exc}; the command exited "
@@ -142,7 +142,7 @@ def execute(req: RunRequest) -> RunResult:
 
 
 def _normalized(req: RunRequest, out_fd: int, spool_name: str,
-                live: LiveNormalize | None) -> tuple[NormalizedRun, str]:
+                live: LivePass | None) -> tuple[NormalizedRun, str]:
     """The run normalized, and by which pass: the live one's result (runner/capture/live.py,
     `live`), or the finished spool's (`offline`, `offline_dac`, `offline_live_failed`).
 
@@ -164,6 +164,7 @@ def _normalized(req: RunRequest, out_fd: int, spool_name: str,
             if run is not None:
                 return run, "live"
             return normalize(_finished_spool(out_fd, spool_name), req.run_id), "offline_live_failed"
+        live.close()  # its stage B is of no use now: the CPU goes to the offline pass
     spool = _with_dac_verdicts(_finished_spool(out_fd, spool_name), out_fd, spool_name, req.user)
     _spool_final(req)
     return normalize(spool, req.run_id), how
@@ -180,7 +181,7 @@ def _spool_final(req: RunRequest) -> None:
 
 
 def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
-             interrupts: Interruptions, live: list[LiveNormalize],
+             interrupts: Interruptions, live: list[LivePass],
              marks: dict[str, float]) -> tuple[str, SpoolTrailer]:
     """Cgroup, the run's source, spawn, drain into the spool; the published spool's name and its trailer.
 
@@ -212,8 +213,8 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
             ringbuf_pages=req.ringbuf_pages, uid=req.user.uid if req.user else os.geteuid(),
             policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
-        if live_enabled(ring_in_process=req.sensor is None or isinstance(req.sensor, LocalSensor)):
-            live.append(LiveNormalize(spooler, req.run_id))
+        in_process = req.sensor is None or isinstance(req.sensor, LocalSensor)
+        live.extend(p for p in [start_live(spooler, req.run_id, ring_in_process=in_process)] if p is not None)
         interrupts.check_setup()
         interrupts.phase = "command"
         exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
@@ -272,11 +273,13 @@ def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
                           "was not started and nothing was written") from exc
 
 
-def _log_after_exit(marks: dict[str, float], how: str) -> None:
-    """Where the time after the command's exit went, step by step (seconds; docs/benchmarks.md)."""
+def _log_after_exit(marks: dict[str, float], how: str, live: LivePass | None) -> None:
+    """Where the time after the command's exit went, step by step (seconds; docs/benchmarks.md),
+    and the live process's own CPU seconds and peak memory (MiB), which are not the runner's."""
     steps = ("exited", "drained", "spooled", "cleaned_up", "normalized", "published")
     log.info("run.after_exit", normalized_by=how, total_s=round(marks["published"] - marks["exited"], 3),
-             live_behind_records=marks.get("live_behind"),
+             live_behind_records=marks.get("live_behind"), live_cpu_s=live.cpu_s if live else None,
+             live_peak_rss_mib=live.peak_rss_mib if live else None,
              **{f"{b}_s": round(marks[b] - marks[a], 3) for a, b in itertools.pairwise(steps)})
 
 

@@ -1,9 +1,13 @@
 """The v0 evidence archive: deterministic writing and hostile-safe reading.
 
 Writing: `manifest.json` first, then the other members sorted by path, each
-with fixed metadata (mode 0644, uid/gid 0, empty owner names, mtime 0), in a
-gzip stream with mtime 0 and no file name, written to a temp file in the
-target directory and renamed into place. The same members give the same bytes.
+with fixed metadata (mode 0644, uid/gid 0, empty owner names, mtime 0), as
+tarfile writes a USTAR archive, in one gzip member with mtime 0 and no file
+name, written to a temp file in the target directory and renamed into place.
+The deflate stream is made of segments (normalizer/deflate.py): the kernel
+layer's data is its own, which the kernel layer deflated as stage B wrote it,
+so only the small members are compressed here. The same members give the
+same bytes, whether the kernel layer is a `KernelLayer` or bytes.
 
 Reading never extracts to disk and is bounded by what the manifest declares
 (runner/evidence/bounded.py): anything that is not a plain file with a safe
@@ -13,7 +17,6 @@ with a one-line reason.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import os
@@ -25,6 +28,7 @@ from typing import BinaryIO, Protocol
 
 import msgspec
 
+from normalizer import deflate
 from normalizer.artifacts import MANIFEST_SCHEMA, Manifest, ManifestEntry
 from runner.evidence.bounded import MANIFEST, member_bytes, open_archive, open_members
 from runner.evidence.bounded import ArchiveError as ArchiveError  # re-exported: callers catch it from here
@@ -39,10 +43,9 @@ MEMBER_ORDER = (
     "layers/sdk.ndjson",
     "observation-health.json",
 )
-COMPRESS_LEVEL = 3
-"""zlib level: on a 44 MB open-heavy kernel layer, level 3 takes 0.07 s for 1.58 MB and
-level 9 0.75 s for 1.17 MB (docs/benchmarks.md). The bytes depend only on the members
-and this level (and zlib's version), so archives stay byte-identical across runs."""
+OWN_SEGMENT = frozenset({"layers/kernel.ndjson"})
+"""Members whose data is a deflate segment of its own by name, whatever the member's type, so
+the same members give the same bytes (a streamed member always is one)."""
 
 _json = msgspec.json.Encoder()
 
@@ -53,12 +56,18 @@ def sha256_ref(data: bytes) -> str:
 
 
 class StreamedMember(Protocol):
-    """A member too large to hold in memory: its size and digest, and a reader."""
+    """A member too large to hold in memory: its size, digest and sweep, its bytes deflated as a
+    segment, and a reader."""
 
     size: int
 
     @property
     def sha256(self) -> str: ...
+
+    @property
+    def unredacted(self) -> str | None: ...
+
+    def deflated(self) -> deflate.Deflated: ...
 
     def reader(self) -> BinaryIO: ...
 
@@ -78,18 +87,33 @@ def build_manifest(run_id: str, members: dict[str, Member]) -> bytes:
     return _json.encode(Manifest(schema=MANIFEST_SCHEMA, run_id=run_id, files=files)) + b"\n"
 
 
+def _own_segment(data: Member) -> deflate.Deflated:
+    """`data` as a finished segment: the one a streamed member made as it was written."""
+    return deflate.deflated(data) if isinstance(data, bytes) else data.deflated()
+
+
 def _write_tar(fileobj: BinaryIO, run_id: str, members: dict[str, Member]) -> None:
+    """The USTAR bytes tarfile writes for these members (file entries only, as upstream writes,
+    archive.rs:435-449), each member's data padded to a block, then two zero blocks and zeros
+    to a whole record; deflated in segments (normalizer/deflate.py)."""
     ordered: list[tuple[str, Member]] = [(MANIFEST, build_manifest(run_id, members))]
     ordered += sorted(members.items())
-    with (
-        gzip.GzipFile(filename="", mode="wb", fileobj=fileobj, mtime=0, compresslevel=COMPRESS_LEVEL) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar,
-    ):
-        for path, data in ordered:  # file entries only, as upstream writes (archive.rs:435-449)
-            if isinstance(data, bytes):
-                tar.addfile(_info(path, len(data), tarfile.REGTYPE, 0o644), io.BytesIO(data))
-            else:
-                tar.addfile(_info(path, data.size, tarfile.REGTYPE, 0o644), data.reader())
+    stream = deflate.GzipSegments(fileobj)
+    offset = 0
+    for path, data in ordered:
+        size = len(data) if isinstance(data, bytes) else data.size
+        stream.write(_info(path, size, tarfile.REGTYPE, 0o644).tobuf(tarfile.USTAR_FORMAT, "utf-8",
+                                                                     "surrogateescape"))
+        if path in OWN_SEGMENT or not isinstance(data, bytes):
+            stream.splice(_own_segment(data))
+        else:
+            stream.write(data)
+        offset += tarfile.BLOCKSIZE + size
+        stream.write(bytes(-offset % tarfile.BLOCKSIZE))
+        offset += -offset % tarfile.BLOCKSIZE
+    offset += 2 * tarfile.BLOCKSIZE
+    stream.write(bytes(2 * tarfile.BLOCKSIZE + -offset % tarfile.RECORDSIZE))
+    stream.close()
 
 
 def archive_bytes(run_id: str, members: dict[str, Member]) -> bytes:

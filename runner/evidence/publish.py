@@ -6,8 +6,9 @@ Two gates, both before a byte of the archive exists:
    runner/evidence/conformance/): a member that fails is a runner bug;
 2. the fail-closed secret sweep (Assay's, archive.rs:202-214): no member may
    still match a rule of the canonical secret table after redaction. It
-   runs over every member whatever its size; a large kernel layer is swept
-   line by line from its temp file, so memory stays flat.
+   runs over every member whatever its size; the kernel layer was swept line
+   by line as stage B wrote it (normalizer/layer_digest.py), so here it is
+   only asked for its answer.
 
 Either way nothing is written (exit 125), and the raw spool stays for
 `assay-runner normalize` once the cause is fixed.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from normalizer.build import NormalizedRun
-from normalizer.redact import find_unredacted, find_unredacted_lines
+from normalizer.redact import find_unredacted_bytes
 from runner.errors import RunnerError
 from runner.evidence.archive import MANIFEST, Member, build_manifest, write_archive
 from runner.logs import get_logger
@@ -34,10 +35,7 @@ log = get_logger("publish")
 def unredacted(members: dict[str, Member]) -> tuple[str, str] | None:
     """(member, rule) of the first secret-shaped value left in any member, or None."""
     for name, member in sorted(members.items()):
-        if isinstance(member, bytes):
-            rule = find_unredacted(member.decode("utf-8", "replace"))
-        else:
-            rule = find_unredacted_lines(member.reader())
+        rule = find_unredacted_bytes(member) if isinstance(member, bytes) else member.unredacted
         if rule is not None:
             return name, rule
     return None
