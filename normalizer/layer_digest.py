@@ -22,6 +22,7 @@ streams.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import queue
 import sys
@@ -83,6 +84,7 @@ class Pipeline:
         self._error: list[BaseException] = []
         """The worker's first error, until the writer takes it (`_raise`)."""
         self._failed: BaseException | None = None
+        self._abandoned = threading.Event()
         self._ending: weakref.finalize | None = None
         self.ended = False
 
@@ -103,7 +105,8 @@ class Pipeline:
     def _hand(self, chunk: bytes) -> None:
         if self._queue is None:
             self._queue = queue.Queue(QUEUE_CHUNKS)
-            self._worker = threading.Thread(target=_work, args=(self._queue, self._digest, self._error),
+            self._worker = threading.Thread(target=_work,
+                                            args=(self._queue, self._digest, self._error, self._abandoned),
                                             name="assay-kernel-digest", daemon=True)
             _faster_switching(True)
             try:
@@ -111,7 +114,7 @@ class Pipeline:
             except BaseException:
                 _faster_switching(False)
                 raise
-            self._ending = weakref.finalize(self, self._queue.put, _DONE)  # so does an abandoned layer
+            self._ending = weakref.finalize(self, _abandon, self._queue, self._abandoned)
             self._ending.atexit = False  # at exit the daemon thread just ends: never wait on its queue
         self._queue.put(chunk)
         self._raise()
@@ -127,8 +130,8 @@ class Pipeline:
                 self._digest.take(chunk)
             else:
                 self._queue.put(chunk)
-        if self._ending is not None:
-            self._ending()  # tells the worker to stop once the queue is done, once
+        if self._ending is not None and self._ending.detach() is not None:
+            self._queue.put(_DONE)  # the worker stops once the queue is done
 
     def close(self) -> Digest:
         """`end`, then wait for the worker; the digest (or the worker's error, raised)."""
@@ -162,11 +165,25 @@ def _faster_switching(on: bool) -> None:
             sys.setswitchinterval(_running["interval_before"])
 
 
-def _work(chunks: queue.Queue[bytes | None], digest: Digest, error: list[BaseException]) -> None:
+def _abandon(chunks: queue.Queue[bytes | None], abandoned: threading.Event) -> None:
+    """A layer dropped before `end` (stage B failed half-way): its worker stops at its next chunk.
+
+    Called by the garbage collector, on whichever thread triggered the collection, the worker's
+    own included: so it never blocks (a blocking put on a full queue the worker itself drains
+    would wait forever). When the queue is full the worker is not waiting on it, and it sees
+    the event after its current chunk; otherwise the put wakes it.
+    """
+    abandoned.set()
+    with contextlib.suppress(queue.Full):
+        chunks.put_nowait(_DONE)
+
+
+def _work(chunks: queue.Queue[bytes | None], digest: Digest, error: list[BaseException],
+          abandoned: threading.Event) -> None:
     """The worker: take chunks until told to stop; after an error, only drain the queue."""
     failed = False
     try:
-        while (chunk := chunks.get()) is not _DONE:
+        while (chunk := chunks.get()) is not _DONE and not abandoned.is_set():
             if failed:
                 continue
             try:

@@ -262,3 +262,28 @@ def test_an_ended_layer_finishes_on_its_own_and_takes_no_more_lines(monkeypatch:
         layer.write_line(lines[0])
     assert layer.read_bytes() == b"".join(lines)
     assert (layer.count, layer.unredacted) == (3000, None)
+
+
+def test_a_layer_collected_on_its_own_workers_thread_never_blocks_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector may drop an abandoned layer on any thread, the worker's own included, and its
+    queue may be full then: the worker must still end (a blocking put there waited forever)."""
+    monkeypatch.setattr(layer_digest, "CHUNK_BYTES", 1)
+    before = sys.getswitchinterval()
+    queue_full = threading.Event()
+    collected: list[object] = []
+
+    class CollectedMidChunk:
+        def take(self, chunk: bytes) -> None:
+            if not collected:
+                queue_full.wait(10)
+                collected.append(pipeline._ending())  # type: ignore[union-attr] # as gc would, here
+
+    pipeline = layer_digest.Pipeline(CollectedMidChunk())  # type: ignore[arg-type]
+    for _ in range(1 + layer_digest.QUEUE_CHUNKS):  # one in the worker's hands, the queue full
+        pipeline.put(b"x\n")
+    (worker,) = _digest_threads()
+    queue_full.set()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert collected == [None]
+    assert sys.getswitchinterval() == before
