@@ -14,7 +14,8 @@ run as a script file (not `-m`), so the normalizer it times is whichever tree
 comes first on PYTHONPATH: that is how `bench.scaling` compares this branch
 with another checkout in the same session.
 
-`--profile FILE` writes a cProfile of the same work (docs/benchmarks.md);
+`--profile FILE` writes a cProfile of the same work (docs/benchmarks.md),
+`--profile-stage-b FILE` one of stage B alone (`finish`);
 `--pure` times the pure-Python path of a tree whose C accelerator is built;
 `--warm` imports what publishing needs first, as the runner does before a run
 (`publish.warm`: about 10 ms of imports otherwise counted in publish).
@@ -32,8 +33,8 @@ import time
 from pathlib import Path
 
 
-def timed(spool: Path, out: Path) -> dict[str, float | int | None]:
-    """Normalize `spool` and publish its archive at `out`; the numbers."""
+def timed(spool: Path, out: Path, stage_b: cProfile.Profile | None = None) -> dict[str, float | int | None]:
+    """Normalize `spool` and publish its archive at `out`; the numbers (`stage_b` profiles `finish`)."""
     from normalizer.build import finish, scan
     from runner.evidence.publish import publish
     from spool.format import read_spool
@@ -42,7 +43,7 @@ def timed(spool: Path, out: Path) -> dict[str, float | int | None]:
     whole = read_spool(spool)
     scanned = scan(whole)
     ca, wa = time.process_time(), time.perf_counter()
-    run = finish(scanned, whole)
+    run = stage_b.runcall(finish, scanned, whole) if stage_b else finish(scanned, whole)
     c1, w1, t1 = time.process_time(), time.perf_counter(), time.thread_time()
     sealed = getattr(run.kernel, "deflated", None)  # the layer's worker: not in older trees
     if sealed is not None:
@@ -67,6 +68,8 @@ def main() -> int:
     p.add_argument("spool", type=Path)
     p.add_argument("--out", type=Path, help="archive to write (default: a temp directory)")
     p.add_argument("--profile", type=Path, metavar="FILE", help="write a cProfile of the run here")
+    p.add_argument("--profile-stage-b", type=Path, metavar="FILE",
+                   help="write a cProfile of stage B alone (`finish`) here")
     p.add_argument("--pure", action="store_true",
                    help="run the normalizer's pure-Python path even when its C accelerator is built")
     p.add_argument("--warm", action="store_true", help="import what publishing needs before timing")
@@ -90,6 +93,10 @@ def main() -> int:
             profiler = cProfile.Profile()
             result = profiler.runcall(timed, args.spool, out)
             profiler.dump_stats(args.profile)
+        elif args.profile_stage_b:
+            profiler = cProfile.Profile()
+            result = timed(args.spool, out, profiler)
+            profiler.dump_stats(args.profile_stage_b)
         else:
             result = timed(args.spool, out)
     print(json.dumps(result))

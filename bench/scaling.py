@@ -138,10 +138,11 @@ def _median(values: list[float | None]) -> float | None:
 
 
 def table(results: list[SizeResult], runners: list[str], trees: list[str]) -> str:
-    """Per size and runner: ready after exit, peak RSS, checks; events/CPU-s of normalize per tree
-    (on this runner's spools)."""
+    """Per size and runner: ready after exit, peak RSS, checks; events/CPU-s of normalize and the CPU
+    seconds of its stage B (`finish`) per tree (on this runner's spools)."""
     headers = ["events", "runner", "ready after exit s (median, max)", "peak RSS MiB (median)", "drops",
-               "all events", *(f"normalize ev/cpu-s ({t})" for t in trees)]
+               "all events", *(f"normalize ev/cpu-s ({t})" for t in trees),
+               *(f"stage B cpu-s ({t})" for t in trees)]
     rows = []
     for r in results:
         for name in runners:
@@ -156,6 +157,8 @@ def table(results: list[SizeResult], runners: list[str], trees: list[str]) -> st
                 str(sum(s.drops or 0 for s in runs)),
                 "yes" if ok and all(ok) else "NO",
                 *(f"{_median([x['events_per_cpu_s'] for x in r.speed.get(t, [])]) or 0:,.0f}"
+                  if name == THIS else "" for t in trees),
+                *(f"{_median([x.get('stage_b_cpu_s') for x in r.speed.get(t, [])]) or 0:.3f}"
                   if name == THIS else "" for t in trees),
             ])
     return render(headers, rows)

@@ -2,9 +2,11 @@
 
 `make setup` builds it with the machine's gcc (scripts/setup.sh). It holds
 C versions of the hot loops: the scan's fast path (`scan.fast_records`),
-the kernel-line splicer (`kernel_lines.join_lines`), the spill's shape
-table (`buckets.index_shapes`) and the tail memo's lookups
-(`build.unseen_shapes`, `build.tails_of`). The Python functions are
+the kernel-line splicers (`kernel_lines.join_lines`, `join_indexed`), the
+tails of distinct shapes (`kernel_lines.shape_tails`), the spill's shape
+table (`buckets.index_shapes`), the tail memo's lookups
+(`collector.unseen_shapes`, `collector.tails_of`) and the surface's value
+gathering (`collector.collect_values`). The Python functions are
 the fallback when it is not built and the reference it is tested against:
 both give the same bytes on every recorded spool and on generated records
 (tests/test_normspeed.py). `native` is None when it is not there; tests and

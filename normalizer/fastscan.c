@@ -19,9 +19,10 @@
  * Python, which reports it); the bytes after the task ids are compared as a
  * whole; a name is taken here only if it is printable ASCII without a
  * backslash and fits the join buffer, every other byte sequence goes to
- * Python's escaping. join_lines, index_shapes, unseen_shapes and tails_of are
- * the C versions of normalizer/kernel_lines.py join_lines, buckets.py
- * index_shapes and build.py unseen_shapes/tails_of.
+ * Python's escaping. join_lines, join_indexed, shape_tails, index_shapes,
+ * unseen_shapes, tails_of and collect_values are the C versions of
+ * normalizer/kernel_lines.py join_lines/join_indexed/shape_tails, buckets.py
+ * index_shapes and collector.py unseen_shapes/tails_of/collect_values.
  *
  * Built by scripts/setup.sh (`make setup`) with the machine's gcc; without it
  * the Python versions run, with identical output (tests/test_normspeed.py).
@@ -417,6 +418,21 @@ failed:
     return NULL;
 }
 
+/* Write `v` in decimal at `w` (at most 20 digits, no terminator); the digits written. What
+ * "%llu" gives, without snprintf's cost per line. */
+static Py_ssize_t put_u64(char *w, uint64_t v)
+{
+    char digits[20];
+    Py_ssize_t n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (Py_ssize_t k = 0; k < n; k++)
+        w[k] = digits[n - 1 - k];
+    return n;
+}
+
 /* join_lines(head, seq, pid_part, tails) -> bytes: for each tail, head + decimal seq (counting up
  * from `seq`) + pid_part + tail, as normalizer/kernel_lines.py join_lines (its fallback) gives. */
 static PyObject *join_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -452,11 +468,69 @@ static PyObject *join_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyObject *tail = PyList_GET_ITEM(tails, k);
         memcpy(w, PyBytes_AS_STRING(args[0]), (size_t)head_n);
         w += head_n;
-        w += snprintf(w, 21, "%llu", (unsigned long long)(seq + k));
+        w += put_u64(w, (uint64_t)(seq + k));
         memcpy(w, PyBytes_AS_STRING(args[2]), (size_t)pid_n);
         w += pid_n;
         memcpy(w, PyBytes_AS_STRING(tail), (size_t)PyBytes_GET_SIZE(tail));
         w += PyBytes_GET_SIZE(tail);
+    }
+    if (_PyBytes_Resize(&out, w - PyBytes_AS_STRING(out)) < 0)
+        return NULL;
+    return out;
+}
+
+/* join_indexed(head, seq, pid_part, tails, spans, indexes, start, count) -> bytes: join_lines of
+ * the tails that indexes[start:start + count] pick, tail i being tails[spans[2i]:spans[2i + 1]]
+ * (spans and indexes: native u64s), as normalizer/kernel_lines.py join_indexed (its fallback)
+ * gives. Every index and span is checked against the buffers before anything is copied. */
+static PyObject *join_indexed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 8 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2]) || !PyBytes_Check(args[3])
+        || !PyBytes_Check(args[4]) || !PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "join_indexed(head: bytes, seq: int, pid_part: bytes, tails: bytes, "
+                                         "spans: bytes, indexes: bytes, start: int, count: int)");
+        return NULL;
+    }
+    long long seq = PyLong_AsLongLong(args[1]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[6]), count = PyLong_AsSsize_t(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    const char *head = PyBytes_AS_STRING(args[0]), *pid = PyBytes_AS_STRING(args[2]),
+               *tails = PyBytes_AS_STRING(args[3]);
+    Py_ssize_t head_n = PyBytes_GET_SIZE(args[0]), pid_n = PyBytes_GET_SIZE(args[2]),
+               tails_n = PyBytes_GET_SIZE(args[3]);
+    Py_ssize_t shapes_n = PyBytes_GET_SIZE(args[4]) / 16, picks_n = PyBytes_GET_SIZE(args[5]) / 8;
+    const unsigned char *spans = (const unsigned char *)PyBytes_AS_STRING(args[4]),
+                        *picks = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    if (seq < 0 || start < 0 || count < 0 || PyBytes_GET_SIZE(args[4]) % 16 || PyBytes_GET_SIZE(args[5]) % 8
+        || start > picks_n || count > picks_n - start) {
+        PyErr_SetString(PyExc_ValueError, "join_indexed: seq, start or count out of range, or not u64 arrays");
+        return NULL;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t k = start; k < start + count; k++) {
+        uint64_t i = u64_at(picks + 8 * k);
+        if (i >= (uint64_t)shapes_n || u64_at(spans + 16 * i) > u64_at(spans + 16 * i + 8)
+            || u64_at(spans + 16 * i + 8) > (uint64_t)tails_n) {
+            PyErr_SetString(PyExc_ValueError, "join_indexed: an index or span is out of bounds");
+            return NULL;
+        }
+        total += head_n + 20 + pid_n + (Py_ssize_t)(u64_at(spans + 16 * i + 8) - u64_at(spans + 16 * i));
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *w = PyBytes_AS_STRING(out);
+    for (Py_ssize_t k = start; k < start + count; k++) {
+        uint64_t i = u64_at(picks + 8 * k), from = u64_at(spans + 16 * i), to = u64_at(spans + 16 * i + 8);
+        memcpy(w, head, (size_t)head_n);
+        w += head_n;
+        w += put_u64(w, (uint64_t)(seq + (k - start)));
+        memcpy(w, pid, (size_t)pid_n);
+        w += pid_n;
+        memcpy(w, tails + from, (size_t)(to - from));
+        w += to - from;
     }
     if (_PyBytes_Resize(&out, w - PyBytes_AS_STRING(out)) < 0)
         return NULL;
@@ -511,7 +585,7 @@ failed:
 }
 
 /* unseen_shapes(shapes, by_id) -> the distinct objects of `shapes` whose id() is not a key of
- * `by_id`, in first-seen order (normalizer/build.py unseen_shapes is the fallback). */
+ * `by_id`, in first-seen order (normalizer/collector.py unseen_shapes is the fallback). */
 static PyObject *unseen_shapes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -579,13 +653,256 @@ static PyObject *tails_of(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return out;
 }
 
+/* The attribute names stage B's functions read, interned on first use. -1 on error. */
+static PyObject *s_event_type, *s_kind, *s_meta, *s_status, *s_access_mode;
+
+static int shape_names(void)
+{
+    if (s_access_mode != NULL)
+        return 0;
+    s_event_type = PyUnicode_InternFromString("event_type");
+    s_kind = PyUnicode_InternFromString("kind");
+    s_meta = PyUnicode_InternFromString("meta");
+    s_status = PyUnicode_InternFromString("status");
+    s_access_mode = s_event_type && s_kind && s_meta && s_status ? PyUnicode_InternFromString("access_mode") : NULL;
+    return s_access_mode != NULL ? 0 : -1;
+}
+
+/* Is `v` a str msgspec writes as its own characters between quotes (printable ASCII, no quote
+ * or backslash)? Its UTF-8 is then its bytes. */
+static int plain_json(PyObject *v, const char **s, Py_ssize_t *n)
+{
+    if (!PyUnicode_Check(v) || !PyUnicode_IS_ASCII(v))
+        return 0;
+    const char *p = (const char *)PyUnicode_DATA(v);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(v);
+    for (Py_ssize_t k = 0; k < len; k++)
+        if (p[k] < 0x20 || p[k] == 0x7f || p[k] == '"' || p[k] == '\\')
+            return 0;
+    *s = p;
+    *n = len;
+    return 1;
+}
+
+/* The frame (before, after) of a shape's (event_type, kind, meta) (new references in *before and
+ * *after): `frames` by key, else frame_of(shape). -1 on error. */
+static int frame_for(PyObject *frames, PyObject *frame_of, PyObject *shape, PyObject *key,
+                     PyObject **before, PyObject **after)
+{
+    PyObject *frame = PyDict_GetItemWithError(frames, key);
+    if (frame != NULL)
+        Py_INCREF(frame);
+    else if (!PyErr_Occurred())
+        frame = PyObject_CallOneArg(frame_of, shape);
+    if (frame == NULL)
+        return -1;
+    if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(frame, 0))
+        || !PyBytes_Check(PyTuple_GET_ITEM(frame, 1)) || PyBytes_GET_SIZE(PyTuple_GET_ITEM(frame, 1)) < 4) {
+        Py_DECREF(frame);
+        PyErr_SetString(PyExc_TypeError, "shape_tails: a frame is (before: bytes, after: bytes from null)");
+        return -1;
+    }
+    *before = Py_NewRef(PyTuple_GET_ITEM(frame, 0));
+    *after = Py_NewRef(PyTuple_GET_ITEM(frame, 1));
+    Py_DECREF(frame);
+    return 0;
+}
+
+/* Is `x` the object `y`, or equal to it? -1 on error. */
+static int same(PyObject *x, PyObject *y)
+{
+    if (x == y)
+        return 1;
+    if (y == NULL || Py_TYPE(x) != Py_TYPE(y))
+        return 0;
+    return PyObject_RichCompareBool(x, y, Py_EQ);
+}
+
+/* shape_tails(shapes, values, frames, frame_of, encode) -> [tail per shape], as
+ * normalizer/kernel_lines.py KernelLines.tails (its fallback) gives: the frame of the shape's
+ * (event_type, kind, meta), from `frames` or `frame_of(shape)`, with the value encoded (`encode`,
+ * unless msgspec would write its characters as they are) spliced in for its `null`. Consecutive
+ * shapes of one key (equal) share the lookup. */
+static PyObject *shape_tails(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyDict_Check(args[2])
+        || PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "shape_tails(shapes: list, values: list (as long), frames: dict, "
+                                         "frame_of, encode)");
+        return NULL;
+    }
+    PyObject *shapes = args[0], *values = args[1], *frames = args[2], *frame_of = args[3], *encode = args[4];
+    if (shape_names() < 0)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(shapes);
+    PyObject *out = PyList_New(n);
+    PyObject *key = NULL, *before = NULL, *after = NULL; /* the last frame looked up, and its key */
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *shape = PyList_GET_ITEM(shapes, k), *value = PyList_GET_ITEM(values, k);
+        PyObject *t = PyObject_GetAttr(shape, s_event_type), *kind = PyObject_GetAttr(shape, s_kind),
+                 *meta = PyObject_GetAttr(shape, s_meta);
+        PyObject *now = t && kind && meta ? PyTuple_Pack(3, t, kind, meta) : NULL;
+        Py_XDECREF(t);
+        Py_XDECREF(kind);
+        Py_XDECREF(meta);
+        if (now == NULL)
+            goto failed;
+        int hit = 1;
+        for (int f = 0; f < 3 && hit > 0; f++)
+            hit = same(PyTuple_GET_ITEM(now, f), key ? PyTuple_GET_ITEM(key, f) : NULL);
+        if (hit < 0) {
+            Py_DECREF(now);
+            goto failed;
+        }
+        if (hit == 0) {
+            Py_CLEAR(before);
+            Py_CLEAR(after);
+            Py_XSETREF(key, now);
+            if (frame_for(frames, frame_of, shape, key, &before, &after) < 0)
+                goto failed;
+        } else {
+            Py_DECREF(now);
+        }
+        const char *a = PyBytes_AS_STRING(after) + 4, *b = PyBytes_AS_STRING(before), *v = NULL;
+        Py_ssize_t an = PyBytes_GET_SIZE(after) - 4, bn = PyBytes_GET_SIZE(before), vn = 0;
+        PyObject *encoded = NULL;
+        if (value == Py_None) {
+            a -= 4;
+            an += 4;
+        } else if (!plain_json(value, &v, &vn)) {
+            encoded = PyObject_CallOneArg(encode, value);
+            if (encoded == NULL)
+                goto failed;
+            if (!PyBytes_Check(encoded)) {
+                Py_DECREF(encoded);
+                PyErr_SetString(PyExc_TypeError, "shape_tails: encode must give bytes");
+                goto failed;
+            }
+            v = PyBytes_AS_STRING(encoded);
+            vn = PyBytes_GET_SIZE(encoded);
+        }
+        Py_ssize_t quotes = value != Py_None && encoded == NULL ? 2 : 0;
+        PyObject *tail = PyBytes_FromStringAndSize(NULL, bn + quotes + vn + an);
+        if (tail != NULL) {
+            char *w = PyBytes_AS_STRING(tail);
+            memcpy(w, b, (size_t)bn);
+            w += bn;
+            if (quotes)
+                *w++ = '"';
+            if (vn)
+                memcpy(w, v, (size_t)vn);
+            w += vn;
+            if (quotes)
+                *w++ = '"';
+            memcpy(w, a, (size_t)an);
+        }
+        Py_XDECREF(encoded);
+        if (tail == NULL)
+            goto failed;
+        PyList_SET_ITEM(out, k, tail);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(before);
+    Py_XDECREF(after);
+    return out;
+failed:
+    Py_XDECREF(key);
+    Py_XDECREF(before);
+    Py_XDECREF(after);
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* Add `value` to `into` unless `into` is None; -1 on error. */
+static int add_to(PyObject *into, PyObject *value)
+{
+    return into == Py_None ? 0 : PySet_Add(into, value);
+}
+
+/* Does `meta` describe a successful open for writing (status None, access mode in `writes`)? */
+static int opened_for_writing(PyObject *meta, PyObject *writes)
+{
+    if (meta == Py_None)
+        return 0;
+    PyObject *status = PyObject_GetAttr(meta, s_status);
+    if (status == NULL)
+        return -1;
+    int ok = status == Py_None;
+    Py_DECREF(status);
+    if (!ok)
+        return 0;
+    PyObject *mode = PyObject_GetAttr(meta, s_access_mode);
+    if (mode == NULL)
+        return -1;
+    ok = PySequence_Contains(writes, mode);
+    Py_DECREF(mode);
+    return ok;
+}
+
+/* collect_values(shapes, values, kinds, routes, writes) -> None, as normalizer/collector.py
+ * collect_values (its fallback): every shape's kind into `kinds`; a value (not None) into the sets
+ * of its kind's route (into, blocked, written: each a set or None), into `written` only when the
+ * shape's meta is a successful open with an access mode in `writes`. */
+static PyObject *collect_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PySet_Check(args[2])
+        || !PyDict_Check(args[3]) || PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "collect_values(shapes: list, values: list (as long), kinds: set, "
+                                         "routes: dict, writes)");
+        return NULL;
+    }
+    PyObject *shapes = args[0], *values = args[1], *kinds = args[2], *routes = args[3], *writes = args[4];
+    if (shape_names() < 0)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(shapes); k++) {
+        PyObject *shape = PyList_GET_ITEM(shapes, k), *value = PyList_GET_ITEM(values, k);
+        PyObject *kind = PyObject_GetAttr(shape, s_kind);
+        if (kind == NULL || PySet_Add(kinds, kind) < 0) {
+            Py_XDECREF(kind);
+            return NULL;
+        }
+        PyObject *route = value == Py_None ? NULL : PyDict_GetItemWithError(routes, kind);
+        Py_DECREF(kind);
+        if (route == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            continue;
+        }
+        if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) != 3) {
+            PyErr_SetString(PyExc_TypeError, "collect_values: a route is (into, blocked, written)");
+            return NULL;
+        }
+        PyObject *written = PyTuple_GET_ITEM(route, 2);
+        if (add_to(PyTuple_GET_ITEM(route, 0), value) < 0 || add_to(PyTuple_GET_ITEM(route, 1), value) < 0)
+            return NULL;
+        if (written != Py_None) {
+            PyObject *meta = PyObject_GetAttr(shape, s_meta);
+            int yes = meta == NULL ? -1 : opened_for_writing(meta, writes);
+            Py_XDECREF(meta);
+            if (yes < 0 || (yes && PySet_Add(written, value) < 0))
+                return NULL;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 static PyMethodDef methods[] = {
+    {"join_indexed", (PyCFunction)(void (*)(void))join_indexed, METH_FASTCALL,
+     "Kernel lines of tails picked by index (normalizer/kernel_lines.py join_indexed, in C)."},
+    {"shape_tails", (PyCFunction)(void (*)(void))shape_tails, METH_FASTCALL,
+     "Each shape's kernel-line tail (normalizer/kernel_lines.py KernelLines.tails, in C)."},
+    {"collect_values", (PyCFunction)(void (*)(void))collect_values, METH_FASTCALL,
+     "Kinds and values gathered for the surface (normalizer/collector.py collect_values, in C)."},
     {"unseen_shapes", (PyCFunction)(void (*)(void))unseen_shapes, METH_FASTCALL,
-     "Distinct shapes not yet in the tail memo (normalizer/build.py unseen_shapes, in C)."},
+     "Distinct shapes not yet in the tail memo (normalizer/collector.py unseen_shapes, in C)."},
     {"tails_of", (PyCFunction)(void (*)(void))tails_of, METH_FASTCALL,
-     "Each shape's tail from the memo by id (normalizer/build.py tails_of, in C)."},
+     "Each shape's tail from the memo by id (normalizer/collector.py tails_of, in C)."},
     {"index_shapes", index_shapes, METH_O,
      "Distinct shapes and each item's index (normalizer/buckets.py index_shapes, in C)."},
     {"join_lines", (PyCFunction)(void (*)(void))join_lines, METH_FASTCALL,

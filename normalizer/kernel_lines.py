@@ -2,7 +2,7 @@
 
 A line is `{"schema":..,"run_id":..,"seq":N,"pid":P,` followed by a tail that
 depends only on the event's type, kind, value and open metadata. Agents repeat
-those (the same files opened again and again), so the writer (normalizer/build.py)
+those (the same files opened again and again), so the writer (normalizer/collector.py)
 computes each distinct tail once (`KernelLines.tail`: the value encoded with
 msgspec, spliced into a frame encoded once per type, kind and open metadata)
 and splices the run's head, seq and pid in (`join_lines`, in C when the
@@ -13,12 +13,13 @@ and the digest in blocks of `LINES_PER_WRITE`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from typing import BinaryIO
 
 import msgspec
 
+from normalizer import accel
 from normalizer.artifacts import KERNEL_EVENT_SCHEMA, KernelEvent
 from normalizer.classify import Classified
 from normalizer.deflate import Deflated, inflated
@@ -177,6 +178,37 @@ def join_lines(head: bytes, seq: int, pid_part: bytes, tails: list[bytes]) -> by
         repeat(head), map(b"%d".__mod__, range(seq, seq + len(tails))), repeat(pid_part), tails)))
 
 
+def join_indexed(head: bytes, seq: int, pid_part: bytes, tails: bytes, spans: bytes, indexes: bytes,
+                 start: int, count: int) -> bytes:
+    """`join_lines` of the tails that `indexes[start:start + count]` pick: tail `i` is
+    `tails[spans[2 * i]:spans[2 * i + 1]]` (`spans` and `indexes` are native u64s: a spilled
+    chunk prepared by stage A, normalizer/buckets.py). The C accelerator has the same function,
+    which refuses an index or span out of bounds; this is its fallback."""
+    cuts = memoryview(spans).cast("Q")
+    picks = memoryview(indexes).cast("Q")[start:start + count]
+    return join_lines(head, seq, pid_part, [tails[cuts[2 * i]:cuts[2 * i + 1]] for i in picks])
+
+
+def shape_tails(shapes: list[Classified], values: list[str | None],
+                frames: dict[tuple[int, str, object], tuple[bytes, bytes]],
+                frame_of: Callable[[Classified], tuple[bytes, bytes]],
+                encode: Callable[[str], bytes]) -> list[bytes]:
+    """Each shape's tail with its value: the frame of its (type, kind, metadata), from `frames` or
+    `frame_of`, with the value encoded (`encode`) spliced in for the frame's `null`.
+
+    The C accelerator (normalizer/accel.py) has the same function, which
+    writes printable ASCII without a quote or backslash between quotes
+    itself (what msgspec writes for it) and calls `encode` for any other
+    value; this is its fallback and reference.
+    """
+    out = []
+    for c, value in zip(shapes, values, strict=True):
+        frame = frames.get((c.event_type, c.kind, c.meta))
+        before, after = frame if frame is not None else frame_of(c)
+        out.append(before + after if value is None else before + encode(value) + after[4:])
+    return out
+
+
 class KernelLines:
     """Encodes the kernel lines of one run: a tail once per event shape, then seq and pid per line."""
 
@@ -198,6 +230,16 @@ class KernelLines:
         (tests/test_kernel_lines.py), so only the frame is memoized per
         (type, kind, open metadata), a handful per run.
         """
+        return shape_tails([c], [value], self._frames, self.frame, _encoder.encode)[0]
+
+    def tails(self, shapes: list[Classified], values: list[str | None]) -> list[bytes]:
+        """`tail` of each shape with its value, in C when the accelerator is built (`shape_tails`)."""
+        native = accel.native
+        return (native.shape_tails if native else shape_tails)(shapes, values, self._frames, self.frame,
+                                                               _encoder.encode)
+
+    def frame(self, c: Classified) -> tuple[bytes, bytes]:
+        """(`..."value":`, `null...` to the newline) of `c`'s tail, memoized per (type, kind, metadata)."""
         key = (c.event_type, c.kind, c.meta)
         frame = self._frames.get(key)
         if frame is None:
@@ -205,21 +247,7 @@ class KernelLines:
             if len(self._frames) >= MEMO_ENTRIES:
                 self._frames.clear()
             self._frames[key] = frame
-        before, after = frame
-        return before + after if value is None else before + _encoder.encode(value) + after[4:]
-
-    def tails(self, shapes: list[Classified], values: list[str | None]) -> list[bytes]:
-        """`tail` of each shape with its value, the frames looked up once per distinct metadata."""
-        frames = self._frames
-        out = []
-        for c, value in zip(shapes, values, strict=True):
-            frame = frames.get((c.event_type, c.kind, c.meta))
-            if frame is None:
-                out.append(self.tail(c, value))
-                continue
-            before, after = frame
-            out.append(before + after if value is None else before + _encoder.encode(value) + after[4:])
-        return out
+        return frame
 
     def _frame(self, c: Classified) -> tuple[bytes, bytes]:
         """(`..."value":`, `null...` to the newline) of `c`'s tail."""

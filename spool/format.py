@@ -25,6 +25,10 @@ _LEN = struct.Struct("<I")
 FRAME_HEAD = _LEN.size
 """Bytes of a frame's length prefix."""
 MAX_FRAME = 256 << 20
+READ_BYTES = 1 << 20
+"""Bytes a spool reader asks for at a time: many small frames per read (a larger frame whole)."""
+RECORDS_PER_LIST = 4096
+"""Records `SpoolRecords.batches` gathers into one list from consecutive small batches."""
 
 
 class SpoolHeader(msgspec.Struct, tag="header"):
@@ -140,12 +144,22 @@ class SpoolRecords:
             yield from batch
 
     def batches(self) -> Iterator[list[bytes]]:
-        """The records batch by batch, as the consumer drained them (the normalizer walks these
-        lists without a generator step per record)."""
+        """The records in ring order, in lists the normalizer walks without a generator step per
+        record: consecutive batches joined up to `RECORDS_PER_LIST` (the consumer may drain a
+        few records at a time, and each list costs the walk a call), a larger batch whole."""
+        pending: list[bytes] = []
         with open(self._path, "rb") as f:
             for frame in iter_frames(f):
                 if isinstance(frame, Batch):
-                    yield frame.records
+                    if pending:
+                        pending += frame.records
+                    else:
+                        pending = frame.records
+                    if len(pending) >= RECORDS_PER_LIST:
+                        yield pending
+                        pending = []
+        if pending:
+            yield pending
 
 
 class Spool(msgspec.Struct):
@@ -169,12 +183,13 @@ def encode_frame(frame: Frame) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-def _remaining(stream: BinaryIO) -> int:
-    """Bytes left in a file (a length prefix past them is refused before any read allocates)."""
+def _file_left(stream: BinaryIO) -> int | None:
+    """Bytes left in a file from its current offset (None when it is not a file: then
+    MAX_FRAME is the bound a length prefix must keep)."""
     try:
         return os.fstat(stream.fileno()).st_size - stream.tell()
     except (OSError, AttributeError, io.UnsupportedOperation):
-        return MAX_FRAME  # not a file: MAX_FRAME is the bound
+        return None
 
 
 _BATCH_HEAD = b"\x82\xa4type\xa5batch\xa7records"
@@ -198,7 +213,7 @@ def batch_head(count: int, items_size: int) -> bytes:
 def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
     """Frames in file order; raises SpoolError on a torn or foreign frame."""
     for body in _frame_bodies(stream):
-        yield _decode(body)
+        yield _decode(body)  # type: ignore[arg-type]  # no skip: never None
 
 
 def _decode(body: bytes) -> Frame:
@@ -209,23 +224,45 @@ def _decode(body: bytes) -> Frame:
         raise SpoolError(f"undecodable frame: {ascii(str(exc))[1:-1]}") from exc
 
 
-def _frame_bodies(stream: BinaryIO) -> Iterator[bytes]:
-    """The body of each frame in file order; raises SpoolError on a torn one."""
+def _frame_bodies(stream: BinaryIO, skip: bytes | None = None) -> Iterator[bytes | None]:
+    """The body of each frame in file order; raises SpoolError on a torn one.
+
+    The stream is read in blocks of `READ_BYTES` (a larger frame whole) and
+    the file's size asked once, so a spool of many small frames costs a few
+    reads, not two per frame. A length prefix that announces more than the
+    file holds past it is refused before anything is read for it; any other
+    short body is a torn frame too. With `skip`, the body of every frame but
+    the first that starts with those bytes is checked whole but not copied
+    out: None stands for it.
+    """
+    file_left = _file_left(stream)
+    buf, pos, taken = b"", 0, 0  # `taken`: bytes of the stream before buf[pos]
+    first = True
     while True:
-        head = stream.read(_LEN.size)
-        if not head:
-            return
-        if len(head) != _LEN.size:
-            raise SpoolError("torn frame length at end of spool")
-        size = frame_size(head)
-        left = _remaining(stream)
+        if len(buf) - pos < FRAME_HEAD:
+            buf, pos = buf[pos:] + stream.read(max(READ_BYTES, FRAME_HEAD - (len(buf) - pos))), 0
+            if not buf:
+                return
+            if len(buf) < FRAME_HEAD:
+                raise SpoolError("torn frame length at end of spool")
+        size = frame_size(buf[pos:pos + FRAME_HEAD])
+        pos += FRAME_HEAD
+        taken += FRAME_HEAD
+        left = MAX_FRAME if file_left is None else file_left - taken
         if size > left:
             raise SpoolError(f"torn frame at end of spool: {size} bytes announced, {left} left "
                              "(the run did not finish writing it, or this is not a spool)")
-        body = stream.read(size)
-        if len(body) != size:
-            raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
-        yield body
+        if len(buf) - pos < size:
+            buf, pos = buf[pos:] + stream.read(max(READ_BYTES, size - (len(buf) - pos))), 0
+            if len(buf) < size:
+                raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
+        if skip is not None and not first and buf.startswith(skip, pos, pos + size):
+            yield None
+        else:
+            yield buf[pos:pos + size]
+        first = False
+        pos += size
+        taken += size
 
 
 def frame_size(head: bytes) -> int:
@@ -254,8 +291,8 @@ def read_spool(path: Path) -> Spool:
     sdk: list[SdkMessage] = []
     dac: dict[str, bool] = {}
     with open(path, "rb") as f:
-        for body in _frame_bodies(f):
-            if header is not None and body.startswith(_BATCH_HEAD):
+        for body in _frame_bodies(f, skip=_BATCH_HEAD):
+            if body is None:  # a batch after the first frame
                 continue
             frame = _decode(body)
             if header is None and not isinstance(frame, SpoolHeader):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from normalizer import build, kernel_lines, paths
+from normalizer import build, collector, kernel_lines, paths
 from normalizer.build import normalize
 from runner.evidence.archive import archive_bytes
 from spool.format import read_spool
@@ -23,7 +23,7 @@ def _archive(spool: Path) -> bytes:
 def test_memo_sizes_do_not_change_the_archive(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     expected = _archive(DATA / name)
     monkeypatch.setattr(paths, "JOIN_MEMO", 1)
-    monkeypatch.setattr(build, "MEMO_ENTRIES", 1)
+    monkeypatch.setattr(collector, "MEMO_ENTRIES", 1)
     monkeypatch.setattr(kernel_lines, "LINES_PER_WRITE", 1)
     monkeypatch.setattr(build, "SPILL_EVERY", 2)
     assert _archive(DATA / name) == expected

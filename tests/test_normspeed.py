@@ -9,26 +9,31 @@ when normalizer/fastscan.c is built (normalizer/accel.py) and in Python otherwis
 from __future__ import annotations
 
 import contextlib
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ebpf import wire
-from normalizer import accel, build, redact, scan, telemetry
+from normalizer import accel, build, collector, redact, scan, telemetry
 from normalizer.buckets import index_shapes
 from normalizer.build import normalize
+from normalizer.classify import Classified, open_meta
 from normalizer.decode import DecodeError
-from normalizer.kernel_lines import join_lines
+from normalizer.kernel_lines import KernelLines, join_indexed, join_lines, shape_tails
 from runner.evidence.archive import archive_bytes
 from spool.format import Spool, read_spool
 
 DATA = Path(__file__).resolve().parent / "data"
+ENCODE = msgspec.json.Encoder().encode
 SPOOLS = sorted(DATA.glob("*.spool"))
 MODES = ("native", "python", "general")
-"""The C fast path (when built), the Python twin, and the general way for every record."""
+"""The C fast path (when built), the Python twin, and the general way for every record (with
+stage B working out every spilled chunk itself: nothing prepared in stage A)."""
 
 needs_native = pytest.mark.skipif(accel.native is None,
                                   reason="normalizer/_fastscan is not built (make setup)")
@@ -47,10 +52,11 @@ def mode(name: str, tiny: bool = False) -> Iterator[None]:
             mp.setattr(accel, "native", None)
         if name == "general":
             mp.setattr(scan, "FAST", False)
+            mp.setattr(build, "PREPARE", False)
         if tiny:
             mp.setattr(scan, "OPEN_MEMO", 2)
             mp.setattr(build, "SPILL_EVERY", 3)
-            mp.setattr(build, "MEMO_ENTRIES", 2)
+            mp.setattr(collector, "MEMO_ENTRIES", 2)
         yield
 
 
@@ -163,9 +169,9 @@ def test_the_c_tail_lookups_answer_as_python(picks: list[int], known: set[int]) 
     assert accel.native is not None
     unseen = accel.native.unseen_shapes(shapes, by_id)
     assert len(unseen) == len({id(s) for s in unseen})
-    assert {id(s) for s in unseen} == {id(s) for s in build.unseen_shapes(shapes, by_id)}  # type: ignore[arg-type]
+    assert {id(s) for s in unseen} == {id(s) for s in collector.unseen_shapes(shapes, by_id)}  # type: ignore[arg-type]
     by_id.update({id(s): b"new" for s in unseen})
-    assert accel.native.tails_of(shapes, by_id) == build.tails_of(shapes, by_id)  # type: ignore[arg-type]
+    assert accel.native.tails_of(shapes, by_id) == collector.tails_of(shapes, by_id)  # type: ignore[arg-type]
 
 
 TELEMETRY_PIECES = ["/", "etc", "ld.so.cache", "lib", "lib64", "usr", "share", "locale", "proc", "sys",
@@ -193,3 +199,136 @@ TEXTS = st.none() | st.lists(st.sampled_from(SECRET_PIECES), max_size=6).map("".
 def test_the_block_redaction_prefilter_answers_as_each_text_alone(texts: list[str | None]) -> None:
     expected = [text is not None and redact._any_literal(text) for text in texts]
     assert redact.may_hold_secrets(texts) == expected
+
+
+META_POOL = [None, open_meta(0, 0, 0, 3), open_meta(0o1 | 0o100, 0o644, 0, 4), open_meta(0o2, 0, 0, -2),
+             open_meta(0o2 | 0o100 | 0o200, 0o600, 0, -13), open_meta(0o20200000 | 0o2, 0o600, 5, 0)]
+KIND_POOL = [(1, "openat"), (10, "file_blocked"), (2, "connect"), (11, "connect_blocked"), (6, "event_6"),
+             (7, "event_7"), (4, "exec"), (120, "event_120")]
+VALUES = st.none() | st.text(max_size=30) | st.sampled_from(
+    ['/w/"q"', "a\\b", "\x7f", "\x00", "tab\there", "caf\u00e9", "\u2028", "\U0001f600", "/w/~1", ""])
+
+
+@st.composite
+def shapes_and_values(draw: st.DrawFn) -> tuple[list[Classified], list[str | None]]:
+    """Shapes of any kind and metadata (shared objects, as the scan hands them) and the final values."""
+    pool = [Classified(t, kind, draw(VALUES), draw(st.sampled_from(META_POOL)), 0, 0)
+            for t, kind in draw(st.lists(st.sampled_from(KIND_POOL), min_size=1, max_size=8))]
+    shapes = draw(st.lists(st.sampled_from(pool), max_size=40))
+    return shapes, [draw(VALUES) for _ in shapes]
+
+
+@needs_native
+@given(shapes_and_values())
+def test_the_c_tails_give_the_python_bytes(case: tuple[list[Classified], list[str | None]]) -> None:
+    shapes, values = case
+    c_lines, py_lines = KernelLines("r"), KernelLines("r")
+    assert accel.native is not None
+    c_tails = accel.native.shape_tails(shapes, values, c_lines._frames, c_lines.frame, ENCODE)
+    assert c_tails == shape_tails(shapes, values, py_lines._frames, py_lines.frame, ENCODE)
+    assert c_lines._frames == py_lines._frames
+
+
+@needs_native
+@given(shapes_and_values())
+def test_the_c_collector_gathers_what_python_does(case: tuple[list[Classified], list[str | None]]) -> None:
+    shapes, values = case
+    c_sets, py_sets = {k: set() for k in collector.VALUE_SETS}, {k: set() for k in collector.VALUE_SETS}
+    c_kinds: set[str] = set()
+    py_kinds: set[str] = set()
+    assert accel.native is not None
+    accel.native.collect_values(shapes, values, c_kinds, collector.routes(c_sets), ("write", "read_write"))
+    collector.collect_values(shapes, values, py_kinds, collector.routes(py_sets), ("write", "read_write"))
+    assert (c_sets, c_kinds) == (py_sets, py_kinds)
+
+
+@needs_native
+@given(st.lists(st.binary(min_size=1, max_size=30), min_size=1, max_size=20), st.data())
+def test_the_c_indexed_splicer_gives_the_python_bytes(tails: list[bytes], data: st.DataObject) -> None:
+    order = data.draw(st.permutations(range(len(tails))))  # the block need not be in table order
+    block, at = b"", {}
+    for i in order:
+        at[i] = (len(block), len(block) + len(tails[i]))
+        block += tails[i]
+    spans = array("Q", [x for i in range(len(tails)) for x in at[i]]).tobytes()
+    picks = data.draw(st.lists(st.integers(0, len(tails) - 1), max_size=50))
+    indexes = array("Q", picks).tobytes()
+    start = data.draw(st.integers(0, len(picks)))
+    count = data.draw(st.integers(0, len(picks) - start))
+    seq = data.draw(st.integers(0, 1 << 40))
+    assert accel.native is not None
+    expected = join_lines(b"H", seq, b",P,", [tails[i] for i in picks[start:start + count]])
+    assert join_indexed(b"H", seq, b",P,", block, spans, indexes, start, count) == expected
+    assert accel.native.join_indexed(b"H", seq, b",P,", block, spans, indexes, start, count) == expected
+
+
+@needs_native
+@pytest.mark.parametrize("spans, indexes, start, count", [
+    ([0, 2], [1], 0, 1),  # no shape 1
+    ([0, 9], [0], 0, 1),  # past the block
+    ([2, 1], [0], 0, 1),  # a span that ends before it starts
+    ([0, 2], [0], 0, 2),  # more than there are
+    ([0, 2], [0], 2, 0),  # a start past the end
+])
+def test_the_c_indexed_splicer_refuses_what_is_out_of_bounds(spans: list[int], indexes: list[int],
+                                                             start: int, count: int) -> None:
+    assert accel.native is not None
+    with pytest.raises(ValueError, match="join_indexed"):
+        accel.native.join_indexed(b"H", 0, b",P,", b"ab", array("Q", spans).tobytes(),
+                                  array("Q", indexes).tobytes(), start, count)
+
+
+def _open_record(tid: int, name: bytes) -> bytes:
+    """A failed open (ENOENT) of `name` relative to the cwd by thread `tid`."""
+    fields = {**RECORDED, "tgid": tid, "tid": tid, "hook": wire.HOOK_OPEN, "data_len": len(name) + 1,
+              "truncated": 0, "ret": -2, "a0": AT_FDCWD, "a1": 0, "a2": 0, "a3": 0}
+    return wire.HEADER.pack(*(fields[f] for f in wire.HEADER_FIELDS)) + name + b"\0"
+
+
+def _redacted_count(spool: Spool) -> int:
+    note = next(n for n in normalize(spool).health.notes if n.startswith("redaction:"))
+    return int(note.split("redacted_count=")[1].split()[0])
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_secrets_in_prepared_chunks_are_redacted_once_per_occurrence(name: str) -> None:
+    """Stage A leaves a value that may hold a secret to stage B, which redacts it once per
+    occurrence (the tally counts occurrences), in chunks where it repeats; a value that only
+    looks suspect ("monkey") is written as it is. Every byte as when nothing is prepared."""
+    if name == "native" and accel.native is None:
+        pytest.skip("normalizer/_fastscan is not built (make setup)")
+    tid = next(iter(build.scan(EXAMPLE).scan.tree.tasks))
+    names = [b"key=AKIAABCDEFGHIJKLMNOP"] * 5 + [b"plain"] * 3 + [b"monkey"] * 2 \
+        + [b"token=secretvalue123"] * 2
+    spool = Spool(header=EXAMPLE.header, records=RECORDS + [_open_record(tid, n) for n in names * 2],
+                  phases=EXAMPLE.phases, trailer=EXAMPLE.trailer)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build, "SPILL_EVERY", 7)
+        with mode("general"):
+            expected, count = archive(spool), _redacted_count(spool)
+        settled = []
+        settle = collector.Collector._settle
+        mp.setattr(collector.Collector, "_settle", lambda self, *a: settled.append(1) or settle(self, *a))
+        with mode(name):
+            assert archive(spool) == expected
+            assert _redacted_count(spool) == count
+    base = _redacted_count(EXAMPLE)
+    assert count >= base + 14  # each of the 14 secret opens redacted, none memoized away
+    assert settled  # the prepared chunks' pending values were worked out in stage B
+
+
+def test_prepared_chunks_give_the_same_lines_under_another_run_id() -> None:
+    """Stage A prepares tails under the spool's run id; `finish` may be given another (the live
+    pass, `normalize --run-id`): the tails hold no run id, so the bytes are the same."""
+    results, adopted = [], []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build, "SPILL_EVERY", 3)
+        adopt = collector.Collector.adopt
+        mp.setattr(collector.Collector, "adopt", lambda self, p: adopted.append(1) or adopt(self, p))
+        for prepare in (True, False):
+            mp.setattr(build, "PREPARE", prepare)
+            run = normalize(EXAMPLE, run_id="another-run")
+            results.append((archive_bytes(run.run_id, run.members()), run.kernel.read_bytes()))
+    assert results[0] == results[1]
+    assert results[0][1].count(b'"run_id":"another-run"') == run.kernel.count > 3
+    assert adopted == [1]  # the first way took the prepared chunks

@@ -1,0 +1,95 @@
+"""The spool reader reads in blocks: whatever the block size, the same frames and records, and a
+torn or oversize frame refused as strictly (spool/format.py `_frame_bodies`, `SpoolRecords`)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spool import format as spool_format
+from spool.format import FRAME_HEAD, MAX_FRAME, Phase, SpoolError, encode_frame, iter_frames, read_spool
+
+DATA = Path(__file__).resolve().parent / "data"
+SPOOLS = sorted(DATA.glob("*.spool"))
+EXAMPLE = (DATA / "example.spool").read_bytes()
+
+
+def _ends(data: bytes) -> list[int]:
+    """The offset after each whole frame of `data`, walking the length prefixes."""
+    ends, pos = [], 0
+    while pos + FRAME_HEAD <= len(data):
+        pos += FRAME_HEAD + int.from_bytes(data[pos:pos + FRAME_HEAD], "little")
+        if pos <= len(data):
+            ends.append(pos)
+    return ends
+
+
+@pytest.mark.parametrize("path", SPOOLS, ids=lambda p: p.name)
+@pytest.mark.parametrize("block", [1, 3, 64, 4096])
+def test_any_block_size_reads_the_same_spool(monkeypatch: pytest.MonkeyPatch, path: Path, block: int) -> None:
+    with path.open("rb") as f:
+        frames = list(iter_frames(f))
+    whole = read_spool(path)
+    monkeypatch.setattr(spool_format, "READ_BYTES", block)
+    monkeypatch.setattr(spool_format, "RECORDS_PER_LIST", block)  # batches joined up to this many records
+    with path.open("rb") as f:
+        assert list(iter_frames(f)) == frames
+    assert list(iter_frames(io.BytesIO(path.read_bytes()))) == frames  # not a file: no size asked
+    again = read_spool(path)
+    assert (again.header, again.phases, again.trailer, again.sdk, again.dac) == \
+        (whole.header, whole.phases, whole.trailer, whole.sdk, whole.dac)
+    assert list(again.records) == list(whole.records)
+    lists = list(again.records.batches())  # type: ignore[attr-defined]
+    assert all(lists) and all(len(batch) >= block for batch in lists[:-1])
+
+
+@given(st.integers(0, len(EXAMPLE)), st.sampled_from([1, 5, 100, 1 << 20]), st.booleans())
+def test_a_cut_spool_gives_its_whole_frames_then_a_torn_frame(tmp_path_factory: pytest.TempPathFactory,
+                                                              cut: int, block: int, as_file: bool) -> None:
+    data = EXAMPLE[:cut]
+    whole = [e for e in _ends(EXAMPLE) if e <= cut]
+    expected = list(iter_frames(io.BytesIO(EXAMPLE)))[:len(whole)]
+    got = []
+    if as_file:
+        path = tmp_path_factory.mktemp("cut") / "s.spool"
+        path.write_bytes(data)
+    with pytest.MonkeyPatch.context() as mp, (path.open("rb") if as_file else io.BytesIO(data)) as stream:
+        mp.setattr(spool_format, "READ_BYTES", block)
+        if cut in (0, *whole):
+            got = list(iter_frames(stream))
+        else:
+            with pytest.raises(SpoolError, match="torn frame"):
+                for frame in iter_frames(stream):
+                    got.append(frame)
+    assert got == expected
+
+
+def test_a_length_prefix_past_the_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    spool = tmp_path / "s.spool"
+    spool.write_bytes(EXAMPLE[:_ends(EXAMPLE)[0]] + (1000).to_bytes(4, "little") + b"x" * 10)
+    with spool.open("rb") as f, pytest.raises(SpoolError, match="1000 bytes announced, 10 left"):
+        list(iter_frames(f))
+
+
+def test_an_oversize_frame_is_refused() -> None:
+    data = (MAX_FRAME + 1).to_bytes(4, "little") + b"x"
+    with pytest.raises(SpoolError, match="too large"):
+        list(iter_frames(io.BytesIO(data)))
+
+
+def test_a_frame_shorter_than_a_batch_head_is_never_skipped_as_a_batch(tmp_path: Path) -> None:
+    """read_spool skips batch frames by their first bytes without decoding them; a frame holding
+    only the start of those bytes is not a batch whatever the next frame's bytes are (here its
+    length prefix completes them): it is decoded and refused, as the reader always did."""
+    head = spool_format._BATCH_HEAD
+    first = _ends(EXAMPLE)[0]
+    n = next(n for n in range(300) if len(encode_frame(Phase(name="p" * n, ts=0))) - FRAME_HEAD == head[-1])
+    spool = tmp_path / "s.spool"
+    spool.write_bytes(EXAMPLE[:first] + (len(head) - 1).to_bytes(4, "little") + head[:-1]
+                      + encode_frame(Phase(name="p" * n, ts=0)) + EXAMPLE[first:])
+    with pytest.raises(SpoolError, match="undecodable frame"):
+        read_spool(spool)
