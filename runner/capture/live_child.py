@@ -112,6 +112,13 @@ _encoder = msgspec.msgpack.Encoder()
 DECODER = msgspec.msgpack.Decoder(Message)
 
 
+def peak_rss_kib() -> int:
+    """This process's own peak RSS (VmHWM): its `ru_maxrss` started at the runner's high-water mark,
+    as it was spawned by vfork + exec (Linux carries the old mm's peak over an exec)."""
+    with open("/proc/self/status", "rb") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(b"VmHWM:"))
+
+
 def frame(message: Message) -> bytes:
     """One message as it goes on the result socket: its length, then its msgpack."""
     body = _encoder.encode(message)
@@ -196,7 +203,7 @@ def _normalize(spool_fd: int, control_fd: int, out: socket.socket, progress: mma
     members = Members(**{name: getattr(run, name) for name in Members.__struct_fields__})
     done = Done(run=members, kernel_sha256=layer.sha256, kernel_size=layer.size, kernel_count=layer.count,
                 kernel_unredacted=layer.unredacted, kernel_crc32=segment.crc32,
-                peak_rss_kib=usage.ru_maxrss, cpu_s=round(usage.ru_utime + usage.ru_stime, 3))
+                peak_rss_kib=peak_rss_kib(), cpu_s=round(usage.ru_utime + usage.ru_stime, 3))
     message = frame(done)
     # the descriptor rides on the length prefix; fileno() moves an in-memory segment to a temp file
     socket.send_fds(out, [message[:_LEN.size]], [segment.data.fileno()])
