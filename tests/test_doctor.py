@@ -171,6 +171,29 @@ def test_landlock_abi_is_reported() -> None:
         assert check.detail == f"ABI {abi}"
 
 
+def test_native_check_says_the_c_pieces_make_setup_built_are_in_use() -> None:
+    """`make test` runs after `make setup`, which builds all three (or stops): doctor must see them."""
+    from runner.cli.cmd_doctor import check_native
+
+    check = check_native()
+    assert (check.status, check.required) == ("ok", False)
+    assert check.detail == "ringsink, fastscan, fastclient built and in use"
+
+
+def test_native_check_warns_with_what_is_missing_and_the_fix_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.cli import cmd_doctor
+    from runner.host import native
+
+    pieces = [native.Piece("ringsink", True, "/x/_ringsink.so"),
+              native.Piece("fastscan", False, f"normalizer._fastscan does not import: {native.FIX}"),
+              native.Piece("fastclient", False, f"/v/bin/assay-runner is not the C client: {native.FIX}")]
+    monkeypatch.setattr(native, "pieces", lambda: pieces)
+    check = cmd_doctor.check_native()
+    assert (check.status, check.required) == ("warn", False)
+    assert check.message == ("normalizer._fastscan does not import; /v/bin/assay-runner is not the C client "
+                             f"(the Python fallback is slower): {native.FIX}")
+
+
 # --- cgroup2_mount on recorded mountinfo ------------------------------------
 
 UNIFIED = """\

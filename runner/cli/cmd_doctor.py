@@ -19,6 +19,7 @@ from runner.capture.limits import available
 from runner.capture.stale import find, sweep
 from runner.errors import EXIT_CHECK_FAILED
 from runner.host import checks as host_checks
+from runner.host import native
 from runner.host.result import Check
 
 
@@ -30,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Check the prerequisites of 'assay-runner run': root, bcc, kernel headers, "
             "tracefs, cgroup v2, a real BPF ring-buffer tracepoint load, pid namespaces, "
-            "Landlock, the pids/memory limit controllers and run cgroups left by runners that "
-            "died. Exit 0 when every required check passes, 1 otherwise."
+            "Landlock, the pids/memory limit controllers, run cgroups left by runners that "
+            "died, and whether the C fast paths are built. Exit 0 when every required check "
+            "passes, 1 otherwise."
         ),
     )
     parser.add_argument(
@@ -80,11 +82,23 @@ def check_stale() -> Check:
                  "and rebuilds their spools", required=False)
 
 
+def check_native() -> Check:
+    """The three C pieces (runner/host/native.py): each has a Python fallback with the same output,
+    so a missing one costs only time, and only this line says so."""
+    pieces = native.pieces()
+    missing = [p for p in pieces if not p.ok]
+    if not missing:
+        return Check("native", True, ", ".join(p.name for p in pieces) + " built and in use", required=False)
+    return Check("native", False,
+                 "; ".join(p.detail.removesuffix(f": {native.FIX}") for p in missing)
+                 + " (the Python fallback is slower)", native.FIX, required=False)
+
+
 def run_doctor(args: argparse.Namespace) -> int:
     """Apply fixes when asked, run every check, report; 0 when ready."""
     # With --json, stdout carries only the JSON document; notes go to stderr.
     fixes = _apply_fixes(sys.stderr if args.json else sys.stdout) if args.fix else []
-    checks = [*host_checks.run_checks(), check_limits(), check_stale()]
+    checks = [*host_checks.run_checks(), check_limits(), check_stale(), check_native()]
     ready = all(c.ok or not c.required for c in checks)
     if args.json:
         doc = {
