@@ -70,6 +70,10 @@ class FileBlockJudge:
         self.unattributed: list[tuple[str, str]] = []
         """(access, path) of policy-refused EACCES opens with no DAC verdict yet."""
 
+    def questions(self) -> list[tuple[str, str]]:
+        """The (access, path) pairs the runner must check as the command's user (sorted, unique)."""
+        return sorted(set(self.unattributed))
+
     def may_judge(self, ret: int) -> bool:
         """Could an open that returned `ret` be judged a block (or asked about)? Only a
         failure with EACCES under a policy; every other open's evidence is its shape alone."""

@@ -161,7 +161,7 @@ def dac_questions(spool: Spool) -> list[tuple[str, str]]:
     buckets = ThreadBuckets(SPILL_EVERY)
     scan.file(buckets, TransientNames(), drop_telemetry=True)
     buckets.close()
-    return sorted(set(scan.judge.unattributed))
+    return scan.judge.questions()
 
 
 @dataclass

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from spool.format import (
     FRAME_HEAD,
@@ -35,6 +35,7 @@ from spool.format import (
     Frame,
     Phase,
     SdkMessage,
+    Spool,
     SpoolError,
     SpoolHeader,
     SpoolTrailer,
@@ -93,6 +94,19 @@ class SpoolTail:
             raise SpoolError(f"spool format {frame.format!r}, expected {SPOOL_FORMAT!r}")
         self.header = frame
         return frame
+
+    def growing(self, records: Iterable[bytes]) -> Spool:
+        """The spool as stage A reads it while it grows: the header (read first if need be), `records`
+        (this tail's, perhaps wrapped) and the small frames seen so far, which fill in as it is read."""
+        header = self.header or self.read_header()
+        return Spool(header=header, records=records, phases=self.phases, trailer=None,  # type: ignore[arg-type]
+                     sdk=self.sdk)
+
+    def finished(self) -> Spool:
+        """The spool's small frames once its records have all been read (stage B needs no records)."""
+        if self.header is None or self.trailer is None:
+            raise SpoolError("the spool's records have not all been read: no trailer yet")
+        return Spool(header=self.header, records=(), phases=self.phases, trailer=self.trailer, sdk=self.sdk)
 
     def records(self) -> TailRecords:
         """The records after the header, in ring order, until the trailer has been read:

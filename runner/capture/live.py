@@ -35,7 +35,6 @@ from runner.capture.live_child import IDLE, lower, restore
 from runner.capture.live_process import LiveProcess
 from runner.evidence.publish import warm
 from runner.logs import get_logger
-from spool.format import Spool
 from spool.tail import SpoolTail
 from spool.writer import Spooler
 
@@ -83,18 +82,13 @@ class LiveNormalize:
                 warm()  # publish's validation imports, while the command runs
             finally:
                 self._warmed.set()
-            header = self._tail.read_header()
-            self._scanned = scan(Spool(header=header, records=self._tail.records(), phases=self._tail.phases,
-                                       trailer=None, sdk=self._tail.sdk))  # type: ignore[arg-type]
+            self._scanned = scan(self._tail.growing(self._tail.records()))
             self._scan_over.set()
             self._go.wait()
             if self._stopped:  # the session normalizes the finished spool itself
                 self._scanned.buckets.close()
                 return
-            assert self._tail.trailer is not None  # records() returns only after the trailer
-            whole = Spool(header=header, records=(), phases=self._tail.phases, trailer=self._tail.trailer,
-                          sdk=self._tail.sdk)
-            self._result = finish(self._scanned, whole, self._run_id)
+            self._result = finish(self._scanned, self._tail.finished(), self._run_id)
         except Exception as exc:  # handed to the session, which falls back to the offline pass
             self._error = exc
         finally:
@@ -140,7 +134,7 @@ class LiveNormalize:
         self._scan_over.wait()
         if self._scanned is None:
             return None
-        return sorted(set(self._scanned.scan.judge.unattributed))
+        return self._scanned.scan.judge.questions()
 
     def close(self) -> None:
         """Stop the pass (the capture failed, or its result is not wanted); release the spool

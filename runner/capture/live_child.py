@@ -184,19 +184,14 @@ def _normalize(spool_fd: int, control_fd: int, out: socket.socket, progress: mma
     """Stage A as the spool grows, then stage B; the messages go to `out`. Imported here, so that
     a failure to import is reported like any other (`main`)."""
     from normalizer.build import finish, scan
-    from spool.format import Spool
     from spool.tail import SpoolTail
 
     tail = SpoolTail(spool_fd)  # committed = whole frames by length prefix (spool/tail.py)
     threading.Thread(target=_follow_control, args=(control_fd, tail), name="assay-live-control",
                      daemon=True).start()
-    header = tail.read_header()
-    scanned = scan(Spool(header=header, records=_Counted(tail, progress), phases=tail.phases,  # type: ignore[arg-type]
-                         trailer=None, sdk=tail.sdk))  # type: ignore[arg-type]
-    out.sendall(frame(Scanned(questions=sorted(set(scanned.scan.judge.unattributed)))))
-    assert tail.trailer is not None  # the records end only after the trailer
-    whole = Spool(header=header, records=(), phases=tail.phases, trailer=tail.trailer, sdk=tail.sdk)
-    run = finish(scanned, whole, run_id)
+    scanned = scan(tail.growing(_Counted(tail, progress)))
+    out.sendall(frame(Scanned(questions=scanned.scan.judge.questions())))
+    run = finish(scanned, tail.finished(), run_id)
     layer = run.kernel
     segment = layer.deflated()  # seals the layer: sweep, digest and deflate done
     usage = resource.getrusage(resource.RUSAGE_SELF)

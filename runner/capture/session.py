@@ -214,7 +214,8 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
             policy=req.policy, cgroup_path=cgroup.hierarchy_path,
         ))
         in_process = req.sensor is None or isinstance(req.sensor, LocalSensor)
-        live.extend(p for p in [start_live(spooler, req.run_id, ring_in_process=in_process)] if p is not None)
+        if (pass_ := start_live(spooler, req.run_id, ring_in_process=in_process)) is not None:
+            live.append(pass_)
         interrupts.check_setup()
         interrupts.phase = "command"
         exit_code, ended_by = capture(source, spooler, spawned, cgroup, sdk,
