@@ -62,6 +62,12 @@ class DaemonService:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=120)
 
+    @property
+    def pid(self) -> int:
+        """The daemon's main process."""
+        assert self.proc is not None
+        return self.proc.pid
+
     def rss_kib(self) -> int:
         """Resident memory of the daemon's main and sensor processes (not its short-lived workers)."""
         assert self.proc is not None

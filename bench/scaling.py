@@ -31,22 +31,27 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.build import Tools, root_tools
 from bench.capture import read_runner_archive
+from bench.daemon import DaemonService
 from bench.procs import GNU_TIME, run_measured
 from bench.report import REPORT_PREFIX, check_events, parse_report
 from bench.run import REPO, _default_runner
-from bench.scaling_fit import after_exit_log, mib, roles
+from bench.scaling_fit import after_exit_log, daemon_worker, mib, roles
 from bench.scaling_tables import THIS, tables
-from bench.taskstats import ExitListener, TaskstatsError
+from bench.taskstats import ExitListener, ProcessPeak, TaskstatsError
 
 SIZES = (50_000, 200_000, 800_000)
 PATHS = {"distinct": 0, "repeated": 1000}
 """open_heavy's MISSING argument per paths variant: 0 makes every missing name differ."""
 SPEED = Path(__file__).resolve().parent / "normalize_speed.py"
+WORKER_WAIT_S = 10.0
+DAEMON = "daemon"
+"""The suffix of a runner's name in its daemon-mode rows."""
 
 
 @dataclass
@@ -58,9 +63,10 @@ class RunSample:
     runner: str = THIS
     ready_after_exit_s: float | None = None
     largest_rss_mib: float | None = None
-    """GNU time's %M: the largest `ru_maxrss` among the runner and the children it waited for."""
+    """GNU time's %M: the largest `ru_maxrss` among the runner and the children it waited for
+    (direct mode only: in daemon mode it would be the client's)."""
     runner_rss_mib: float | None = None
-    """The runner process's own peak (taskstats at its exit)."""
+    """The runner process's own peak (taskstats at its exit); in daemon mode the run's worker's."""
     live_rss_mib: float | None = None
     """The live normalizer process's own peak (taskstats); None when there was none."""
     live_rss_log_mib: float | None = None
@@ -72,6 +78,8 @@ class RunSample:
     events_ok: bool | None = None
     after_exit: dict[str, object] = field(default_factory=dict)
     """The runner's own `run.after_exit` log: which pass normalized, and each step's seconds."""
+    daemon_hwm_mib: dict[str, float | None] = field(default_factory=dict)
+    """Daemon mode: the daemon's and its sensor's VmHWM after the run (both live on across runs)."""
     processes: list[dict[str, object]] = field(default_factory=list)
     """Every exited process under GNU time: tgid, ppid, comm, peak_rss_kib, cpu_s."""
     error: str | None = None
@@ -87,11 +95,24 @@ class SizeResult:
     speed: dict[str, list[dict[str, float]]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Subject:
+    """A runner as the tables name it: its executable, and the daemon it runs through (None: direct)."""
+
+    name: str
+    binary: str
+    daemon: DaemonService | None = None
+
+    def mode(self) -> list[str]:
+        """`run`'s mode options."""
+        return ["--daemon", "--socket", str(self.daemon.socket)] if self.daemon else ["--direct"]
+
+
 def run_once(args: argparse.Namespace, tools: Tools, size: int, paths: str, rep: int,
-             runner: tuple[str, str], exits: ExitListener | None) -> tuple[RunSample, Path]:
-    """One run at `size` with `paths` by `runner` (column name, executable); its sample and its spool."""
-    name, binary = runner
-    out = args.work / "scaling" / name / f"{paths}-{size}-{rep}"
+             runner: Subject, exits: ExitListener | None) -> tuple[RunSample, Path]:
+    """One run at `size` with `paths` by `runner`; its sample and its spool."""
+    name, binary = runner.name, runner.binary
+    out = args.work / "scaling" / name.replace(" ", "-") / f"{paths}-{size}-{rep}"
     subprocess.run(["rm", "-rf", str(out), str(args.scratch)], check=True)
     out.mkdir(parents=True)
     args.scratch.mkdir(parents=True)
@@ -101,7 +122,7 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, paths: str, rep:
     if exits is not None:
         exits.forget()
     with tempfile.NamedTemporaryFile("r") as rss:
-        done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, binary, "run", "--direct",
+        done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, binary, "run", *runner.mode(),
                              "--out", str(out), "--run-id", run_id, "--force", "--", "sh", "-c", script,
                              tools.program("open_heavy"), str(args.scratch), str(size), str(PATHS[paths]),
                              tools.program("start_stamp")], env=runner_env())
@@ -114,7 +135,8 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, paths: str, rep:
     lines = [line for line in done.stdout.splitlines() if line.startswith(REPORT_PREFIX)]
     workload, stamp = parse_report(lines[0]), parse_report(lines[-1])
     sample.ready_after_exit_s = (ready_ns - int(stamp.extra["realtime_ns"])) / 1e9
-    sample.largest_rss_mib = int(rss_text[-1]) / 1024 if rss_text else None
+    if runner.daemon is None:  # else it is only the client's
+        sample.largest_rss_mib = int(rss_text[-1]) / 1024 if rss_text else None
     sample.own_s = workload.elapsed_s
     sample.cpu_s = done.cpu_s
     capture = read_runner_archive(out / f"{run_id}.tar.gz")
@@ -125,15 +147,40 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, paths: str, rep:
     sample.live_rss_log_mib = float(logged) if isinstance(logged, int | float) else None
     if exits is not None and done.pid is not None:
         try:
-            peaks = exits.peaks_under(done.pid)
+            if runner.daemon is None:
+                peaks = exits.peaks_under(done.pid)
+                who = roles(peaks, done.pid)
+                sample.runner_rss_mib = mib(who.runner.peak_rss_kib) if who.runner else None
+                sample.live_rss_mib = mib(who.live.peak_rss_kib) if who.live else None
+            else:
+                peaks, worker = _daemon_worker(exits, runner.daemon)
+                sample.runner_rss_mib = mib(worker.peak_rss_kib) if worker else None
+                sample.daemon_hwm_mib = {"daemon": mib(vm_hwm_kib(runner.daemon.pid)),
+                                         "sensor": mib(vm_hwm_kib(runner.daemon.sensor_pid()))}
+            sample.processes = [asdict(p) for p in sorted(peaks.values(), key=lambda p: p.tgid)]
         except TaskstatsError as exc:
             print(f"bench.scaling: {exc}: no per-process peaks for this run", file=sys.stderr)
-            return sample, out / f"{run_id}.spool"
-        sample.processes = [asdict(p) for p in sorted(peaks.values(), key=lambda p: p.tgid)]
-        who = roles(peaks, done.pid)
-        sample.runner_rss_mib = mib(who.runner.peak_rss_kib) if who.runner else None
-        sample.live_rss_mib = mib(who.live.peak_rss_kib) if who.live else None
     return sample, out / f"{run_id}.spool"
+
+
+def _daemon_worker(exits: ExitListener, service: DaemonService) -> tuple[dict[int, ProcessPeak],
+                                                                         ProcessPeak | None]:
+    """The exited processes under the daemon and its run's worker, waited for: the client may
+    return (archive delivered) a little before the worker has exited."""
+    deadline = time.monotonic() + WORKER_WAIT_S
+    while True:
+        peaks = exits.peaks_under(service.pid)
+        worker = daemon_worker(peaks, service.pid, service.sensor_pid())
+        if worker is not None or time.monotonic() > deadline:
+            return peaks, worker
+        time.sleep(0.02)
+
+
+def vm_hwm_kib(pid: int) -> int | None:
+    """A live process's VmHWM, None when it is gone."""
+    with contextlib.suppress(OSError, StopIteration), open(f"/proc/{pid}/status", "rb") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(b"VmHWM:"))
+    return None
 
 
 def runner_env() -> dict[str, str]:
@@ -189,6 +236,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--baseline-runner", action="append", metavar="NAME=PATH", default=[],
                    help="also run this other assay-runner at every size, interleaved with this one "
                         "(e.g. main=/work/main/.venv/bin/assay-runner); repeatable")
+    p.add_argument("--daemon", action="store_true",
+                   help="also run every size through 'assay-runner daemon' of each runner, after the "
+                        "direct runs, one daemon at a time (its worker's peak RSS in the runner column)")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results" / "scaling.json")
     return p.parse_args(argv)
 
@@ -199,35 +249,50 @@ def main(argv: list[str] | None = None) -> int:
     if tools is None:
         return 2
     trees = {THIS: None, **({"baseline": args.baseline} if args.baseline else {})}
-    runners = [(THIS, args.runner), *((name or "baseline", path) for name, _, path
-                                      in (item.rpartition("=") for item in args.baseline_runner))]
+    runners = [Subject(THIS, args.runner), *(Subject(name or "baseline", path) for name, _, path
+                                             in (item.rpartition("=") for item in args.baseline_runner))]
     try:
         listener: ExitListener | None = ExitListener()
     except (TaskstatsError, OSError) as exc:
         print(f"bench.scaling: no per-process peaks (taskstats: {exc}); GNU time's %M only", file=sys.stderr)
         listener = None
-    results = []
+    results = {(n // 10 if args.quick else n, paths): SizeResult(n // 10 if args.quick else n, paths)
+               for n in args.sizes for paths in args.paths}
+    names = [r.name for r in runners]
     with listener or contextlib.nullcontext():
-        for size in (n // 10 if args.quick else n for n in args.sizes):
-            for paths in args.paths:
-                result = SizeResult(size, paths)
-                for rep in range(args.reps):
-                    k = rep % len(runners)
-                    for runner in [*runners[k:], *runners[:k]]:  # rotated: none always runs first
-                        sample, spool = run_once(args, tools, size, paths, rep, runner, listener)
-                        result.runs.append(sample)
-                        print(f"scaling {paths} {size} rep {rep + 1}: {sample.runner} ready "
-                              f"{sample.ready_after_exit_s} s, runner {sample.runner_rss_mib} MiB, live "
-                              f"{sample.live_rss_mib} MiB, error {sample.error}", file=sys.stderr, flush=True)
-                        if sample.error is None and runner[0] == THIS:
-                            order = list(trees.items()) if rep % 2 == 0 else list(trees.items())[::-1]
-                            for name, tree in order:
-                                result.speed.setdefault(name, []).append(speed(spool, tree))
-                results.append(result)
-    print(tables(results, [name for name, _ in runners], list(trees)))
+        for result in results.values():
+            for rep in range(args.reps):
+                k = rep % len(runners)
+                for runner in [*runners[k:], *runners[:k]]:  # rotated: none always runs first
+                    spool = measure(args, tools, result, rep, runner, listener)
+                    if spool is not None and runner.name == THIS:
+                        order = list(trees.items()) if rep % 2 == 0 else list(trees.items())[::-1]
+                        for name, tree in order:
+                            result.speed.setdefault(name, []).append(speed(spool, tree))
+        if args.daemon:  # one daemon at a time: another's sensor would see every syscall too
+            for runner in runners:
+                socket = args.work / "scaling-daemon" / runner.name / "runner.sock"
+                with DaemonService(runner.binary, socket, socket.with_name("daemon.log")) as service:
+                    subject = Subject(f"{runner.name} {DAEMON}", runner.binary, service)
+                    names.append(subject.name)
+                    for result in results.values():
+                        for rep in range(args.reps):
+                            measure(args, tools, result, rep, subject, listener)
+    print(tables(list(results.values()), names, list(trees)))
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+    args.results.write_text(json.dumps([asdict(r) for r in results.values()], indent=1) + "\n")
     return 0
+
+
+def measure(args: argparse.Namespace, tools: Tools, result: SizeResult, rep: int, runner: Subject,
+            exits: ExitListener | None) -> Path | None:
+    """One run into `result`, with a progress line; its spool when it succeeded."""
+    sample, spool = run_once(args, tools, result.size, result.paths, rep, runner, exits)
+    result.runs.append(sample)
+    print(f"scaling {result.paths} {result.size} rep {rep + 1}: {sample.runner} ready "
+          f"{sample.ready_after_exit_s} s, runner {sample.runner_rss_mib} MiB, live "
+          f"{sample.live_rss_mib} MiB, error {sample.error}", file=sys.stderr, flush=True)
+    return spool if sample.error is None else None
 
 
 if __name__ == "__main__":

@@ -80,6 +80,14 @@ def roles(peaks: dict[int, ProcessPeak], time_pid: int) -> Roles:
     return Roles(runner, max(live, key=lambda p: p.peak_rss_kib, default=None))
 
 
+def daemon_worker(peaks: dict[int, ProcessPeak], daemon_pid: int, sensor_pid: int) -> ProcessPeak | None:
+    """In daemon mode, the run's worker among the processes that exited under the daemon since the
+    run began: a child of the daemon other than its sensor (forked from the daemon, its peak counts
+    the daemon's pages it shares since the fork); the largest if a spare died meanwhile too."""
+    workers = [p for p in peaks.values() if p.ppid == daemon_pid and p.tgid != sensor_pid]
+    return max(workers, key=lambda p: p.peak_rss_kib, default=None)
+
+
 def after_exit_log(stderr: str) -> dict[str, object]:
     """The runner's `run.after_exit` log line (runner/capture/session.py), {} when it has none."""
     for line in stderr.splitlines():

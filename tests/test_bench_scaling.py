@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.scaling import RunSample, SizeResult, path_variants, sizes
-from bench.scaling_fit import after_exit_log, fit_line, per_100k, roles, spread
+from bench.scaling_fit import after_exit_log, daemon_worker, fit_line, per_100k, roles, spread
 from bench.scaling_tables import linearity_table, runs_table, speed_table
 from bench.taskstats import (
     TS_HIWATER_AT,
@@ -88,6 +88,18 @@ def test_without_a_live_process_or_a_runner_the_roles_are_none() -> None:
     assert roles(threaded, 4402).live is None
     assert roles({}, 4402) == roles({4411: RUN[4411]}, 4402)
     assert roles({}, 4402).runner is None
+
+
+def test_the_daemons_run_worker_is_its_exited_child_other_than_the_sensor() -> None:
+    # a daemon run as bench.scaling recorded it: daemon 6355, sensor 6360 (alive, so no record
+    # unless it died), the worker 6428 and the command it spawned
+    run = {p.tgid: p for p in [peak(6428, 6355, "assay-runner-py", 41108),
+                                peak(6435, 6428, "assay-runner-py", 25176),
+                                peak(6436, 6435, "start_stamp", 1380)]}
+    worker = daemon_worker(run, 6355, 6360)
+    assert worker is not None and worker.tgid == 6428
+    assert daemon_worker({**run, 6360: peak(6360, 6355, "assay-runner-py", 900_000)}, 6355, 6360) == worker
+    assert daemon_worker({6436: run[6436]}, 6355, 6360) is None
 
 
 def test_the_after_exit_log_keeps_the_live_processs_figures_and_base_lines_parse_too() -> None:
