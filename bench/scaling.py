@@ -97,11 +97,13 @@ class SizeResult:
 
 @dataclass(frozen=True)
 class Subject:
-    """A runner as the tables name it: its executable, and the daemon it runs through (None: direct)."""
+    """A runner as the tables name it: its executable, the daemon it runs through (None: direct) and
+    the variables added to its environment (bench.under_load's variants)."""
 
     name: str
     binary: str
     daemon: DaemonService | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     def mode(self) -> list[str]:
         """`run`'s mode options."""
@@ -125,7 +127,7 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, paths: str, rep:
         done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, binary, "run", *runner.mode(),
                              "--out", str(out), "--run-id", run_id, "--force", "--", "sh", "-c", script,
                              tools.program("open_heavy"), str(args.scratch), str(size), str(PATHS[paths]),
-                             tools.program("start_stamp")], env=runner_env())
+                             tools.program("start_stamp")], env={**runner_env(), **runner.env})
         ready_ns = done.start_ns + int(done.wall_s * 1e9)
         rss_text = rss.read().strip().splitlines()
     sample = RunSample(size, paths, name)
