@@ -6,8 +6,10 @@ its parent's high-water mark: neither says how much the runner itself or its
 live normalizer process used. The kernel sends a taskstats record for every
 thread that exits on a CPU a listener registered for, built before the
 thread drops its memory map: `hiwater_rss` there is the map's own high-water
-mark (/proc's VmHWM at that moment, inherited from no one), with the thread's
-pid, its process (tgid), its parent and its `comm`. `ExitListener` collects
+mark (/proc's VmHWM at that moment; an exec starts a new map, so nothing of
+the parent's peak is in it, while a fork without exec starts with the pages
+it shares), with the thread's pid, its process (tgid), its parent and its
+`comm`. `ExitListener` collects
 those records while a measured command runs; `process_peaks` folds them into
 one peak per process. Needs root (CAP_NET_ADMIN) and CONFIG_TASK_XACCT.
 """
@@ -29,7 +31,7 @@ CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 3, 1, 2
 NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
 NLMSG_ERROR = 0x2
 TASKSTATS_CMD_GET, TASKSTATS_CMD_NEW = 1, 2
-TASKSTATS_TYPE_PID, TASKSTATS_TYPE_STATS, TASKSTATS_TYPE_AGGR_PID = 1, 3, 4
+TASKSTATS_TYPE_STATS, TASKSTATS_TYPE_AGGR_PID = 3, 4
 TASKSTATS_CMD_ATTR_REGISTER_CPUMASK, TASKSTATS_CMD_ATTR_DEREGISTER_CPUMASK = 3, 4
 NLMSG = struct.Struct("=IHHII")
 GENL = struct.Struct("=BBH")
@@ -176,6 +178,7 @@ class ExitListener:
         self._sock.bind((0, 0))
         self._family = self._family_id()
         self._cpus = CPU_POSSIBLE.read_text().strip().encode() + b"\0"
+        self._register()
         self._stop = threading.Event()
         self._draining = threading.Event()
         self._lock = threading.Lock()
@@ -191,9 +194,19 @@ class ExitListener:
                     return int.from_bytes(value[:2], "little")
         raise TaskstatsError("the kernel has no TASKSTATS netlink family (CONFIG_TASKSTATS)")
 
-    def __enter__(self) -> ExitListener:
+    def _register(self) -> None:
+        """Registers for every CPU's exits and waits for the kernel's answer (raises when refused)."""
         self._sock.send(_request(self._family, TASKSTATS_CMD_GET, TASKSTATS_CMD_ATTR_REGISTER_CPUMASK,
                                  self._cpus))
+        while True:
+            data = self._sock.recv(1 << 16)
+            self.exits += exits_in(data, self._family)
+            if any(kind == NLMSG_ERROR for kind, _ in messages(data)):
+                for kind, payload in messages(data):
+                    _check_error(kind, payload, "registering the taskstats listener")
+                return
+
+    def __enter__(self) -> ExitListener:
         self._thread.start()
         return self
 
@@ -223,8 +236,6 @@ class ExitListener:
                 raise
             self.lost += 1
             return
-        for kind, payload in messages(data):
-            _check_error(kind, payload, "registering the taskstats listener")
         self.exits += exits_in(data, self._family)
 
     @contextlib.contextmanager
