@@ -157,8 +157,7 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, paths: str, rep:
             else:
                 peaks, worker = _daemon_worker(exits, runner.daemon)
                 sample.runner_rss_mib = mib(worker.peak_rss_kib) if worker else None
-                sample.daemon_hwm_mib = {"daemon": mib(vm_hwm_kib(runner.daemon.pid)),
-                                         "sensor": mib(vm_hwm_kib(runner.daemon.sensor_pid()))}
+                sample.daemon_hwm_mib = {k: mib(v) for k, v in runner.daemon.peaks_kib().items()}
             sample.processes = [asdict(p) for p in sorted(peaks.values(), key=lambda p: p.tgid)]
         except TaskstatsError as exc:
             print(f"bench.scaling: {exc}: no per-process peaks for this run", file=sys.stderr)
@@ -176,13 +175,6 @@ def _daemon_worker(exits: ExitListener, service: DaemonService) -> tuple[dict[in
         if worker is not None or time.monotonic() > deadline:
             return peaks, worker
         time.sleep(0.02)
-
-
-def vm_hwm_kib(pid: int) -> int | None:
-    """A live process's VmHWM, None when it is gone."""
-    with contextlib.suppress(OSError, StopIteration), open(f"/proc/{pid}/status", "rb") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith(b"VmHWM:"))
-    return None
 
 
 def runner_env() -> dict[str, str]:
