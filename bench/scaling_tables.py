@@ -1,7 +1,9 @@
 """`bench.scaling`'s three tables, from its samples (no measuring here).
 
 1. Runs: per size, paths variant and runner, the medians of ready after
-   exit (and that per 100k events), and each process's own peak RSS.
+   exit (and that per 100k events), each process's own peak RSS, and which
+   pass normalized (the runner's `run.after_exit` log; n/a in daemon mode,
+   whose log is the daemon's).
 2. Offline normalize: per size, paths variant and tree, events per wall and
    per CPU second of `normalize`, stage B's CPU seconds, peak RSS.
 3. Linearity and flatness: per runner (or tree) and paths variant, the
@@ -52,7 +54,7 @@ RSS_COLUMNS: dict[str, Callable[[RunSample], float | None]] = {
 def runs_table(results: list[SizeResult], runners: list[str]) -> str:
     """Table 1: per size, paths and runner."""
     headers = ["events", "paths", "runner", "runs", "ready after exit s (median, max)", "ready s per 100k",
-               *(f"{name} RSS MiB" for name in RSS_COLUMNS), "drops", "all events"]
+               *(f"{name} RSS MiB" for name in RSS_COLUMNS), "drops", "all events", "normalized by"]
     rows = []
     for r in results:
         for name in runners:
@@ -67,6 +69,7 @@ def runs_table(results: list[SizeResult], runners: list[str]) -> str:
                 *(num(median([pick(s) for s in runs])) for pick in RSS_COLUMNS.values()),
                 str(sum(s.drops or 0 for s in runs)),
                 "yes" if ok and all(ok) else "NO",
+                " ".join(sorted({str(s.after_exit.get("normalized_by", NA)) for s in runs})) or NA,
             ])
     return render(headers, rows)
 

@@ -148,7 +148,8 @@ def test_spread_and_per_100k_leave_out_what_is_missing() -> None:
 def sample(size: int, runner: str, ready: float, own: float | None, live: float | None,
            **kw: object) -> RunSample:
     s = RunSample(size, "distinct", runner, ready_after_exit_s=ready, runner_rss_mib=own, live_rss_mib=live,
-                  largest_rss_mib=max(v for v in (own, live, 1.0) if v is not None), drops=0, events_ok=True)
+                  largest_rss_mib=max(v for v in (own, live, 1.0) if v is not None), drops=0, events_ok=True,
+                  after_exit={"normalized_by": "live"} if live is not None else {})
     for k, v in kw.items():
         setattr(s, k, v)
     return s
@@ -166,7 +167,8 @@ def test_tables_show_na_for_figures_a_runner_lacks_and_leave_failed_runs_out() -
     runs = runs_table(results, ["this", "base"])
     assert "| 1/2 " in runs  # the failed run is counted, not averaged in
     base_rows = [line for line in runs.splitlines() if "| base " in line]
-    assert len(base_rows) == 3 and all(line.count("n/a") == 2 for line in base_rows)
+    assert len(base_rows) == 3 and all(line.count("n/a") == 3 for line in base_rows)  # no log either
+    assert all(line.rstrip(" |").endswith("live") for line in runs.splitlines() if "| this " in line)
     assert "99" not in runs
     speed = speed_table(results, ["this"])
     assert "400,000" in speed and "390,000" in speed
