@@ -12,7 +12,8 @@ runner process has returned (archive renamed into place, spool published)
 minus that stamp. **Peak RSS** is per process, from the kernel's taskstats
 exit records (bench/taskstats.py): the runner's own, its live normalizer
 process's, and GNU time's `%M` (the largest of them). Each run is checked:
-zero drops and exactly N marked opens in `layers/kernel.ndjson`.
+zero drops and exactly N marked opens in `layers/kernel.ndjson`. `--daemon`
+then runs every size through each runner's daemon too (its run worker's peak).
 
 Then the spool of each size is normalized offline by `bench/normalize_speed.py`
 (this tree, and with `--baseline DIR` also another checkout, interleaved), for
