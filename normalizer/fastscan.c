@@ -932,11 +932,42 @@ PyMODINIT_FUNC PyInit__fastscan(void)
  * one of `needles` (a tuple of bytes, given lower-cased)? The same answer as normalizer/redact.py
  * any_folded, its fallback and reference: `any(n in bytes(block).lower() for n in needles)`.
  *
- * One pass over the block whatever the number of needles: a position is compared with the
- * needles only when its two bytes, read as one u16, are in a 64 Kibit table of every byte pair
- * that lower-cases to a needle's first two (any second byte for a one-byte needle). The block is held as a Py_buffer and scanned with the GIL
- * released, so the kernel layer's sweep runs beside stage B (normalizer/kernel_lines.py). */
+ * One pass over the block whatever the number of needles. Three 256-entry tables give, per raw
+ * byte, the needles whose first (second, third) byte it lower-cases to (every needle shorter than
+ * that position is in the second and third tables whatever the byte): the needles that can start
+ * at a position are the AND of its three bytes' entries, almost always none, and only those are
+ * compared in full. Positions are tested sixteen at a time, with one branch for the sixteen. The block
+ * is held as a Py_buffer and scanned with the GIL released, so the kernel layer's sweep runs
+ * beside stage B (normalizer/kernel_lines.py). */
 #define FOLD_NEEDLES_MAX 64
+
+struct folded {
+    const unsigned char *need[FOLD_NEEDLES_MAX];
+    Py_ssize_t need_n[FOLD_NEEDLES_MAX];
+    uint64_t at[3][256]; /* at[j][c]: the needles whose byte j byte c lower-cases to, or shorter than j + 1 */
+    uint64_t shorter[3];  /* shorter[j]: the needles of at most j bytes */
+    unsigned char low[256];
+};
+
+/* Does a needle start at b[p] (of n bytes)? Only the candidates of the tables are compared. */
+static int folded_at(const struct folded *f, const unsigned char *b, Py_ssize_t n, Py_ssize_t p)
+{
+    uint64_t cand = f->at[0][b[p]];
+    for (int j = 1; j < 3 && cand; j++)
+        cand &= p + j < n ? f->at[j][b[p + j]] : f->shorter[j];
+    while (cand) {
+        int k = __builtin_ctzll(cand);
+        cand &= cand - 1;
+        Py_ssize_t m = f->need_n[k], j = 1;
+        if (m > n - p)
+            continue;
+        while (j < m && f->low[b[p + j]] == f->need[k][j])
+            j++;
+        if (j == m)
+            return 1;
+    }
+    return 0;
+}
 
 static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -951,16 +982,15 @@ static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "any_folded: too many needles");
         return NULL;
     }
-    const unsigned char *need[FOLD_NEEDLES_MAX];
-    Py_ssize_t need_n[FOLD_NEEDLES_MAX];
+    struct folded f;
     for (Py_ssize_t k = 0; k < count; k++) {
         PyObject *n = PyTuple_GET_ITEM(needles, k);
         if (!PyBytes_Check(n)) {
             PyErr_SetString(PyExc_TypeError, "any_folded: needles must be bytes");
             return NULL;
         }
-        need[k] = (const unsigned char *)PyBytes_AS_STRING(n);
-        need_n[k] = PyBytes_GET_SIZE(n);
+        f.need[k] = (const unsigned char *)PyBytes_AS_STRING(n);
+        f.need_n[k] = PyBytes_GET_SIZE(n);
     }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
@@ -969,44 +999,39 @@ static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_ssize_t n = view.len;
     int found = 0;
     Py_BEGIN_ALLOW_THREADS
-    unsigned char low[256];
-    uint64_t pairs[1 << 10] = {0}; /* one bit per two raw bytes, read as a native u16 */
+    memset(f.at, 0, sizeof f.at);
+    memset(f.shorter, 0, sizeof f.shorter);
     for (int c = 0; c < 256; c++)
-        low[c] = (unsigned char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        f.low[c] = (unsigned char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
     for (Py_ssize_t k = 0; k < count; k++) {
-        if (need_n[k] == 0) {
+        uint64_t bit = (uint64_t)1 << k;
+        if (f.need_n[k] == 0) {
             found = 1; /* the empty needle is in every block */
             continue;
         }
-        for (int c0 = 0; c0 < 256; c0++) { /* every byte pair that lower-cases to the needle's start */
-            if (low[c0] != need[k][0])
+        for (int j = 0; j < 3; j++) {
+            if (f.need_n[k] <= j) {
+                f.shorter[j] |= bit;
+                for (int c = 0; c < 256; c++)
+                    f.at[j][c] |= bit;
                 continue;
-            for (int c1 = 0; c1 < 256; c1++) {
-                if (need_n[k] > 1 && low[c1] != need[k][1])
-                    continue;
-                uint16_t key;
-                unsigned char two[2] = {(unsigned char)c0, (unsigned char)c1};
-                memcpy(&key, two, 2);
-                pairs[key >> 6] |= (uint64_t)1 << (key & 63);
             }
+            for (int c = 0; c < 256; c++)
+                if (f.low[c] == f.need[k][j])
+                    f.at[j][c] |= bit;
         }
     }
-    for (Py_ssize_t i = 0; i < n && !found; i++) {
-        if (i + 1 < n) {
-            uint16_t key;
-            memcpy(&key, b + i, 2);
-            if (!(pairs[key >> 6] >> (key & 63) & 1))
-                continue;
-        }
-        for (Py_ssize_t k = 0; k < count && !found; k++) {
-            Py_ssize_t m = need_n[k], j = 0;
-            if (m > n - i)
-                continue;
-            while (j < m && low[b[i + j]] == need[k][j])
-                j++;
-            found = j == m;
-        }
+    Py_ssize_t p = 0;
+    for (; !found && p + 18 <= n; p += 16) { /* positions p..p+15 read bytes up to p+17 */
+        uint64_t any = 0;
+        for (int u = 0; u < 16; u++)
+            any |= f.at[0][b[p + u]] & f.at[1][b[p + u + 1]] & f.at[2][b[p + u + 2]];
+        if (any)
+            for (int u = 0; u < 16 && !found; u++)
+                found = folded_at(&f, b, n, p + u);
     }
+    for (; !found && p < n; p++)
+        found = folded_at(&f, b, n, p);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyBool_FromLong(found);
