@@ -891,6 +891,8 @@ static PyObject *collect_values(PyObject *self, PyObject *const *args, Py_ssize_
 }
 
 static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+static PyObject *batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+static PyObject *skip_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 static PyMethodDef methods[] = {
     {"join_indexed", (PyCFunction)(void (*)(void))join_indexed, METH_FASTCALL,
@@ -911,6 +913,10 @@ static PyMethodDef methods[] = {
      "The scan's fast path (normalizer/scan.py fast_records, in C)."},
     {"any_folded", (PyCFunction)(void (*)(void))any_folded, METH_FASTCALL, /* defined at the end */
      "Whether a block, ASCII lower-cased, holds any needle (normalizer/redact.py any_folded, in C)."},
+    {"batch_records", (PyCFunction)(void (*)(void))batch_records, METH_FASTCALL, /* defined at the end */
+     "The records of a block's whole batch frames (spool/format.py batch_records, in C)."},
+    {"skip_frames", (PyCFunction)(void (*)(void))skip_frames, METH_FASTCALL, /* defined at the end */
+     "Steps over a block's whole frames that start with given bytes (spool/format.py skip_frames, in C)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1037,3 +1043,139 @@ static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t na
     return PyBool_FromLong(found);
 }
 /* ==== end of any_folded ==== */
+
+/* ==== spool frames: batch_records, skip_frames (spool/format.py, their fallbacks) ====
+ *
+ * A spool is length-prefixed frames (u32 little-endian, then the msgpack body). Both functions
+ * walk the whole frames of a block read from a spool, from offset `pos`, and stop (returning the
+ * offset reached) at the first frame they do not take: one cut by the block's end, one announcing
+ * more than MAX_FRAME, one that is not what they look for. Python's frame reader takes that one
+ * its general way (which reads on, or refuses a torn or foreign frame).
+ *
+ * skip_frames(block, pos, head) -> pos: steps over the frames whose body starts with `head`
+ * (read_spool: batch frames are recognized by their first bytes, not decoded).
+ *
+ * batch_records(block, pos, out, limit, head) -> pos: appends to list `out` the records of each
+ * batch frame, while `out` holds fewer than `limit`. A batch frame here is `head` (msgpack of a
+ * Batch up to its records array: spool/format.py _BATCH_HEAD) then exactly one msgpack array of
+ * `bin` items ending with the frame; each item becomes a bytes object. A frame is checked whole
+ * before any of its records is appended. */
+#define MAX_FRAME ((Py_ssize_t)256 << 20)
+
+static uint32_t be_at(const unsigned char *p, int n)
+{
+    uint32_t v = 0;
+    for (int k = 0; k < n; k++)
+        v = v << 8 | p[k];
+    return v;
+}
+
+/* The body size of a whole frame at b[pos] (of n bytes), or -1. */
+static Py_ssize_t whole_frame(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos)
+{
+    if (n - pos < 4)
+        return -1;
+    Py_ssize_t size = (Py_ssize_t)u32_at(b + pos);
+    return size <= MAX_FRAME && size <= n - pos - 4 ? size : -1;
+}
+
+/* Parse the `fn` bytes at f as exactly one msgpack array of bin items; the item count, or -1 when
+ * they are not that. With `out`, each item is appended to it (-2: no memory); the caller parses
+ * once without `out` first, so a frame is never taken in part. */
+static Py_ssize_t bin_array(const unsigned char *f, Py_ssize_t fn, PyObject *out)
+{
+    if (fn < 1)
+        return -1;
+    Py_ssize_t count, at;
+    if ((f[0] & 0xf0) == 0x90) {
+        count = f[0] & 0x0f;
+        at = 1;
+    } else if (f[0] == 0xdc && fn >= 3) {
+        count = be_at(f + 1, 2);
+        at = 3;
+    } else if (f[0] == 0xdd && fn >= 5) {
+        count = be_at(f + 1, 4);
+        at = 5;
+    } else {
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        int width = at < fn ? (f[at] == 0xc4 ? 1 : f[at] == 0xc5 ? 2 : f[at] == 0xc6 ? 4 : 0) : 0;
+        if (width == 0 || fn - at - 1 < width)
+            return -1;
+        Py_ssize_t len = be_at(f + at + 1, width);
+        at += 1 + width;
+        if (len > fn - at)
+            return -1;
+        if (out != NULL) {
+            PyObject *rec = PyBytes_FromStringAndSize((const char *)f + at, len);
+            if (rec == NULL)
+                return -2;
+            int failed = PyList_Append(out, rec);
+            Py_DECREF(rec);
+            if (failed)
+                return -2;
+        }
+        at += len;
+    }
+    return at == fn ? count : -1;
+}
+
+static PyObject *batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[2]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "batch_records(block: bytes, pos: int, out: list, limit: int, head: bytes)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[3]);
+    if ((pos == -1 || limit == -1) && PyErr_Occurred())
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[4]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]), hn = PyBytes_GET_SIZE(args[4]);
+    if (pos < 0 || pos > n) {
+        PyErr_SetString(PyExc_ValueError, "batch_records: pos outside the block");
+        return NULL;
+    }
+    PyObject *out = args[2];
+    while (PyList_GET_SIZE(out) < limit) {
+        Py_ssize_t size = whole_frame(b, n, pos);
+        if (size < hn || memcmp(b + pos + 4, head, (size_t)hn) != 0)
+            break;
+        const unsigned char *items = b + pos + 4 + hn;
+        if (bin_array(items, size - hn, NULL) < 0)
+            break;
+        if (bin_array(items, size - hn, out) < 0)
+            return NULL; /* no memory: the frame parsed above */
+        pos += 4 + size;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+
+static PyObject *skip_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "skip_frames(block: bytes, pos: int, head: bytes)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred())
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[2]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]), hn = PyBytes_GET_SIZE(args[2]);
+    if (pos < 0 || pos > n) {
+        PyErr_SetString(PyExc_ValueError, "skip_frames: pos outside the block");
+        return NULL;
+    }
+    for (;;) {
+        Py_ssize_t size = whole_frame(b, n, pos);
+        if (size < hn || memcmp(b + pos + 4, head, (size_t)hn) != 0)
+            break;
+        pos += 4 + size;
+    }
+    return PyLong_FromSsize_t(pos);
+}
+/* ==== end of spool frames ==== */

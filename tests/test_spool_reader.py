@@ -1,5 +1,6 @@
 """The spool reader reads in blocks: whatever the block size, the same frames and records, and a
-torn or oversize frame refused as strictly (spool/format.py `_frame_bodies`, `SpoolRecords`)."""
+torn or oversize frame refused as strictly (spool/format.py `FrameReader`, `SpoolRecords`), and the
+C walk over whole batch frames (normalizer/fastscan.c) takes what its Python twin takes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from normalizer import accel
 from spool import format as spool_format
-from spool.format import FRAME_HEAD, MAX_FRAME, Phase, SpoolError, encode_frame, iter_frames, read_spool
+from spool.format import (
+    FRAME_HEAD,
+    MAX_FRAME,
+    Batch,
+    Phase,
+    SpoolError,
+    SpoolRecords,
+    encode_frame,
+    iter_frames,
+    read_spool,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 SPOOLS = sorted(DATA.glob("*.spool"))
@@ -93,3 +105,79 @@ def test_a_frame_shorter_than_a_batch_head_is_never_skipped_as_a_batch(tmp_path:
                       + encode_frame(Phase(name="p" * n, ts=0)) + EXAMPLE[first:])
     with pytest.raises(SpoolError, match="undecodable frame"):
         read_spool(spool)
+
+
+needs_native = pytest.mark.skipif(accel.native is None,
+                                  reason="normalizer/_fastscan is not built (make setup)")
+HEAD = spool_format._BATCH_HEAD
+RECORDS = st.lists(st.binary(max_size=300), max_size=20)
+
+
+@st.composite
+def frame_bytes(draw: st.DrawFn) -> bytes:
+    """One frame as a spool may hold it: a batch (as msgspec or the C consumer writes it, or with
+    wider array and bin headers than needed), another frame, or a batch head before foreign bytes."""
+    kind = draw(st.sampled_from(["batch", "wide", "phase", "foreign", "huge"]))
+    if kind == "batch":
+        return encode_frame(Batch(records=draw(RECORDS)))
+    if kind == "wide":  # array32 and bin32 headers: msgpack allows them for any size
+        records = draw(RECORDS)
+        body = HEAD + b"\xdd" + len(records).to_bytes(4, "big") \
+            + b"".join(b"\xc6" + len(r).to_bytes(4, "big") + r for r in records)
+        return len(body).to_bytes(4, "little") + body
+    if kind == "phase":
+        return encode_frame(Phase(name=draw(st.text(max_size=5)), ts=draw(st.integers(0, 9))))
+    if kind == "huge":
+        return (MAX_FRAME + draw(st.integers(1, 9))).to_bytes(4, "little") + HEAD
+    body = HEAD + draw(st.binary(max_size=30))
+    return len(body).to_bytes(4, "little") + body
+
+
+BLOCKS = st.lists(frame_bytes(), max_size=8).map(b"".join)
+
+
+@needs_native
+@given(BLOCKS, st.data())
+def test_the_c_batch_walk_takes_what_python_takes(block: bytes, data: st.DataObject) -> None:
+    """Any block (cut anywhere), from any offset, with any list limit: the C takes the same frames
+    and gives the same records as its Python twin; skipping frames by their head too."""
+    assert accel.native is not None
+    block = block[:data.draw(st.integers(0, len(block)))]
+    pos = data.draw(st.sampled_from([0, *_ends(block)]))
+    limit = data.draw(st.integers(0, 60))
+    ours: list[bytes] = [b"kept"]
+    theirs: list[bytes] = [b"kept"]
+    assert accel.native.batch_records(block, pos, ours, limit, HEAD) == \
+        spool_format.batch_records(block, pos, theirs, limit, HEAD)
+    assert ours == theirs
+    assert accel.native.skip_frames(block, pos, HEAD) == spool_format.skip_frames(block, pos, HEAD)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+@given(st.lists(frame_bytes(), max_size=12), st.sampled_from([1, 7, 64, 1 << 20]), st.integers(1, 50))
+def test_batches_give_each_batch_frame_records_in_order(tmp_path_factory: pytest.TempPathFactory,
+                                                        native: bool, frames: list[bytes], block: int,
+                                                        per_list: int) -> None:
+    """SpoolRecords.batches over any frames at any block size: every batch's records in order, in
+    lists of at least `RECORDS_PER_LIST` but the last, or the error the general way raises."""
+    if native and accel.native is None:
+        pytest.skip("normalizer/_fastscan is not built (make setup)")
+    path = tmp_path_factory.mktemp("batches") / "s.spool"
+    path.write_bytes(b"".join(frames))
+    try:
+        expected: list[bytes] | str = [r for f in iter_frames(io.BytesIO(path.read_bytes()))
+                                       if isinstance(f, Batch) for r in f.records]
+    except SpoolError as exc:
+        expected = str(exc)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spool_format, "READ_BYTES", block)
+        mp.setattr(spool_format, "RECORDS_PER_LIST", per_list)
+        if not native:
+            mp.setattr(accel, "native", None)
+        try:
+            lists = list(SpoolRecords(path).batches())
+        except SpoolError as exc:
+            assert str(exc) == expected
+            return
+    assert [r for batch in lists for r in batch] == expected
+    assert all(lists) and all(len(batch) >= per_list for batch in lists[:-1])
