@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normalizer import accel
@@ -114,10 +114,32 @@ RECORDS = st.lists(st.binary(max_size=300), max_size=20)
 
 
 @st.composite
+def lookalike(draw: st.DrawFn) -> bytes:
+    """A batch head then an array of `bin` items, with at most one flaw: an item of another type
+    (str, ext, int), an item length or the array's count off by one, a byte after the array."""
+    records = draw(st.lists(st.binary(max_size=5), min_size=1, max_size=4))
+    flaw = draw(st.sampled_from(["none", "type", "length", "count", "after"]))
+    bad = draw(st.integers(0, len(records) - 1))
+    items = []
+    for k, data in enumerate(records):
+        kind, n = b"\xc4", len(data)
+        if k == bad and flaw == "type":
+            kind = draw(st.sampled_from([b"\xd9", b"\xc7", b"\xa3", b"\x01", b"\xc5", b"\xc6"]))
+        if k == bad and flaw == "length":
+            n = max(n + draw(st.sampled_from([-1, 1])), 0)
+        items.append(kind + n.to_bytes({b"\xc5": 2, b"\xc6": 4}.get(kind, 1), "big") + data)
+    count = len(items) + (draw(st.sampled_from([-1, 1])) if flaw == "count" else 0)
+    array = draw(st.sampled_from([bytes([0x90 | count % 16]), b"\xdc" + count.to_bytes(2, "big"),
+                                  b"\xdd" + count.to_bytes(4, "big")]))
+    return HEAD + array + b"".join(items) + (b"\x00" if flaw == "after" else b"")
+
+
+@st.composite
 def frame_bytes(draw: st.DrawFn) -> bytes:
     """One frame as a spool may hold it: a batch (as msgspec or the C consumer writes it, or with
-    wider array and bin headers than needed), another frame, or a batch head before foreign bytes."""
-    kind = draw(st.sampled_from(["batch", "wide", "phase", "foreign", "huge"]))
+    wider array and bin headers than needed), another frame, a batch head before other bytes, or a
+    length prefix over MAX_FRAME."""
+    kind = draw(st.sampled_from(["batch", "wide", "phase", "lookalike", "foreign", "huge"]))
     if kind == "batch":
         return encode_frame(Batch(records=draw(RECORDS)))
     if kind == "wide":  # array32 and bin32 headers: msgpack allows them for any size
@@ -129,7 +151,7 @@ def frame_bytes(draw: st.DrawFn) -> bytes:
         return encode_frame(Phase(name=draw(st.text(max_size=5)), ts=draw(st.integers(0, 9))))
     if kind == "huge":
         return (MAX_FRAME + draw(st.integers(1, 9))).to_bytes(4, "little") + HEAD
-    body = HEAD + draw(st.binary(max_size=30))
+    body = draw(lookalike()) if kind == "lookalike" else HEAD + draw(st.binary(max_size=30))
     return len(body).to_bytes(4, "little") + body
 
 
@@ -137,20 +159,35 @@ BLOCKS = st.lists(frame_bytes(), max_size=8).map(b"".join)
 
 
 @needs_native
+@settings(max_examples=500)
 @given(BLOCKS, st.data())
 def test_the_c_batch_walk_takes_what_python_takes(block: bytes, data: st.DataObject) -> None:
     """Any block (cut anywhere), from any offset, with any list limit: the C takes the same frames
     and gives the same records as its Python twin; skipping frames by their head too."""
     assert accel.native is not None
-    block = block[:data.draw(st.integers(0, len(block)))]
-    pos = data.draw(st.sampled_from([0, *_ends(block)]))
-    limit = data.draw(st.integers(0, 60))
+    block = block[:data.draw(st.just(len(block)) | st.integers(0, len(block)))]
+    pos = data.draw(st.sampled_from([0, *_ends(block)]))  # any frame first
+    limit = data.draw(st.just(1 << 20) | st.integers(0, 60))
     ours: list[bytes] = [b"kept"]
     theirs: list[bytes] = [b"kept"]
     assert accel.native.batch_records(block, pos, ours, limit, HEAD) == \
         spool_format.batch_records(block, pos, theirs, limit, HEAD)
     assert ours == theirs
     assert accel.native.skip_frames(block, pos, HEAD) == spool_format.skip_frames(block, pos, HEAD)
+
+
+@needs_native
+@settings(max_examples=300)
+@given(lookalike(), st.lists(st.binary(max_size=3), min_size=8, max_size=15))
+def test_the_c_batch_walk_takes_each_flawed_frame_as_python(body: bytes, records: list[bytes]) -> None:
+    """A batch frame with each kind of flaw alone, then one of 8 to 15 records (the widest fixarray)."""
+    assert accel.native is not None
+    for block in (len(body).to_bytes(4, "little") + body, encode_frame(Batch(records=records))):
+        ours: list[bytes] = []
+        theirs: list[bytes] = []
+        assert accel.native.batch_records(block, 0, ours, 1 << 20, HEAD) == \
+            spool_format.batch_records(block, 0, theirs, 1 << 20, HEAD)
+        assert ours == theirs
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
