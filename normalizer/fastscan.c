@@ -46,6 +46,7 @@
 #define EACCES_RET (-13)
 #define ENOENT_RET (-2)
 #define O_CREAT_BIT 0100
+#define O_EXCL_BIT 0200
 #define O_CLOEXEC_BIT 02000000
 #define JOIN_MAX 8192 /* longest path worked out here; a longer one goes to Python */
 
@@ -57,8 +58,8 @@ static uint16_t u16_at(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); r
 
 /* What the scan passes for working out a plain open the memo does not hold (`OpenContext` in
  * normalizer/scan.py): (Classified, kind, metas, judging, drop_telemetry, telemetry prefixes,
- * telemetry substrings, memo limit, reopen prefixes). */
-enum { CX_TYPE, CX_KIND, CX_METAS, CX_JUDGING, CX_DROP, CX_TPREFIX, CX_TSUB, CX_LIMIT, CX_REOPEN, CX_SIZE };
+ * telemetry substrings, memo limit, reopen prefixes, transient.random_span). */
+enum { CX_TYPE, CX_KIND, CX_METAS, CX_JUDGING, CX_DROP, CX_TPREFIX, CX_TSUB, CX_LIMIT, CX_REOPEN, CX_RANDOM, CX_SIZE };
 
 static int has(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m)
 {
@@ -85,8 +86,10 @@ static int any_of(PyObject *t, const char *s, Py_ssize_t n, int prefix)
 /* The memo answer of a plain open (new reference), as Scan._open_answer gives it: a whole
  * printable-ASCII name without a backslash, joined without posixpath (an absolute path already
  * normal, or one plain component under a normal absolute base), no /proc fd reopen, no
- * telemetry candidate, no create a transient name could care about, open metadata already
- * in `metas`. NULL without an exception: not plain, Python works it out. */
+ * telemetry candidate, open metadata already in `metas`. NULL without an exception: not plain,
+ * Python works it out. A create (or an attempt that found no directory) is inert for transient
+ * names only when no template calls its name random: TransientNames.inert asks random_span,
+ * and so does this (a Python call, memoized there). */
 static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *base, int64_t ret)
 {
     uint16_t dlen = u16_at(p + 18), cut = u16_at(p + 20);
@@ -96,8 +99,7 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
     if (n == 0 || n > JOIN_MAX || cut & TRUNC_FIRST
         || (PyTuple_GET_ITEM(ctx, CX_JUDGING) == Py_True && ret == EACCES_RET))
         return NULL;
-    if ((flags & O_CREAT_BIT) && (ret >= 0 || ret == ENOENT_RET))
-        return NULL;
+    int creates = (flags & O_CREAT_BIT) && (ret >= 0 || ret == ENOENT_RET);
     for (Py_ssize_t k = 0; k < n; k++)
         if (name[k] < 0x20 || name[k] >= 0x7f || name[k] == '\\')
             return NULL;
@@ -148,6 +150,17 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
     PyObject *path = PyUnicode_DecodeUTF8(buf, size, "strict");
     if (path == NULL)
         return NULL;
+    PyObject *inert = Py_True;
+    if (creates) {
+        PyObject *argv[2] = {path, (flags & O_EXCL_BIT) ? Py_True : Py_False};
+        PyObject *span = PyObject_Vectorcall(PyTuple_GET_ITEM(ctx, CX_RANDOM), argv, 2, NULL);
+        if (span == NULL) {
+            Py_DECREF(path);
+            return NULL;
+        }
+        inert = span == Py_None ? Py_True : Py_False;
+        Py_DECREF(span);
+    }
     PyObject *event_type = PyLong_FromLong(HOOK_OPEN), *zero = PyLong_FromLong(0);
     PyObject *argv[6] = {event_type, PyTuple_GET_ITEM(ctx, CX_KIND), path, meta, zero, zero};
     PyObject *shape = event_type && zero
@@ -162,7 +175,7 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
         Py_XDECREF(shape);
         return NULL;
     }
-    PyObject *answer = PyTuple_Pack(4, fd_entry ? fd_entry : Py_None, shape, Py_False, Py_True);
+    PyObject *answer = PyTuple_Pack(4, fd_entry ? fd_entry : Py_None, shape, Py_False, inert);
     Py_XDECREF(fd_entry);
     Py_DECREF(shape);
     return answer;

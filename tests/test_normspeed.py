@@ -102,7 +102,7 @@ NAMES = st.sampled_from([
 @st.composite
 def fs_record(draw: st.DrawFn) -> bytes:
     """An open or a close of one of the run's threads (or a stranger), hostile names included, now
-    and then an exec or a chdir; sometimes cut short, or with a payload length that lies."""
+    and then an exec, a chdir or an unlink; sometimes cut short, or with a payload length that lies."""
     tid = draw(st.sampled_from(RUN_TIDS) | st.integers(0, (1 << 32) - 1))
     kind = draw(st.integers(0, 9))
     if kind <= 2:
@@ -110,6 +110,8 @@ def fs_record(draw: st.DrawFn) -> bytes:
     elif kind == 3:  # an exec drops the close-on-exec fds; a chdir moves the base of relative names
         hook = draw(st.sampled_from([wire.HOOK_EXEC, wire.HOOK_CHDIR]))
         data, a0, a1 = draw(st.sampled_from([b"/tmp/rec/work\0", b"sub\0", b"/usr/bin/true\0"])), tid, 0
+    elif kind == 4:  # an unlink: a created name whose template calls it random becomes transient
+        hook, data, a0, a1 = wire.HOOK_UNLINK, draw(NAMES) + b"\0", draw(st.sampled_from([AT_FDCWD, 3])), 0
     else:
         hook = wire.HOOK_OPEN
         name = draw(NAMES)
@@ -332,3 +334,31 @@ def test_prepared_chunks_give_the_same_lines_under_another_run_id() -> None:
     assert results[0] == results[1]
     assert results[0][1].count(b'"run_id":"another-run"') == run.kernel.count > 3
     assert adopted == [1]  # the first way took the prepared chunks
+
+
+def _fs_record(tid: int, hook: int, name: bytes, flags: int, ret: int) -> bytes:
+    """A record of `hook` on `name` relative to the cwd by thread `tid`."""
+    fields = {**RECORDED, "tgid": tid, "tid": tid, "hook": hook, "data_len": len(name) + 1,
+              "truncated": 0, "ret": ret, "a0": AT_FDCWD, "a1": flags, "a2": 0o644, "a3": 0}
+    return wire.HEADER.pack(*(fields[f] for f in wire.HEADER_FIELDS)) + name + b"\0"
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_random_name_created_on_the_fast_path_is_followed(exclusive: bool) -> None:
+    """Plain creates teach the scan their open metadata; the next creates with it are worked out
+    on the fast path (in C), and a name a template calls random must still be followed: created
+    and removed, it becomes `~N` in every way ("data.Xy12Zq" only when created exclusively)."""
+    tid = next(iter(build.scan(EXAMPLE).scan.tree.tasks))
+    flags = O_CREAT | O_WRONLY | (O_EXCL if exclusive else 0)
+    names = [b"plain-a", b"plain-b", b"tmpab12cd34", b"data.Xy12Zq", b"plain-c"]
+    records = [_fs_record(tid, wire.HOOK_OPEN, n, flags, 5) for n in names]
+    records += [_fs_record(tid, wire.HOOK_UNLINK, n, 0, 0) for n in names]
+    spool = Spool(header=EXAMPLE.header, records=RECORDS + records, phases=EXAMPLE.phases,
+                  trailer=EXAMPLE.trailer)
+    results = {}
+    for name in MODES:
+        with mode(name):
+            results[name] = archive(spool)
+            layer = normalize(spool).kernel.read_bytes()
+            assert (b"tmp~1" in layer, b"data.~" in layer, b"plain-c" in layer) == (True, exclusive, True)
+    assert results["native"] == results["general"] == results["python"]
