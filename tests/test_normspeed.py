@@ -350,7 +350,7 @@ def test_a_random_name_created_on_the_fast_path_is_followed(exclusive: bool) -> 
     and removed, it becomes `~N` in every way ("data.Xy12Zq" only when created exclusively)."""
     tid = next(iter(build.scan(EXAMPLE).scan.tree.tasks))
     flags = O_CREAT | O_WRONLY | (O_EXCL if exclusive else 0)
-    names = [b"plain-a", b"plain-b", b"tmpab12cd34", b"data.Xy12Zq", b"plain-c"]
+    names = [b"plain-a", b"plain-b", b"data.Xy12Zq", b"tmpab12cd34", b"plain-c"]
     records = [_fs_record(tid, wire.HOOK_OPEN, n, flags, 5) for n in names]
     records += [_fs_record(tid, wire.HOOK_UNLINK, n, 0, 0) for n in names]
     spool = Spool(header=EXAMPLE.header, records=RECORDS + records, phases=EXAMPLE.phases,
@@ -360,5 +360,5 @@ def test_a_random_name_created_on_the_fast_path_is_followed(exclusive: bool) -> 
         with mode(name):
             results[name] = archive(spool)
             layer = normalize(spool).kernel.read_bytes()
-            assert (b"tmp~1" in layer, b"data.~" in layer, b"plain-c" in layer) == (True, exclusive, True)
+            assert (b"tmp~" in layer, b"data.~" in layer, b"plain-c" in layer) == (True, exclusive, True)
     assert results["native"] == results["general"] == results["python"]
