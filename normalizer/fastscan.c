@@ -1060,15 +1060,15 @@ static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t na
 /* ==== spool frames: batch_records, skip_frames (spool/format.py, their fallbacks) ====
  *
  * A spool is length-prefixed frames (u32 little-endian, then the msgpack body). Both functions
- * walk the whole frames of a block read from a spool, from offset `pos`, and stop (returning the
+ * walk the whole frames of block[pos:end] (any buffer: the reader's), and stop (returning the
  * offset reached) at the first frame they do not take: one cut by the block's end, one announcing
  * more than MAX_FRAME, one that is not what they look for. Python's frame reader takes that one
  * its general way (which reads on, or refuses a torn or foreign frame).
  *
- * skip_frames(block, pos, head) -> pos: steps over the frames whose body starts with `head`
+ * skip_frames(block, pos, end, head) -> pos: steps over the frames whose body starts with `head`
  * (read_spool: batch frames are recognized by their first bytes, not decoded).
  *
- * batch_records(block, pos, out, limit, head) -> pos: appends to list `out` the records of each
+ * batch_records(block, pos, end, out, limit, head) -> pos: appends to list `out` the records of each
  * batch frame, while `out` holds fewer than `limit`. A batch frame here is `head` (msgpack of a
  * Batch up to its records array: spool/format.py _BATCH_HEAD) then exactly one msgpack array of
  * `bin` items ending with the frame; each item becomes a bytes object. A frame is checked whole
@@ -1134,61 +1134,80 @@ static Py_ssize_t bin_array(const unsigned char *f, Py_ssize_t fn, PyObject *out
     return at == fn ? count : -1;
 }
 
+/* The block (a buffer held in `view`) and the offsets pos <= end within it; 0, or -1 with an
+ * exception. */
+static int frames_view(PyObject *block, PyObject *pos_obj, PyObject *end_obj, Py_buffer *view,
+                       Py_ssize_t *pos, Py_ssize_t *end)
+{
+    *pos = PyLong_AsSsize_t(pos_obj);
+    *end = PyLong_AsSsize_t(end_obj);
+    if ((*pos == -1 || *end == -1) && PyErr_Occurred())
+        return -1;
+    if (PyObject_GetBuffer(block, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (*pos < 0 || *pos > *end || *end > view->len) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "spool frames: pos and end must be offsets within the block");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[2]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "batch_records(block: bytes, pos: int, out: list, limit: int, head: bytes)");
+    if (nargs != 6 || !PyList_Check(args[3]) || !PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "batch_records(block: buffer, pos: int, end: int, out: list, limit: int, head: bytes)");
         return NULL;
     }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[3]);
-    if ((pos == -1 || limit == -1) && PyErr_Occurred())
+    Py_buffer view;
+    Py_ssize_t pos, end, limit = PyLong_AsSsize_t(args[4]);
+    if ((limit == -1 && PyErr_Occurred()) || frames_view(args[0], args[1], args[2], &view, &pos, &end) < 0)
         return NULL;
-    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[4]);
-    Py_ssize_t n = PyBytes_GET_SIZE(args[0]), hn = PyBytes_GET_SIZE(args[4]);
-    if (pos < 0 || pos > n) {
-        PyErr_SetString(PyExc_ValueError, "batch_records: pos outside the block");
-        return NULL;
-    }
-    PyObject *out = args[2];
+    const unsigned char *b = view.buf;
+    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    Py_ssize_t hn = PyBytes_GET_SIZE(args[5]);
+    PyObject *out = args[3];
+    int failed = 0;
     while (PyList_GET_SIZE(out) < limit) {
-        Py_ssize_t size = whole_frame(b, n, pos);
+        Py_ssize_t size = whole_frame(b, end, pos);
         if (size < hn || memcmp(b + pos + 4, head, (size_t)hn) != 0)
             break;
         const unsigned char *items = b + pos + 4 + hn;
         if (bin_array(items, size - hn, NULL) < 0)
             break;
-        if (bin_array(items, size - hn, out) < 0)
-            return NULL; /* no memory: the frame parsed above */
+        if (bin_array(items, size - hn, out) < 0) {
+            failed = 1; /* no memory: the frame parsed above */
+            break;
+        }
         pos += 4 + size;
     }
-    return PyLong_FromSsize_t(pos);
+    PyBuffer_Release(&view);
+    return failed ? NULL : PyLong_FromSsize_t(pos);
 }
 
 static PyObject *skip_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "skip_frames(block: bytes, pos: int, head: bytes)");
+    if (nargs != 4 || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "skip_frames(block: buffer, pos: int, end: int, head: bytes)");
         return NULL;
     }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    if (pos == -1 && PyErr_Occurred())
+    Py_buffer view;
+    Py_ssize_t pos, end;
+    if (frames_view(args[0], args[1], args[2], &view, &pos, &end) < 0)
         return NULL;
-    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[2]);
-    Py_ssize_t n = PyBytes_GET_SIZE(args[0]), hn = PyBytes_GET_SIZE(args[2]);
-    if (pos < 0 || pos > n) {
-        PyErr_SetString(PyExc_ValueError, "skip_frames: pos outside the block");
-        return NULL;
-    }
+    const unsigned char *b = view.buf;
+    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[3]);
+    Py_ssize_t hn = PyBytes_GET_SIZE(args[3]);
     for (;;) {
-        Py_ssize_t size = whole_frame(b, n, pos);
+        Py_ssize_t size = whole_frame(b, end, pos);
         if (size < hn || memcmp(b + pos + 4, head, (size_t)hn) != 0)
             break;
         pos += 4 + size;
     }
+    PyBuffer_Release(&view);
     return PyLong_FromSsize_t(pos);
 }
 /* ==== end of spool frames ==== */

@@ -158,7 +158,8 @@ class SpoolRecords:
         with open(self._path, "rb") as f:
             frames = FrameReader(f)
             while True:
-                frames.pos = take(frames.block, frames.pos, pending, RECORDS_PER_LIST, _BATCH_HEAD)
+                frames.pos = take(frames.block, frames.pos, frames.end, pending, RECORDS_PER_LIST,
+                                  _BATCH_HEAD)
                 if len(pending) >= RECORDS_PER_LIST:
                     yield pending
                     pending = []
@@ -245,14 +246,16 @@ def _decode(body: bytes) -> Frame:
 class FrameReader:
     """The frames of a stream in file order, read in blocks; raises SpoolError on a torn one.
 
-    The stream is read in blocks of `READ_BYTES` (a larger frame whole) and
-    the file's size asked once, so a spool of many small frames costs a few
-    reads, not two per frame. A length prefix that announces more than the
-    file holds past it is refused before anything is read for it; any other
-    short body is a torn frame too.
+    The stream is read in blocks of `READ_BYTES` (a larger frame whole) into
+    one buffer kept for the whole stream (fresh memory costs a page fault per
+    page: a new buffer per block cost more than the copy), and the file's size
+    asked once, so a spool of many small frames costs a few reads, not two per
+    frame. A length prefix that announces more than the file holds past it is
+    refused before anything is read for it; any other short body is a torn
+    frame too.
 
     `body` gives one frame at a time. A caller may also walk the whole frames
-    of `block` itself from `pos` (`batch_records`, `skip_frames`: in C when the
+    of `block[pos:end]` itself (`batch_records`, `skip_frames`: in C when the
     accelerator is built) and set `pos` to where it stopped: frames inside a
     block read are whole, and the one cut by the block's end is left to `body`.
     """
@@ -260,25 +263,37 @@ class FrameReader:
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
         self._file_left = _file_left(stream)
-        self.block = b""
-        """The bytes read and not yet given, from `pos` on."""
+        self.block = bytearray()
+        """The buffer: block[pos:end] are the bytes read and not yet given."""
         self.pos = 0
+        self.end = 0
         self._before = 0
         """Bytes of the stream before block[0]."""
 
     def _more(self, need: int) -> None:
-        """Keep block[pos:] and read at least `need` more bytes after it (fewer at the end)."""
+        """Keep block[pos:end] and read at least `need` more bytes after it (fewer at the end)."""
+        rest = self.end - self.pos
+        want = max(READ_BYTES, rest + need)
+        if len(self.block) < want:
+            grown = bytearray(want)
+            grown[:rest] = self.block[self.pos:self.end]
+            self.block = grown
+        elif rest:
+            self.block[:rest] = self.block[self.pos:self.end]
         self._before += self.pos
-        self.block, self.pos = self.block[self.pos:] + self._stream.read(max(READ_BYTES, need)), 0
+        self.pos, self.end = 0, rest
+        with memoryview(self.block) as view:
+            while self.end < want and (n := self._stream.readinto(view[self.end:want])):
+                self.end += n
 
     def body(self, skip: bytes | None = None) -> bytes | None:
         """The next frame's body (None at the end of the stream). With `skip`, a frame whose
         body starts with those bytes is checked whole but not copied out: `SKIPPED` stands for it."""
-        if len(self.block) - self.pos < FRAME_HEAD:
-            self._more(FRAME_HEAD - (len(self.block) - self.pos))
-            if not self.block:
+        if self.end - self.pos < FRAME_HEAD:
+            self._more(FRAME_HEAD - (self.end - self.pos))
+            if not self.end:
                 return None
-            if len(self.block) < FRAME_HEAD:
+            if self.end < FRAME_HEAD:
                 raise SpoolError("torn frame length at end of spool")
         size = frame_size(self.block[self.pos:self.pos + FRAME_HEAD])
         self.pos += FRAME_HEAD
@@ -287,15 +302,16 @@ class FrameReader:
         if size > left:
             raise SpoolError(f"torn frame at end of spool: {size} bytes announced, {left} left "
                              "(the run did not finish writing it, or this is not a spool)")
-        if len(self.block) - self.pos < size:
-            self._more(size - (len(self.block) - self.pos))
-            if len(self.block) < size:
+        if self.end - self.pos < size:
+            self._more(size - (self.end - self.pos))
+            if self.end < size:
                 raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
         start = self.pos
         self.pos += size
         if skip is not None and self.block.startswith(skip, start, self.pos):
             return SKIPPED
-        return self.block[start:self.pos]
+        with memoryview(self.block) as view:
+            return bytes(view[start:self.pos])
 
 
 SKIPPED = b"skipped"
@@ -305,44 +321,42 @@ SKIPPED = b"skipped"
 _RECORDS = msgspec.msgpack.Decoder(list[bytes])
 
 
-def batch_records(block: bytes, pos: int, out: list[bytes], limit: int, head: bytes) -> int:
-    """Append to `out` the records of each whole batch frame of `block` from `pos` on, while `out`
-    holds fewer than `limit`; the offset of the first frame not taken (cut by the block's end,
-    over MAX_FRAME, or not a batch frame: `head`, then one msgpack array of `bin` items that
-    ends with the frame).
+def batch_records(block: bytearray, pos: int, end: int, out: list[bytes], limit: int, head: bytes) -> int:
+    """Append to `out` the records of each whole batch frame of `block[pos:end]`, while `out`
+    holds fewer than `limit`; the offset of the first frame not taken (cut by `end`, over
+    MAX_FRAME, or not a batch frame: `head`, then one msgpack array of `bin` items that ends
+    with the frame).
 
     The C accelerator has the same function (normalizer/fastscan.c); this is its fallback and
     reference (tests/test_spool_reader.py).
     """
-    n = len(block)
-    while len(out) < limit and n - pos >= FRAME_HEAD:
+    while len(out) < limit and end - pos >= FRAME_HEAD:
         (size,) = _LEN.unpack_from(block, pos)
-        end = pos + FRAME_HEAD + size
-        if size > MAX_FRAME or end > n or not block.startswith(head, pos + FRAME_HEAD, end):
+        stop = pos + FRAME_HEAD + size
+        if size > MAX_FRAME or stop > end or not block.startswith(head, pos + FRAME_HEAD, stop):
             break
         try:
-            records = _RECORDS.decode(memoryview(block)[pos + FRAME_HEAD + len(head):end])
+            records = _RECORDS.decode(memoryview(block)[pos + FRAME_HEAD + len(head):stop])
         except msgspec.DecodeError:
             break
         out += records
-        pos = end
+        pos = stop
     return pos
 
 
-def skip_frames(block: bytes, pos: int, head: bytes) -> int:
-    """The offset of the first frame of `block` from `pos` on that is not whole (cut by the
-    block's end, or over MAX_FRAME) or whose body does not start with `head`.
+def skip_frames(block: bytearray, pos: int, end: int, head: bytes) -> int:
+    """The offset of the first frame of `block[pos:end]` that is not whole (cut by `end`, or over
+    MAX_FRAME) or whose body does not start with `head`.
 
     The C accelerator has the same function (normalizer/fastscan.c); this is its fallback and
     reference (tests/test_spool_reader.py).
     """
-    n = len(block)
-    while n - pos >= FRAME_HEAD:
+    while end - pos >= FRAME_HEAD:
         (size,) = _LEN.unpack_from(block, pos)
-        end = pos + FRAME_HEAD + size
-        if size > MAX_FRAME or end > n or not block.startswith(head, pos + FRAME_HEAD, end):
+        stop = pos + FRAME_HEAD + size
+        if size > MAX_FRAME or stop > end or not block.startswith(head, pos + FRAME_HEAD, stop):
             break
-        pos = end
+        pos = stop
     return pos
 
 
@@ -377,7 +391,7 @@ def read_spool(path: Path) -> Spool:
         frames = FrameReader(f)
         while (body := frames.body(None if header is None else _BATCH_HEAD)) is not None:
             if body is SKIPPED:  # a batch frame after the header
-                frames.pos = skip(frames.block, frames.pos, _BATCH_HEAD)
+                frames.pos = skip(frames.block, frames.pos, frames.end, _BATCH_HEAD)
                 continue
             frame = _decode(body)
             if header is None and not isinstance(frame, SpoolHeader):

@@ -162,18 +162,31 @@ BLOCKS = st.lists(frame_bytes(), max_size=8).map(b"".join)
 @settings(max_examples=500)
 @given(BLOCKS, st.data())
 def test_the_c_batch_walk_takes_what_python_takes(block: bytes, data: st.DataObject) -> None:
-    """Any block (cut anywhere), from any offset, with any list limit: the C takes the same frames
-    and gives the same records as its Python twin; skipping frames by their head too."""
+    """Any block, cut anywhere by `end` (the buffer goes on past it, as the reader's does), from
+    any frame, with any list limit: the C takes the same frames and gives the same records as
+    its Python twin; skipping frames by their head too."""
     assert accel.native is not None
-    block = block[:data.draw(st.just(len(block)) | st.integers(0, len(block)))]
-    pos = data.draw(st.sampled_from([0, *_ends(block)]))  # any frame first
+    end = data.draw(st.just(len(block)) | st.integers(0, len(block)))
+    buffer = bytearray(block[:end] + data.draw(st.sampled_from([b"", block[end:], b"\xff" * 40])))
+    pos = data.draw(st.sampled_from([0, *_ends(block[:end])]))  # any frame first
     limit = data.draw(st.just(1 << 20) | st.integers(0, 60))
     ours: list[bytes] = [b"kept"]
     theirs: list[bytes] = [b"kept"]
-    assert accel.native.batch_records(block, pos, ours, limit, HEAD) == \
-        spool_format.batch_records(block, pos, theirs, limit, HEAD)
+    assert accel.native.batch_records(buffer, pos, end, ours, limit, HEAD) == \
+        spool_format.batch_records(buffer, pos, end, theirs, limit, HEAD)
     assert ours == theirs
-    assert accel.native.skip_frames(block, pos, HEAD) == spool_format.skip_frames(block, pos, HEAD)
+    assert accel.native.skip_frames(buffer, pos, end, HEAD) == \
+        spool_format.skip_frames(buffer, pos, end, HEAD)
+
+
+@needs_native
+def test_the_c_batch_walk_refuses_offsets_outside_the_block() -> None:
+    assert accel.native is not None
+    for pos, end in ((-1, 4), (5, 4), (0, 9)):
+        with pytest.raises(ValueError, match="offsets within the block"):
+            accel.native.batch_records(bytearray(8), pos, end, [], 1, HEAD)
+        with pytest.raises(ValueError, match="offsets within the block"):
+            accel.native.skip_frames(bytearray(8), pos, end, HEAD)
 
 
 @needs_native
@@ -185,8 +198,8 @@ def test_the_c_batch_walk_takes_each_flawed_frame_as_python(body: bytes, records
     for block in (len(body).to_bytes(4, "little") + body, encode_frame(Batch(records=records))):
         ours: list[bytes] = []
         theirs: list[bytes] = []
-        assert accel.native.batch_records(block, 0, ours, 1 << 20, HEAD) == \
-            spool_format.batch_records(block, 0, theirs, 1 << 20, HEAD)
+        assert accel.native.batch_records(block, 0, len(block), ours, 1 << 20, HEAD) == \
+            spool_format.batch_records(block, 0, len(block), theirs, 1 << 20, HEAD)
         assert ours == theirs
 
 
