@@ -197,10 +197,32 @@ SECRET_PIECES = ["AKIA", "ABCDEFGHIJKLMNOP", "ghp_", "sk-", "xox", "AIza", "k_li
 TEXTS = st.none() | st.lists(st.sampled_from(SECRET_PIECES), max_size=6).map("".join) | st.text(max_size=30)
 
 
-@given(st.lists(TEXTS, max_size=600))
-def test_the_block_redaction_prefilter_answers_as_each_text_alone(texts: list[str | None]) -> None:
+@pytest.mark.parametrize("name", ["native", "python"])
+@given(st.lists(TEXTS, max_size=600), st.sampled_from([1, 7, redact.TEXTS_PER_BLOCK]))
+def test_the_block_redaction_prefilter_answers_as_each_text_alone(name: str, texts: list[str | None],
+                                                                  block: int) -> None:
+    """In blocks of any size, with the C block test (`any_folded`) or its Python twin."""
+    if name == "native" and accel.native is None:
+        pytest.skip("normalizer/_fastscan is not built (make setup)")
     expected = [text is not None and redact._any_literal(text) for text in texts]
-    assert redact.may_hold_secrets(texts) == expected
+    with mode(name), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(redact, "TEXTS_PER_BLOCK", block)
+        assert redact.may_hold_secrets(texts) == expected
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_the_block_redaction_prefilter_finds_each_literal_among_clean_texts(name: str) -> None:
+    """Every rule's literal, as written and upper-cased, alone in a block of clean paths."""
+    if name == "native" and accel.native is None:
+        pytest.skip("normalizer/_fastscan is not built (make setup)")
+    exact, folded = redact._literals() or ((), ())
+    clean = ["/usr/lib/x.so", None, "/tmp/abench-e-001"] * 100
+    with mode(name):
+        for literal in exact + folded:
+            assert redact._any_literal(f"/w/{literal}1")  # as written, it is always flagged
+            for text in (f"/w/{literal}1", f"/w/{literal.upper()}1"):
+                expected = [False] * len(clean) + [redact._any_literal(text)] + [False] * len(clean)
+                assert redact.may_hold_secrets([*clean, text, *clean]) == expected, text
 
 
 META_POOL = [None, open_meta(0, 0, 0, 3), open_meta(0o1 | 0o100, 0o644, 0, 4), open_meta(0o2, 0, 0, -2),
