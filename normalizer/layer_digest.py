@@ -9,10 +9,10 @@ copy kept. The heavy parts (the sweep's scan, sha256, deflate) are C that
 releases the GIL, so on a worker thread they run on the second core while
 stage B's Python keeps the first.
 
-`Pipeline` gathers blocks into chunks of `CHUNK_BYTES` (each chunk costs the
-worker a few GIL hand-overs; a chunk is its blocks as they are, not joined:
-copying them into one new buffer cost stage B as much as the layer's sha256)
-and hands them over a queue of `QUEUE_CHUNKS`:
+`Pipeline` gathers blocks into chunks of `CHUNK_BYTES` (each block costs the
+worker three GIL hand-overs; a chunk is its blocks as they are, not joined:
+copying them into one new buffer, fresh memory each time, cost stage B about
+as much as the layer's sha256) and hands them over a queue of `QUEUE_CHUNKS`:
 memory stays flat, stage B waits when the worker is behind. A layer smaller
 than one chunk never starts a thread. `end` (stage B's last step) hands
 over the rest and lets the worker finish on its own while the other members
