@@ -22,7 +22,9 @@
  * Python's escaping. join_lines, join_indexed, shape_tails, index_shapes,
  * unseen_shapes, tails_of and collect_values are the C versions of
  * normalizer/kernel_lines.py join_lines/join_indexed/shape_tails, buckets.py
- * index_shapes and collector.py unseen_shapes/tails_of/collect_values.
+ * index_shapes and collector.py unseen_shapes/tails_of/collect_values;
+ * any_folded of redact.py any_folded, and batch_records and skip_frames of
+ * spool/format.py batch_records/skip_frames (defined at the end).
  *
  * Built by scripts/setup.sh (`make setup`) with the machine's gcc; without it
  * the Python versions run, with identical output (tests/test_normspeed.py).
