@@ -7,7 +7,7 @@ then the encoded member, then the runner's copy of it. Here the values
 (`DistinctValues`, filled by normalizer/collector.py) are held in sets only
 up to `HELD_VALUES`; past it they are spilled as sorted runs to an
 anonymous temp file and merged back k-way, without duplicates, as the member
-is written (`write_surface`), a batch at a time. Runs are merged `FAN_IN`
+is written (`write_surface`), a batch at a time, sorted in C. Runs are merged `FAN_IN`
 at a time as they pile up, so a merge never reads more than that many at
 once however many values there are.
 
@@ -24,14 +24,14 @@ summary needs only a count and the first few of each set (`Preview`).
 from __future__ import annotations
 
 import hashlib
-import heapq
 import os
 import struct
 import tempfile
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from functools import cache
-from itertools import groupby, islice
-from operator import itemgetter, lt
+from itertools import chain, islice
+from operator import lt
 from typing import BinaryIO
 
 import msgspec
@@ -126,14 +126,14 @@ class DistinctValues:
             out.write(_LEN.pack(len(body)) + body)
         return start, out.tell()
 
-    def _read_run(self, run: tuple[int, int, int]) -> Iterator[str]:
-        """A spilled run's values, a frame at a time."""
+    def _read_run(self, run: tuple[int, int, int]) -> Iterator[list[str]]:
+        """A spilled run's frames of values, one at a time."""
         assert self._file is not None  # there are runs
         fd = self._file.fileno()
         _, at, end = run
         while at < end:
             (size,) = _LEN.unpack(os.pread(fd, _LEN.size, at))
-            yield from _unpack(os.pread(fd, size, at + _LEN.size))
+            yield _unpack(os.pread(fd, size, at + _LEN.size))
             at += _LEN.size + size
 
     def sorted_values(self, name: str) -> Iterator[str]:
@@ -143,7 +143,7 @@ class DistinctValues:
         runs = self._runs.pop(name)
         if not runs:
             return iter(held)
-        return _merged([*map(self._read_run, runs), iter(held)])
+        return _merged([*map(self._read_run, runs), iter([held] if held else [])])
 
     def close(self) -> None:
         """Drop the spill file (anonymous: nothing is left behind however the process ends)."""
@@ -152,9 +152,31 @@ class DistinctValues:
             self._file = None
 
 
-def _merged(runs: list[Iterator[str]]) -> Iterator[str]:
-    """Sorted runs merged into one, each value once."""
-    return map(itemgetter(0), groupby(heapq.merge(*runs)))
+def _merged(runs: list[Iterator[list[str]]]) -> Iterator[str]:
+    """Runs of sorted distinct values (each given as sorted frames) merged into one, each value once."""
+    return chain.from_iterable(_merged_batches(runs))
+
+
+def _merged_batches(runs: list[Iterator[list[str]]]) -> Iterator[list[str]]:
+    """`_merged` a batch at a time, with the sorting in C: every value up to the smallest last value
+    of the runs' current frames (the fence) is in those frames (each run's later frames hold only
+    larger values), so those are taken, sorted together (timsort merges the runs it finds) and
+    given once each; then the exhausted frames are refilled. Each batch uses up at least one frame."""
+    frames = [(frame, 0, run) for run in runs if (frame := next(run, None))]
+    while frames:
+        fence = min(frame[-1] for frame, _, _ in frames)
+        batch: list[str] = []
+        kept = []
+        for frame, start, run in frames:
+            cut = bisect_right(frame, fence, start)
+            batch += frame[start:cut]
+            if cut < len(frame):
+                kept.append((frame, cut, run))
+            elif (following := next(run, None)) is not None:
+                kept.append((following, 0, run))
+        batch.sort()
+        yield list(dict.fromkeys(batch))
+        frames = kept
 
 
 @cache
