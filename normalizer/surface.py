@@ -30,8 +30,8 @@ import tempfile
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from functools import cache
-from itertools import chain, islice
-from operator import lt
+from itertools import chain, compress, islice
+from operator import lt, ne
 from typing import BinaryIO
 
 import msgspec
@@ -175,7 +175,7 @@ def _merged_batches(runs: list[Iterator[list[str]]]) -> Iterator[list[str]]:
             elif (following := next(run, None)) is not None:
                 kept.append((following, 0, run))
         batch.sort()
-        yield list(dict.fromkeys(batch))
+        yield list(compress(batch, chain(map(ne, batch, batch[1:]), (True,))))  # each value once
         frames = kept
 
 
