@@ -295,8 +295,11 @@ class SurfaceFile:
         return self._unredacted
 
     def fileno(self) -> int:
-        """The member's file descriptor (an in-memory one is moved to a temp file first)."""
-        return self._file.fileno()
+        """The member's file descriptor, all its bytes in the file (an in-memory one is moved to a
+        temp file first; what is buffered is flushed: another process reads it through the fd)."""
+        descriptor = self._file.fileno()
+        self._file.flush()
+        return descriptor
 
     def reader(self) -> BinaryIO:
         """The member's bytes from the start (shares the file's position: read it before asking again)."""

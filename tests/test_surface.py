@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,19 @@ def test_a_streamed_surface_gives_the_archive_bytes_of_the_encoded_one() -> None
         run.run_id, {**members, "capability-surface.json": run.surface.read_bytes()})
     by_hand = surface_member(run.surface.decoded())
     assert (by_hand.read_bytes(), by_hand.sha256) == (run.surface.read_bytes(), run.surface.sha256)
+
+
+def test_the_file_handed_over_holds_every_byte() -> None:
+    """The live normalizer sends the member's descriptor and exits: a member too large to stay in
+    memory must have all its bytes in the file, none left in a buffer of this process."""
+    values = DistinctValues(SETS)
+    values.sets["files"].update(f"/w/{i:07d}" for i in range(2 * surface.FILE_IN_MEMORY // 10))
+    member, _ = write_surface(values, "run-1", [], [])
+    values.close()
+    with os.fdopen(os.dup(member.fileno()), "rb") as handed:
+        handed.seek(0)
+        assert handed.read() == member.read_bytes()
+    assert member.size > surface.FILE_IN_MEMORY
 
 
 EXAMPLE = read_spool(DATA / "example.spool")
