@@ -90,11 +90,6 @@ class DistinctValues:
         `FAN_IN` runs of level L merged."""
         self._file: BinaryIO | None = None
 
-    @property
-    def spilled(self) -> bool:
-        """Has any value gone to disk?"""
-        return self._file is not None
-
     def bound(self) -> None:
         """Spill every set as a sorted run once they hold `HELD_VALUES` values together (called
         after each batch the collector adds). The sets are emptied in place: the collector's
@@ -188,11 +183,13 @@ def _rank() -> dict[str, int]:
 class _Sink:
     """The member's bytes to a file, with their sha256, size and secret sweep on the way.
 
-    The sweep of the whole member (publish's `find_unredacted_bytes`) is
-    done piece by piece: every piece is whole JSON tokens, and no rule can
-    match across a `"` (none of their character classes takes one, and every
-    value is quoted), so each match lies inside one piece; the first rule in
-    table order found in any piece is the whole member's answer.
+    The sweep (publish's `find_unredacted_bytes`, which it ran on the whole
+    member) goes piece by piece, as the kernel layer's goes line by line:
+    every piece is whole JSON tokens, and no rule of the table can match
+    across a `"` (none of their character classes takes one, and every value
+    is quoted), so each match lies inside one piece and the first rule in
+    table order found in any piece is the whole member's answer
+    (tests/test_surface.py checks it on values made of the rules' pieces).
     """
 
     def __init__(self) -> None:
