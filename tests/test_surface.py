@@ -119,7 +119,7 @@ RUN_TID = min({wire.HEADER.unpack_from(r)[2] for r in RECORDS} - set(EXAMPLE.hea
               - {EXAMPLE.header.shim_pid})
 
 
-def _missing_opens(n: int) -> list[bytes]:
+def missing_opens(n: int) -> list[bytes]:
     """`n` opens of distinct missing files by one of the run's threads, as open_heavy makes them."""
     fields = {**RECORDED, "tgid": RUN_TID, "tid": RUN_TID, "hook": wire.HOOK_OPEN, "truncated": 0, "ret": -2,
               "a0": 0xFFFFFF9C, "a1": 0, "a2": 0, "a3": 0}
@@ -135,7 +135,7 @@ def _peak(n: int, out: Path) -> tuple[int, int]:
     """tracemalloc's peak over normalizing a spool with `n` distinct missing files and writing its
     archive, and how much of the kernel layer's deflated copy (kept in memory up to 8 MiB by
     design, normalizer/layer_digest.py) was held."""
-    spool = Spool(header=EXAMPLE.header, records=RECORDS + _missing_opens(n), phases=EXAMPLE.phases,
+    spool = Spool(header=EXAMPLE.header, records=RECORDS + missing_opens(n), phases=EXAMPLE.phases,
                   trailer=EXAMPLE.trailer)
     tracemalloc.start()
     try:
