@@ -22,7 +22,9 @@
  * Python's escaping. join_lines, join_indexed, shape_tails, index_shapes,
  * unseen_shapes, tails_of and collect_values are the C versions of
  * normalizer/kernel_lines.py join_lines/join_indexed/shape_tails, buckets.py
- * index_shapes and collector.py unseen_shapes/tails_of/collect_values.
+ * index_shapes and collector.py unseen_shapes/tails_of/collect_values;
+ * any_folded of redact.py any_folded, and batch_records and skip_frames of
+ * spool/format.py batch_records/skip_frames (defined at the end).
  *
  * Built by scripts/setup.sh (`make setup`) with the machine's gcc; without it
  * the Python versions run, with identical output (tests/test_normspeed.py).
@@ -46,6 +48,7 @@
 #define EACCES_RET (-13)
 #define ENOENT_RET (-2)
 #define O_CREAT_BIT 0100
+#define O_EXCL_BIT 0200
 #define O_CLOEXEC_BIT 02000000
 #define JOIN_MAX 8192 /* longest path worked out here; a longer one goes to Python */
 
@@ -57,8 +60,8 @@ static uint16_t u16_at(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); r
 
 /* What the scan passes for working out a plain open the memo does not hold (`OpenContext` in
  * normalizer/scan.py): (Classified, kind, metas, judging, drop_telemetry, telemetry prefixes,
- * telemetry substrings, memo limit, reopen prefixes). */
-enum { CX_TYPE, CX_KIND, CX_METAS, CX_JUDGING, CX_DROP, CX_TPREFIX, CX_TSUB, CX_LIMIT, CX_REOPEN, CX_SIZE };
+ * telemetry substrings, memo limit, reopen prefixes, transient.random_span). */
+enum { CX_TYPE, CX_KIND, CX_METAS, CX_JUDGING, CX_DROP, CX_TPREFIX, CX_TSUB, CX_LIMIT, CX_REOPEN, CX_RANDOM, CX_SIZE };
 
 static int has(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m)
 {
@@ -85,8 +88,10 @@ static int any_of(PyObject *t, const char *s, Py_ssize_t n, int prefix)
 /* The memo answer of a plain open (new reference), as Scan._open_answer gives it: a whole
  * printable-ASCII name without a backslash, joined without posixpath (an absolute path already
  * normal, or one plain component under a normal absolute base), no /proc fd reopen, no
- * telemetry candidate, no create a transient name could care about, open metadata already
- * in `metas`. NULL without an exception: not plain, Python works it out. */
+ * telemetry candidate, open metadata already in `metas`. NULL without an exception: not plain,
+ * Python works it out. A create (or an attempt that found no directory) is inert for transient
+ * names only when no template calls its name random: TransientNames.inert asks random_span,
+ * and so does this (a Python call, memoized there). */
 static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *base, int64_t ret)
 {
     uint16_t dlen = u16_at(p + 18), cut = u16_at(p + 20);
@@ -96,8 +101,7 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
     if (n == 0 || n > JOIN_MAX || cut & TRUNC_FIRST
         || (PyTuple_GET_ITEM(ctx, CX_JUDGING) == Py_True && ret == EACCES_RET))
         return NULL;
-    if ((flags & O_CREAT_BIT) && (ret >= 0 || ret == ENOENT_RET))
-        return NULL;
+    int creates = (flags & O_CREAT_BIT) && (ret >= 0 || ret == ENOENT_RET);
     for (Py_ssize_t k = 0; k < n; k++)
         if (name[k] < 0x20 || name[k] >= 0x7f || name[k] == '\\')
             return NULL;
@@ -148,6 +152,17 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
     PyObject *path = PyUnicode_DecodeUTF8(buf, size, "strict");
     if (path == NULL)
         return NULL;
+    PyObject *inert = Py_True;
+    if (creates) {
+        PyObject *argv[2] = {path, (flags & O_EXCL_BIT) ? Py_True : Py_False};
+        PyObject *span = PyObject_Vectorcall(PyTuple_GET_ITEM(ctx, CX_RANDOM), argv, 2, NULL);
+        if (span == NULL) {
+            Py_DECREF(path);
+            return NULL;
+        }
+        inert = span == Py_None ? Py_True : Py_False;
+        Py_DECREF(span);
+    }
     PyObject *event_type = PyLong_FromLong(HOOK_OPEN), *zero = PyLong_FromLong(0);
     PyObject *argv[6] = {event_type, PyTuple_GET_ITEM(ctx, CX_KIND), path, meta, zero, zero};
     PyObject *shape = event_type && zero
@@ -162,7 +177,7 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
         Py_XDECREF(shape);
         return NULL;
     }
-    PyObject *answer = PyTuple_Pack(4, fd_entry ? fd_entry : Py_None, shape, Py_False, Py_True);
+    PyObject *answer = PyTuple_Pack(4, fd_entry ? fd_entry : Py_None, shape, Py_False, inert);
     Py_XDECREF(fd_entry);
     Py_DECREF(shape);
     return answer;
@@ -891,6 +906,8 @@ static PyObject *collect_values(PyObject *self, PyObject *const *args, Py_ssize_
 }
 
 static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+static PyObject *batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+static PyObject *skip_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 static PyMethodDef methods[] = {
     {"join_indexed", (PyCFunction)(void (*)(void))join_indexed, METH_FASTCALL,
@@ -911,6 +928,10 @@ static PyMethodDef methods[] = {
      "The scan's fast path (normalizer/scan.py fast_records, in C)."},
     {"any_folded", (PyCFunction)(void (*)(void))any_folded, METH_FASTCALL, /* defined at the end */
      "Whether a block, ASCII lower-cased, holds any needle (normalizer/redact.py any_folded, in C)."},
+    {"batch_records", (PyCFunction)(void (*)(void))batch_records, METH_FASTCALL, /* defined at the end */
+     "The records of a block's whole batch frames (spool/format.py batch_records, in C)."},
+    {"skip_frames", (PyCFunction)(void (*)(void))skip_frames, METH_FASTCALL, /* defined at the end */
+     "Steps over a block's whole frames that start with given bytes (spool/format.py skip_frames, in C)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -932,11 +953,42 @@ PyMODINIT_FUNC PyInit__fastscan(void)
  * one of `needles` (a tuple of bytes, given lower-cased)? The same answer as normalizer/redact.py
  * any_folded, its fallback and reference: `any(n in bytes(block).lower() for n in needles)`.
  *
- * One pass over the block whatever the number of needles: a position is compared with the
- * needles only when its two bytes, read as one u16, are in a 64 Kibit table of every byte pair
- * that lower-cases to a needle's first two (any second byte for a one-byte needle). The block is held as a Py_buffer and scanned with the GIL
- * released, so the kernel layer's sweep runs beside stage B (normalizer/kernel_lines.py). */
+ * One pass over the block whatever the number of needles. Three 256-entry tables give, per raw
+ * byte, the needles whose first (second, third) byte it lower-cases to (every needle shorter than
+ * that position is in the second and third tables whatever the byte): the needles that can start
+ * at a position are the AND of its three bytes' entries, almost always none, and only those are
+ * compared in full. Positions are tested sixteen at a time, with one branch for the sixteen. The block
+ * is held as a Py_buffer and scanned with the GIL released, so the kernel layer's sweep runs
+ * beside stage B (normalizer/kernel_lines.py). */
 #define FOLD_NEEDLES_MAX 64
+
+struct folded {
+    const unsigned char *need[FOLD_NEEDLES_MAX];
+    Py_ssize_t need_n[FOLD_NEEDLES_MAX];
+    uint64_t at[3][256]; /* at[j][c]: the needles whose byte j byte c lower-cases to, or shorter than j + 1 */
+    uint64_t shorter[3];  /* shorter[j]: the needles of at most j bytes */
+    unsigned char low[256];
+};
+
+/* Does a needle start at b[p] (of n bytes)? Only the candidates of the tables are compared. */
+static int folded_at(const struct folded *f, const unsigned char *b, Py_ssize_t n, Py_ssize_t p)
+{
+    uint64_t cand = f->at[0][b[p]];
+    for (int j = 1; j < 3 && cand; j++)
+        cand &= p + j < n ? f->at[j][b[p + j]] : f->shorter[j];
+    while (cand) {
+        int k = __builtin_ctzll(cand);
+        cand &= cand - 1;
+        Py_ssize_t m = f->need_n[k], j = 1;
+        if (m > n - p)
+            continue;
+        while (j < m && f->low[b[p + j]] == f->need[k][j])
+            j++;
+        if (j == m)
+            return 1;
+    }
+    return 0;
+}
 
 static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -951,16 +1003,15 @@ static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "any_folded: too many needles");
         return NULL;
     }
-    const unsigned char *need[FOLD_NEEDLES_MAX];
-    Py_ssize_t need_n[FOLD_NEEDLES_MAX];
+    struct folded f;
     for (Py_ssize_t k = 0; k < count; k++) {
         PyObject *n = PyTuple_GET_ITEM(needles, k);
         if (!PyBytes_Check(n)) {
             PyErr_SetString(PyExc_TypeError, "any_folded: needles must be bytes");
             return NULL;
         }
-        need[k] = (const unsigned char *)PyBytes_AS_STRING(n);
-        need_n[k] = PyBytes_GET_SIZE(n);
+        f.need[k] = (const unsigned char *)PyBytes_AS_STRING(n);
+        f.need_n[k] = PyBytes_GET_SIZE(n);
     }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
@@ -969,46 +1020,196 @@ static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_ssize_t n = view.len;
     int found = 0;
     Py_BEGIN_ALLOW_THREADS
-    unsigned char low[256];
-    uint64_t pairs[1 << 10] = {0}; /* one bit per two raw bytes, read as a native u16 */
+    memset(f.at, 0, sizeof f.at);
+    memset(f.shorter, 0, sizeof f.shorter);
     for (int c = 0; c < 256; c++)
-        low[c] = (unsigned char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
+        f.low[c] = (unsigned char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
     for (Py_ssize_t k = 0; k < count; k++) {
-        if (need_n[k] == 0) {
+        uint64_t bit = (uint64_t)1 << k;
+        if (f.need_n[k] == 0) {
             found = 1; /* the empty needle is in every block */
             continue;
         }
-        for (int c0 = 0; c0 < 256; c0++) { /* every byte pair that lower-cases to the needle's start */
-            if (low[c0] != need[k][0])
+        for (int j = 0; j < 3; j++) {
+            if (f.need_n[k] <= j) {
+                f.shorter[j] |= bit;
+                for (int c = 0; c < 256; c++)
+                    f.at[j][c] |= bit;
                 continue;
-            for (int c1 = 0; c1 < 256; c1++) {
-                if (need_n[k] > 1 && low[c1] != need[k][1])
-                    continue;
-                uint16_t key;
-                unsigned char two[2] = {(unsigned char)c0, (unsigned char)c1};
-                memcpy(&key, two, 2);
-                pairs[key >> 6] |= (uint64_t)1 << (key & 63);
             }
+            for (int c = 0; c < 256; c++)
+                if (f.low[c] == f.need[k][j])
+                    f.at[j][c] |= bit;
         }
     }
-    for (Py_ssize_t i = 0; i < n && !found; i++) {
-        if (i + 1 < n) {
-            uint16_t key;
-            memcpy(&key, b + i, 2);
-            if (!(pairs[key >> 6] >> (key & 63) & 1))
-                continue;
-        }
-        for (Py_ssize_t k = 0; k < count && !found; k++) {
-            Py_ssize_t m = need_n[k], j = 0;
-            if (m > n - i)
-                continue;
-            while (j < m && low[b[i + j]] == need[k][j])
-                j++;
-            found = j == m;
-        }
+    Py_ssize_t p = 0;
+    for (; !found && p + 18 <= n; p += 16) { /* positions p..p+15 read bytes up to p+17 */
+        uint64_t any = 0;
+        for (int u = 0; u < 16; u++)
+            any |= f.at[0][b[p + u]] & f.at[1][b[p + u + 1]] & f.at[2][b[p + u + 2]];
+        if (any)
+            for (int u = 0; u < 16 && !found; u++)
+                found = folded_at(&f, b, n, p + u);
     }
+    for (; !found && p < n; p++)
+        found = folded_at(&f, b, n, p);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyBool_FromLong(found);
 }
 /* ==== end of any_folded ==== */
+
+/* ==== spool frames: batch_records, skip_frames (spool/format.py, their fallbacks) ====
+ *
+ * A spool is length-prefixed frames (u32 little-endian, then the msgpack body). Both functions
+ * walk the whole frames of block[pos:end] (any buffer: the reader's), and stop (returning the
+ * offset reached) at the first frame they do not take: one cut by the block's end, one announcing
+ * more than MAX_FRAME, one that is not what they look for. Python's frame reader takes that one
+ * its general way (which reads on, or refuses a torn or foreign frame).
+ *
+ * skip_frames(block, pos, end, head) -> pos: steps over the frames whose body starts with `head`
+ * (read_spool: batch frames are recognized by their first bytes, not decoded).
+ *
+ * batch_records(block, pos, end, out, limit, head) -> pos: appends to list `out` the records of each
+ * batch frame, while `out` holds fewer than `limit`. A batch frame here is `head` (msgpack of a
+ * Batch up to its records array: spool/format.py _BATCH_HEAD) then exactly one msgpack array of
+ * `bin` items ending with the frame; each item becomes a bytes object. A frame is checked whole
+ * before any of its records is appended. */
+#define MAX_FRAME ((Py_ssize_t)256 << 20)
+
+static uint32_t be_at(const unsigned char *p, int n)
+{
+    uint32_t v = 0;
+    for (int k = 0; k < n; k++)
+        v = v << 8 | p[k];
+    return v;
+}
+
+/* The body size of a whole frame at b[pos] (of n bytes), or -1. */
+static Py_ssize_t whole_frame(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos)
+{
+    if (n - pos < 4)
+        return -1;
+    Py_ssize_t size = (Py_ssize_t)u32_at(b + pos);
+    return size <= MAX_FRAME && size <= n - pos - 4 ? size : -1;
+}
+
+/* Parse the `fn` bytes at f as exactly one msgpack array of bin items; the item count, or -1 when
+ * they are not that. With `out`, each item is appended to it (-2: no memory); the caller parses
+ * once without `out` first, so a frame is never taken in part. */
+static Py_ssize_t bin_array(const unsigned char *f, Py_ssize_t fn, PyObject *out)
+{
+    if (fn < 1)
+        return -1;
+    Py_ssize_t count, at;
+    if ((f[0] & 0xf0) == 0x90) {
+        count = f[0] & 0x0f;
+        at = 1;
+    } else if (f[0] == 0xdc && fn >= 3) {
+        count = be_at(f + 1, 2);
+        at = 3;
+    } else if (f[0] == 0xdd && fn >= 5) {
+        count = be_at(f + 1, 4);
+        at = 5;
+    } else {
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        int width = at < fn ? (f[at] == 0xc4 ? 1 : f[at] == 0xc5 ? 2 : f[at] == 0xc6 ? 4 : 0) : 0;
+        if (width == 0 || fn - at - 1 < width)
+            return -1;
+        Py_ssize_t len = be_at(f + at + 1, width);
+        at += 1 + width;
+        if (len > fn - at)
+            return -1;
+        if (out != NULL) {
+            PyObject *rec = PyBytes_FromStringAndSize((const char *)f + at, len);
+            if (rec == NULL)
+                return -2;
+            int failed = PyList_Append(out, rec);
+            Py_DECREF(rec);
+            if (failed)
+                return -2;
+        }
+        at += len;
+    }
+    return at == fn ? count : -1;
+}
+
+/* The block (a buffer held in `view`) and the offsets pos <= end within it; 0, or -1 with an
+ * exception. */
+static int frames_view(PyObject *block, PyObject *pos_obj, PyObject *end_obj, Py_buffer *view,
+                       Py_ssize_t *pos, Py_ssize_t *end)
+{
+    *pos = PyLong_AsSsize_t(pos_obj);
+    *end = PyLong_AsSsize_t(end_obj);
+    if ((*pos == -1 || *end == -1) && PyErr_Occurred())
+        return -1;
+    if (PyObject_GetBuffer(block, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (*pos < 0 || *pos > *end || *end > view->len) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "spool frames: pos and end must be offsets within the block");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 6 || !PyList_Check(args[3]) || !PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "batch_records(block: buffer, pos: int, end: int, out: list, limit: int, head: bytes)");
+        return NULL;
+    }
+    Py_buffer view;
+    Py_ssize_t pos, end, limit = PyLong_AsSsize_t(args[4]);
+    if ((limit == -1 && PyErr_Occurred()) || frames_view(args[0], args[1], args[2], &view, &pos, &end) < 0)
+        return NULL;
+    const unsigned char *b = view.buf;
+    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    Py_ssize_t hn = PyBytes_GET_SIZE(args[5]);
+    PyObject *out = args[3];
+    int failed = 0;
+    while (PyList_GET_SIZE(out) < limit) {
+        Py_ssize_t size = whole_frame(b, end, pos);
+        if (size < hn || memcmp(b + pos + 4, head, (size_t)hn) != 0)
+            break;
+        const unsigned char *items = b + pos + 4 + hn;
+        if (bin_array(items, size - hn, NULL) < 0)
+            break;
+        if (bin_array(items, size - hn, out) < 0) {
+            failed = 1; /* no memory: the frame parsed above */
+            break;
+        }
+        pos += 4 + size;
+    }
+    PyBuffer_Release(&view);
+    return failed ? NULL : PyLong_FromSsize_t(pos);
+}
+
+static PyObject *skip_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4 || !PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "skip_frames(block: buffer, pos: int, end: int, head: bytes)");
+        return NULL;
+    }
+    Py_buffer view;
+    Py_ssize_t pos, end;
+    if (frames_view(args[0], args[1], args[2], &view, &pos, &end) < 0)
+        return NULL;
+    const unsigned char *b = view.buf;
+    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[3]);
+    Py_ssize_t hn = PyBytes_GET_SIZE(args[3]);
+    for (;;) {
+        Py_ssize_t size = whole_frame(b, end, pos);
+        if (size < hn || memcmp(b + pos + 4, head, (size_t)hn) != 0)
+            break;
+        pos += 4 + size;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(pos);
+}
+/* ==== end of spool frames ==== */

@@ -9,8 +9,10 @@ copy kept. The heavy parts (the sweep's scan, sha256, deflate) are C that
 releases the GIL, so on a worker thread they run on the second core while
 stage B's Python keeps the first.
 
-`Pipeline` gathers blocks into chunks of `CHUNK_BYTES` (each chunk costs the
-worker a few GIL hand-overs) and hands them over a queue of `QUEUE_CHUNKS`:
+`Pipeline` gathers blocks into chunks of `CHUNK_BYTES` (each block costs the
+worker three GIL hand-overs; a chunk is its blocks as they are, not joined:
+copying them into one new buffer, fresh memory each time, cost stage B about
+as much as the layer's sha256) and hands them over a queue of `QUEUE_CHUNKS`:
 memory stays flat, stage B waits when the worker is behind. A layer smaller
 than one chunk never starts a thread. `end` (stage B's last step) hands
 over the rest and lets the worker finish on its own while the other members
@@ -62,11 +64,13 @@ class Digest:
             max_size=IN_MEMORY_BYTES, prefix="assay-kernel-")
         self._segment = Segment(self._deflated)  # type: ignore[arg-type]
 
-    def take(self, chunk: bytes) -> None:
-        if self.unredacted is None:
-            self.unredacted = unredacted_in_block(chunk)
-        self.sha.update(chunk)
-        self._segment.write(chunk)
+    def take(self, chunk: list[bytes]) -> None:
+        """The next blocks of whole lines, in order."""
+        for block in chunk:
+            if self.unredacted is None:
+                self.unredacted = unredacted_in_block(block)
+            self.sha.update(block)
+            self._segment.write(block)
 
     def finish(self) -> Deflated:
         crc = self._segment.finish()
@@ -84,7 +88,7 @@ class Pipeline:
         self._digest = digest
         self._blocks: list[bytes] = []
         self._gathered = 0
-        self._queue: queue.Queue[bytes | None] | None = None
+        self._queue: queue.Queue[list[bytes] | None] | None = None
         self._worker: threading.Thread | None = None
         self._error: list[BaseException] = []
         """The worker's first error, until the writer takes it (`_raise`)."""
@@ -101,13 +105,13 @@ class Pipeline:
         if self._gathered >= CHUNK_BYTES:
             self._hand(self._chunk())
 
-    def _chunk(self) -> bytes:
-        chunk = self._blocks[0] if len(self._blocks) == 1 else b"".join(self._blocks)
-        self._blocks.clear()
+    def _chunk(self) -> list[bytes]:
+        chunk = self._blocks
+        self._blocks = []
         self._gathered = 0
         return chunk
 
-    def _hand(self, chunk: bytes) -> None:
+    def _hand(self, chunk: list[bytes]) -> None:
         if self._queue is None:
             self._queue = queue.Queue(QUEUE_CHUNKS)
             self._worker = threading.Thread(target=_work,
@@ -170,7 +174,7 @@ def _faster_switching(on: bool) -> None:
             sys.setswitchinterval(_running["interval_before"])
 
 
-def _abandon(chunks: queue.Queue[bytes | None], abandoned: threading.Event) -> None:
+def _abandon(chunks: queue.Queue[list[bytes] | None], abandoned: threading.Event) -> None:
     """A layer dropped before `end` (stage B failed half-way): its worker stops at its next chunk.
 
     Called by the garbage collector, on whichever thread triggered the collection, the worker's
@@ -183,7 +187,7 @@ def _abandon(chunks: queue.Queue[bytes | None], abandoned: threading.Event) -> N
         chunks.put_nowait(_DONE)
 
 
-def _work(chunks: queue.Queue[bytes | None], digest: Digest, error: list[BaseException],
+def _work(chunks: queue.Queue[list[bytes] | None], digest: Digest, error: list[BaseException],
           abandoned: threading.Event) -> None:
     """The worker: take chunks until told to stop; after an error, only drain the queue."""
     failed = False

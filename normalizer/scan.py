@@ -33,7 +33,7 @@ generated records.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from itertools import islice
 
 from ebpf.wire import HEADER, HOOK_CLOSE, HOOK_NAMES, HOOK_OPEN, TRUNC_FIRST
@@ -48,7 +48,7 @@ from normalizer.health import CaptureFacts
 from normalizer.paths import AT_FDCWD, O_CLOEXEC, FsState, PathResolver, Resolved, c_string, joined, to_int32
 from normalizer.reopen import PROC_FD_PREFIXES
 from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, is_telemetry
-from normalizer.transient import TransientNames
+from normalizer.transient import TransientNames, random_span
 from normalizer.tree import Process, Thread, TreeBuilder
 from spool.format import Spool, SpoolTrailer
 
@@ -84,11 +84,12 @@ filed as, whether it is dropped telemetry, and whether transient names can ignor
 
 
 OpenContext = tuple[type, str, dict[tuple[int, int, int, int], OpenMeta], bool, bool,
-                    tuple[str, ...], tuple[str, ...], int, tuple[str, ...]]
+                    tuple[str, ...], tuple[str, ...], int, tuple[str, ...],
+                    Callable[[str, bool], tuple[int, int] | None]]
 """What the C fast path needs to work out a plain open itself (normalizer/fastscan.c): the
 Classified type, its kind, the open metadata seen so far, whether the block judge can act,
 whether telemetry is dropped, telemetry's prefixes and substrings, the memo's limit, the
-/proc fd reopen prefixes."""
+/proc fd reopen prefixes, and `transient.random_span` (whether a create is inert)."""
 
 
 def fast_records(batch: list[bytes], i: int, tasks: dict[int, Thread], states: dict[Process, FsState],
@@ -188,7 +189,8 @@ class Scan:
         tasks, states, held, tracked = self.tree.tasks, self.resolver.states, buckets.held, transient.tracked
         fast = (accel.native.fast_records if accel.native else fast_records) if FAST else None
         ctx: OpenContext = (Classified, _OPENAT, self._metas, self.judge.may_judge(-EACCES), drop_telemetry,
-                            TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, OPEN_MEMO, PROC_FD_PREFIXES)
+                            TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, OPEN_MEMO, PROC_FD_PREFIXES,
+                            random_span)
         self._memo.clear()
         self._older.clear()
         order = arrival = 0

@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 import msgspec
 
+from normalizer import accel
 from policy.model import ResolvedPolicy
 
 SPOOL_FORMAT = "assay.runner.raw_spool.v1"
@@ -146,10 +147,27 @@ class SpoolRecords:
     def batches(self) -> Iterator[list[bytes]]:
         """The records in ring order, in lists the normalizer walks without a generator step per
         record: consecutive batches joined up to `RECORDS_PER_LIST` (the consumer may drain a
-        few records at a time, and each list costs the walk a call), a larger batch whole."""
+        few records at a time, and each list costs the walk a call), a larger batch whole.
+
+        The whole batch frames of each block read are taken by `batch_records` (in C when the
+        accelerator is built); the frame it stops at goes the general way (`FrameReader.body`).
+        """
+        native = accel.native
+        take = native.batch_records if native else batch_records
         pending: list[bytes] = []
         with open(self._path, "rb") as f:
-            for frame in iter_frames(f):
+            frames = FrameReader(f)
+            while True:
+                frames.pos = take(frames.block, frames.pos, frames.end, pending, RECORDS_PER_LIST,
+                                  _BATCH_HEAD)
+                if len(pending) >= RECORDS_PER_LIST:
+                    yield pending
+                    pending = []
+                    continue
+                body = frames.body()
+                if body is None:
+                    break
+                frame = _decode(body)
                 if isinstance(frame, Batch):
                     if pending:
                         pending += frame.records
@@ -212,8 +230,9 @@ def batch_head(count: int, items_size: int) -> bytes:
 
 def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
     """Frames in file order; raises SpoolError on a torn or foreign frame."""
-    for body in _frame_bodies(stream):
-        yield _decode(body)  # type: ignore[arg-type]  # no skip: never None
+    frames = FrameReader(stream)
+    while (body := frames.body()) is not None:
+        yield _decode(body)
 
 
 def _decode(body: bytes) -> Frame:
@@ -224,45 +243,121 @@ def _decode(body: bytes) -> Frame:
         raise SpoolError(f"undecodable frame: {ascii(str(exc))[1:-1]}") from exc
 
 
-def _frame_bodies(stream: BinaryIO, skip: bytes | None = None) -> Iterator[bytes | None]:
-    """The body of each frame in file order; raises SpoolError on a torn one.
+class FrameReader:
+    """The frames of a stream in file order, read in blocks; raises SpoolError on a torn one.
 
-    The stream is read in blocks of `READ_BYTES` (a larger frame whole) and
-    the file's size asked once, so a spool of many small frames costs a few
-    reads, not two per frame. A length prefix that announces more than the
-    file holds past it is refused before anything is read for it; any other
-    short body is a torn frame too. With `skip`, the body of every frame but
-    the first that starts with those bytes is checked whole but not copied
-    out: None stands for it.
+    The stream is read in blocks of `READ_BYTES` (a larger frame whole) into
+    one buffer kept for the whole stream (fresh memory costs a page fault per
+    page: a new buffer per block cost more than the copy), and the file's size
+    asked once, so a spool of many small frames costs a few reads, not two per
+    frame. A length prefix that announces more than the file holds past it is
+    refused before anything is read for it; any other short body is a torn
+    frame too.
+
+    `body` gives one frame at a time. A caller may also walk the whole frames
+    of `block[pos:end]` itself (`batch_records`, `skip_frames`: in C when the
+    accelerator is built) and set `pos` to where it stopped: frames inside a
+    block read are whole, and the one cut by the block's end is left to `body`.
     """
-    file_left = _file_left(stream)
-    buf, pos, taken = b"", 0, 0  # `taken`: bytes of the stream before buf[pos]
-    first = True
-    while True:
-        if len(buf) - pos < FRAME_HEAD:
-            buf, pos = buf[pos:] + stream.read(max(READ_BYTES, FRAME_HEAD - (len(buf) - pos))), 0
-            if not buf:
-                return
-            if len(buf) < FRAME_HEAD:
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._file_left = _file_left(stream)
+        self.block = bytearray()
+        """The buffer: block[pos:end] are the bytes read and not yet given."""
+        self.pos = 0
+        self.end = 0
+        self._before = 0
+        """Bytes of the stream before block[0]."""
+
+    def _more(self, need: int) -> None:
+        """Keep block[pos:end] and read at least `need` more bytes after it (fewer at the end)."""
+        rest = self.end - self.pos
+        want = max(READ_BYTES, rest + need)
+        if len(self.block) < want:
+            grown = bytearray(want)
+            grown[:rest] = self.block[self.pos:self.end]
+            self.block = grown
+        elif rest:
+            self.block[:rest] = self.block[self.pos:self.end]
+        self._before += self.pos
+        self.pos, self.end = 0, rest
+        with memoryview(self.block) as view:
+            while self.end < want and (n := self._stream.readinto(view[self.end:want])):
+                self.end += n
+
+    def body(self, skip: bytes | None = None) -> bytes | None:
+        """The next frame's body (None at the end of the stream). With `skip`, a frame whose
+        body starts with those bytes is checked whole but not copied out: `SKIPPED` stands for it."""
+        if self.end - self.pos < FRAME_HEAD:
+            self._more(FRAME_HEAD - (self.end - self.pos))
+            if not self.end:
+                return None
+            if self.end < FRAME_HEAD:
                 raise SpoolError("torn frame length at end of spool")
-        size = frame_size(buf[pos:pos + FRAME_HEAD])
-        pos += FRAME_HEAD
-        taken += FRAME_HEAD
-        left = MAX_FRAME if file_left is None else file_left - taken
+        size = frame_size(self.block[self.pos:self.pos + FRAME_HEAD])
+        self.pos += FRAME_HEAD
+        taken = self._before + self.pos
+        left = MAX_FRAME if self._file_left is None else self._file_left - taken
         if size > left:
             raise SpoolError(f"torn frame at end of spool: {size} bytes announced, {left} left "
                              "(the run did not finish writing it, or this is not a spool)")
-        if len(buf) - pos < size:
-            buf, pos = buf[pos:] + stream.read(max(READ_BYTES, size - (len(buf) - pos))), 0
-            if len(buf) < size:
+        if self.end - self.pos < size:
+            self._more(size - (self.end - self.pos))
+            if self.end < size:
                 raise SpoolError("torn frame at end of spool (the run did not finish writing it)")
-        if skip is not None and not first and buf.startswith(skip, pos, pos + size):
-            yield None
-        else:
-            yield buf[pos:pos + size]
-        first = False
-        pos += size
-        taken += size
+        start = self.pos
+        self.pos += size
+        if skip is not None and self.block.startswith(skip, start, self.pos):
+            return SKIPPED
+        with memoryview(self.block) as view:
+            return bytes(view[start:self.pos])
+
+
+SKIPPED = b"skipped"
+"""What `FrameReader.body` gives for a skipped frame (tested by identity: a body is a new object)."""
+
+
+_RECORDS = msgspec.msgpack.Decoder(list[bytes])
+
+
+def batch_records(block: bytearray, pos: int, end: int, out: list[bytes], limit: int, head: bytes) -> int:
+    """Append to `out` the records of each whole batch frame of `block[pos:end]`, while `out`
+    holds fewer than `limit`; the offset of the first frame not taken (cut by `end`, over
+    MAX_FRAME, or not a batch frame: `head`, then one msgpack array of `bin` items that ends
+    with the frame).
+
+    The C accelerator has the same function (normalizer/fastscan.c); this is its fallback and
+    reference (tests/test_spool_reader.py).
+    """
+    while len(out) < limit and end - pos >= FRAME_HEAD:
+        (size,) = _LEN.unpack_from(block, pos)
+        stop = pos + FRAME_HEAD + size
+        if size > MAX_FRAME or stop > end or not block.startswith(head, pos + FRAME_HEAD, stop):
+            break
+        try:
+            records = _RECORDS.decode(memoryview(block)[pos + FRAME_HEAD + len(head):stop])
+        except msgspec.DecodeError:
+            break
+        out += records
+        pos = stop
+    return pos
+
+
+def skip_frames(block: bytearray, pos: int, end: int, head: bytes) -> int:
+    """The offset of the first frame of `block[pos:end]` that is not whole (cut by `end`, or over
+    MAX_FRAME) or whose body does not start with `head`.
+
+    The C accelerator has the same function (normalizer/fastscan.c); this is its fallback and
+    reference (tests/test_spool_reader.py).
+    """
+    while end - pos >= FRAME_HEAD:
+        (size,) = _LEN.unpack_from(block, pos)
+        stop = pos + FRAME_HEAD + size
+        if size > MAX_FRAME or stop > end or not block.startswith(head, pos + FRAME_HEAD, stop):
+            break
+        pos = stop
+    return pos
 
 
 def frame_size(head: bytes) -> int:
@@ -290,9 +385,13 @@ def read_spool(path: Path) -> Spool:
     phases: list[Phase] = []
     sdk: list[SdkMessage] = []
     dac: dict[str, bool] = {}
+    native = accel.native
+    skip = native.skip_frames if native else skip_frames
     with open(path, "rb") as f:
-        for body in _frame_bodies(f, skip=_BATCH_HEAD):
-            if body is None:  # a batch after the first frame
+        frames = FrameReader(f)
+        while (body := frames.body(None if header is None else _BATCH_HEAD)) is not None:
+            if body is SKIPPED:  # a batch frame after the header
+                frames.pos = skip(frames.block, frames.pos, frames.end, _BATCH_HEAD)
                 continue
             frame = _decode(body)
             if header is None and not isinstance(frame, SpoolHeader):

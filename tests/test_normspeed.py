@@ -107,7 +107,7 @@ NAMES = st.sampled_from([
 @st.composite
 def fs_record(draw: st.DrawFn) -> bytes:
     """An open or a close of one of the run's threads (or a stranger), hostile names included, now
-    and then an exec or a chdir; sometimes cut short, or with a payload length that lies."""
+    and then an exec, a chdir or an unlink; sometimes cut short, or with a payload length that lies."""
     tid = draw(st.sampled_from(RUN_TIDS) | st.integers(0, (1 << 32) - 1))
     kind = draw(st.integers(0, 9))
     if kind <= 2:
@@ -115,6 +115,8 @@ def fs_record(draw: st.DrawFn) -> bytes:
     elif kind == 3:  # an exec drops the close-on-exec fds; a chdir moves the base of relative names
         hook = draw(st.sampled_from([wire.HOOK_EXEC, wire.HOOK_CHDIR]))
         data, a0, a1 = draw(st.sampled_from([b"/tmp/rec/work\0", b"sub\0", b"/usr/bin/true\0"])), tid, 0
+    elif kind == 4:  # an unlink: a created name whose template calls it random becomes transient
+        hook, data, a0, a1 = wire.HOOK_UNLINK, draw(NAMES) + b"\0", draw(st.sampled_from([AT_FDCWD, 3])), 0
     else:
         hook = wire.HOOK_OPEN
         name = draw(NAMES)
@@ -200,10 +202,32 @@ SECRET_PIECES = ["AKIA", "ABCDEFGHIJKLMNOP", "ghp_", "sk-", "xox", "AIza", "k_li
 TEXTS = st.none() | st.lists(st.sampled_from(SECRET_PIECES), max_size=6).map("".join) | st.text(max_size=30)
 
 
-@given(st.lists(TEXTS, max_size=600))
-def test_the_block_redaction_prefilter_answers_as_each_text_alone(texts: list[str | None]) -> None:
+@pytest.mark.parametrize("name", ["native", "python"])
+@given(st.lists(TEXTS, max_size=600), st.sampled_from([1, 7, redact.TEXTS_PER_BLOCK]))
+def test_the_block_redaction_prefilter_answers_as_each_text_alone(name: str, texts: list[str | None],
+                                                                  block: int) -> None:
+    """In blocks of any size, with the C block test (`any_folded`) or its Python twin."""
+    if name == "native" and accel.native is None:
+        pytest.skip("normalizer/_fastscan is not built (make setup)")
     expected = [text is not None and redact._any_literal(text) for text in texts]
-    assert redact.may_hold_secrets(texts) == expected
+    with mode(name), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(redact, "TEXTS_PER_BLOCK", block)
+        assert redact.may_hold_secrets(texts) == expected
+
+
+@pytest.mark.parametrize("name", ["native", "python"])
+def test_the_block_redaction_prefilter_finds_each_literal_among_clean_texts(name: str) -> None:
+    """Every rule's literal, as written and upper-cased, alone in a block of clean paths."""
+    if name == "native" and accel.native is None:
+        pytest.skip("normalizer/_fastscan is not built (make setup)")
+    exact, folded = redact._literals() or ((), ())
+    clean = ["/usr/lib/x.so", None, "/tmp/abench-e-001"] * 100
+    with mode(name):
+        for literal in exact + folded:
+            assert redact._any_literal(f"/w/{literal}1")  # as written, it is always flagged
+            for text in (f"/w/{literal}1", f"/w/{literal.upper()}1"):
+                expected = [False] * len(clean) + [redact._any_literal(text)] + [False] * len(clean)
+                assert redact.may_hold_secrets([*clean, text, *clean]) == expected, text
 
 
 META_POOL = [None, open_meta(0, 0, 0, 3), open_meta(0o1 | 0o100, 0o644, 0, 4), open_meta(0o2, 0, 0, -2),
@@ -337,3 +361,31 @@ def test_prepared_chunks_give_the_same_lines_under_another_run_id() -> None:
     assert results[0] == results[1]
     assert results[0][1].count(b'"run_id":"another-run"') == run.kernel.count > 3
     assert adopted == [1]  # the first way took the prepared chunks
+
+
+def _fs_record(tid: int, hook: int, name: bytes, flags: int, ret: int) -> bytes:
+    """A record of `hook` on `name` relative to the cwd by thread `tid`."""
+    fields = {**RECORDED, "tgid": tid, "tid": tid, "hook": hook, "data_len": len(name) + 1,
+              "truncated": 0, "ret": ret, "a0": AT_FDCWD, "a1": flags, "a2": 0o644, "a3": 0}
+    return wire.HEADER.pack(*(fields[f] for f in wire.HEADER_FIELDS)) + name + b"\0"
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_random_name_created_on_the_fast_path_is_followed(exclusive: bool) -> None:
+    """Plain creates teach the scan their open metadata; the next creates with it are worked out
+    on the fast path (in C), and a name a template calls random must still be followed: created
+    and removed, it becomes `~N` in every way ("data.Xy12Zq" only when created exclusively)."""
+    tid = next(iter(build.scan(EXAMPLE).scan.tree.tasks))
+    flags = O_CREAT | O_WRONLY | (O_EXCL if exclusive else 0)
+    names = [b"plain-a", b"plain-b", b"data.Xy12Zq", b"tmpab12cd34", b"plain-c"]
+    records = [_fs_record(tid, wire.HOOK_OPEN, n, flags, 5) for n in names]
+    records += [_fs_record(tid, wire.HOOK_UNLINK, n, 0, 0) for n in names]
+    spool = Spool(header=EXAMPLE.header, records=RECORDS + records, phases=EXAMPLE.phases,
+                  trailer=EXAMPLE.trailer)
+    results = {}
+    for name in MODES:
+        with mode(name):
+            results[name] = archive(spool)
+            layer = normalize(spool).kernel.read_bytes()
+            assert (b"tmp~" in layer, b"data.~" in layer, b"plain-c" in layer) == (True, exclusive, True)
+    assert results["native"] == results["general"] == results["python"]

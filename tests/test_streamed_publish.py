@@ -198,7 +198,7 @@ def test_a_worker_error_reaches_the_writer_and_the_worker_ends(monkeypatch: pyte
     monkeypatch.setattr(layer_digest, "CHUNK_BYTES", 1 << 10)
     taken = []
 
-    def take(self: layer_digest.Digest, chunk: bytes) -> None:
+    def take(self: layer_digest.Digest, chunk: list[bytes]) -> None:
         taken.append(len(chunk))
         if len(taken) == 3:
             raise OSError(28, "No space left on device")

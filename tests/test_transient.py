@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from normalizer.classify import Classified, OpenMeta
 from normalizer.order import other_threads_order
-from normalizer.transient import TEMPLATES, TransientNames, random_span
+from normalizer.transient import TEMPLATES, TransientNames, first_span, random_span
 
 T = TypeVar("T")
 
@@ -181,6 +183,17 @@ def test_template_table(path: str, template: str, random: str) -> None:
     first = next(t for t in TEMPLATES if t.random_span(path) is not None)
     start, end = first.random_span(path)  # type: ignore[misc]
     assert (first.name, path[start:end]) == (template, random)
+
+
+NAME_PIECES = ["tmp_obj_", "tmp_", "t", "cc", "st", ".pyc.", "tmp", "tmp.", "pip-build-", "pytest-of-",
+               ".tmp", "4d3cfb14-d068-455d-909f-5ec754f6493b", "RWkgie", "uk7rqxgf", "AbCdEf1234", "140234",
+               "_", "-", ".", "é", "/", "/.git/", "/tmp/"]
+
+
+@given(st.lists(st.sampled_from(NAME_PIECES) | st.text(max_size=4), max_size=6).map("".join), st.booleans())
+def test_the_template_prefilter_never_clears_a_random_name(path: str, exclusive: bool) -> None:
+    """random_span's one-regex prefilter answers as every template tried in turn."""
+    assert random_span.__wrapped__(path, exclusive) == first_span(path, exclusive)
 
 
 def test_a_create_attempt_in_a_missing_directory_is_transient() -> None:
