@@ -42,8 +42,8 @@ QUEUE_CHUNKS = 2
 """Chunks waiting for the worker at most (memory: about (QUEUE_CHUNKS + 2) * CHUNK_BYTES)."""
 IN_MEMORY_BYTES = 1 << 20
 """Deflated bytes of the layer kept in memory before they go to an anonymous temp file: about 130k
-open-heavy events. It was 8 MiB, which made the live normalizer's peak RSS grow with run length up
-to 1.3M events (docs/benchmarks.md); the live normalizer moves the segment to a file to hand it
+open-heavy events. A larger bound (8 MiB) makes the live normalizer's peak RSS grow with run
+length up to 1.3M events (docs/benchmarks.md); the live normalizer moves the segment to a file to hand it
 over anyway, and the archive writer reads it once."""
 SWITCH_INTERVAL = 0.0005
 """The interpreter's switch interval while a worker runs (seconds; Python's default is 0.005).
