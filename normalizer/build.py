@@ -18,7 +18,6 @@ import msgspec
 
 from normalizer.artifacts import (
     RUN_EVENT_SCHEMA,
-    CapabilitySurface,
     CorrelationReport,
     KernelEvent,
     ObservationHealth,
@@ -38,6 +37,7 @@ from normalizer.order import other_threads_order
 from normalizer.redact import Redactor
 from normalizer.scan import Scan
 from normalizer.sdk import sdk_layer
+from normalizer.surface import SurfaceFile, SurfacePreview, write_surface
 from normalizer.transient import Substitution, TransientNames
 from normalizer.tree import Process, Thread, number_tree
 from spool.format import Spool
@@ -59,25 +59,26 @@ class NormalizedRun:
     run_id: str
     kernel: KernelLayer
     health: ObservationHealth
-    surface: CapabilitySurface
+    surface: SurfaceFile
+    """`capability-surface.json`, streamed to a file (normalizer/surface.py; `decoded()` reads it)."""
     correlation: CorrelationReport
     phases: list[RunEvent]
+    preview: SurfacePreview
+    """What the human summary shows: counts and the first few values of the surface's sets, of the
+    files the command opened for writing (successfully) and of the paths and endpoints the policy
+    denied."""
     policy_events: list[PolicyEvent] = field(default_factory=list)
     sdk_events: list[SdkEvent] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)
-    """Files the command opened for writing, successfully (for the summary)."""
-    blocked: list[str] = field(default_factory=list)
-    """Paths and endpoints the policy denied (for the summary)."""
 
     @property
     def kernel_events(self) -> list[KernelEvent]:
         """The kernel layer decoded (reads it back: for tests and small runs)."""
         return self.kernel.events()
 
-    def members(self) -> dict[str, bytes | KernelLayer]:
-        """Archive members (all but the manifest); the kernel layer stays a stream."""
+    def members(self) -> dict[str, bytes | KernelLayer | SurfaceFile]:
+        """Archive members (all but the manifest); the kernel layer and the surface stay streams."""
         return {
-            "capability-surface.json": json_member(self.surface),
+            "capability-surface.json": self.surface,
             "correlation-report.json": json_member(self.correlation),
             "events.ndjson": ndjson_member(self.phases),
             "layers/kernel.ndjson": self.kernel,
@@ -214,6 +215,8 @@ def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> Normali
     out = Collector(run_id, sdk.tool_calls, redactor, names)
     if scanned.prepared is not None and not names.count:
         out.adopt(scanned.prepared)
+    elif scanned.prepared is not None:
+        scanned.prepared.values.close()  # not used: what it spilled goes now
     buckets = scanned.buckets
     for thread, piece in canonical_runs(buckets, processes, names):
         out.add(thread.process.number, piece)
@@ -233,17 +236,19 @@ def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> Normali
     notes.append(redactor.note())
     if (note := names.note()) is not None:
         notes.append(note)
+    surface, preview = write_surface(out.values, run_id, sorted({p.tool for p in policy_lines}),
+                                     sorted({f"{p.decision}:{p.tool}" for p in policy_lines}))
+    out.values.close()
     return NormalizedRun(
         run_id=run_id,
         kernel=out.layer,
         health=observation_health(
             run_id, out.kinds, out.layer.count, facts, extra_notes=notes,
             policy_layer="present" if policy_lines else "absent", sdk_layer=sdk.status),
-        surface=out.surface(policy_lines),
+        surface=surface,
         correlation=correlate(sdk.tool_calls, decided, out.stamps, sdk.sdk_events, out.layer.count, run_id),
         phases=phases,
         policy_events=policy_lines,
         sdk_events=sdk.sdk_events,
-        written=sorted(out.values["written"]),
-        blocked=sorted(out.values["blocked"]),
+        preview=preview,
     )

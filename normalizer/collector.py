@@ -17,7 +17,6 @@ from itertools import accumulate, chain, compress
 from operator import attrgetter
 
 from normalizer import accel
-from normalizer.artifacts import SURFACE_SCHEMA, CapabilitySurface, PolicyEvent
 from normalizer.buckets import Ahead, Run, Spilled
 from normalizer.classify import Classified
 from normalizer.correlate import END, Block
@@ -31,6 +30,7 @@ from normalizer.kernel_lines import (
 )
 from normalizer.redact import Redactor, may_hold_secrets
 from normalizer.sdk import ToolCall
+from normalizer.surface import DistinctValues
 from normalizer.transient import Substitution
 
 FILE_KINDS = frozenset({"openat", "file_blocked"})
@@ -110,24 +110,26 @@ def collect_values(shapes: list[Classified], values: list[str | None], kinds: se
 
 
 VALUE_SETS = ("files", "endpoints", "execs", "written", "blocked")
-"""The distinct values stage B gathers for the surface and the summary."""
+"""The distinct values stage B gathers for the surface and the summary (normalizer/surface.py
+holds them in bounded memory)."""
 
 
 class Prepared:
     """Stage A's head start on stage B: called by ThreadBuckets for each chunk it spills
     (normalizer/buckets.py `Prepare`), it does for the chunk's distinct shapes what
     `Collector._first` would: their kernel-line tails, and their values gathered into its own
-    sets. A value that may hold a secret is left to stage B (its position in the chunk's
-    `pending`), whose redactor counts every occurrence. What is prepared holds only when stage
-    B writes values unchanged: no transient name substituted (`finish` checks, known only at
-    the end, and otherwise ignores all of this). The tails do not depend on the run id (it is
-    in the lines' head)."""
+    sets (bounded: sorted and spilled in runs past a limit, normalizer/surface.py; so the
+    surface's sort is mostly done here, beside the scan). A value that may hold a secret is left
+    to stage B (its position in the chunk's `pending`), whose redactor counts every occurrence.
+    What is prepared holds only when stage B writes values unchanged: no transient name
+    substituted (`finish` checks, known only at the end, and otherwise ignores all of this). The
+    tails do not depend on the run id (it is in the lines' head)."""
 
     def __init__(self, run_id: str) -> None:
-        self.values: dict[str, set[str]] = {k: set() for k in VALUE_SETS}
+        self.values = DistinctValues(VALUE_SETS)
         self.kinds: set[str] = set()
         self._lines = KernelLines(run_id)
-        self._routes = routes(self.values)
+        self._routes = routes(self.values.sets)
         native = accel.native
         self._collect = native.collect_values if native else collect_values
 
@@ -147,20 +149,22 @@ class Prepared:
 
     def _work(self, shapes: list[Classified], values: list[str | None]) -> list[bytes]:
         self._collect(shapes, values, self.kinds, self._routes, _WRITES)
+        self.values.bound()
         return self._lines.tails(shapes, values)
 
 
 class Collector:
     """Stage B: writes the kernel layer in canonical order and gathers what the
-    other members need, holding only sets of distinct values and the capture
-    times inside tool-call windows. Every value is redacted before it is
-    written or collected, so all members carry the same redacted text."""
+    other members need, holding only the distinct values (bounded in memory,
+    normalizer/surface.py) and the capture times inside tool-call windows.
+    Every value is redacted before it is written or collected, so all members
+    carry the same redacted text."""
 
     def __init__(self, run_id: str, calls: list[ToolCall], redactor: Redactor,
                  names: Substitution | None = None) -> None:
         self.run_id = run_id
         self.layer = KernelLayer()
-        self.values: dict[str, set[str]] = {k: set() for k in VALUE_SETS}
+        self.values = DistinctValues(VALUE_SETS)
         self.kinds: set[str] = set()
         self.blocks: list[Block] = []
         self.stamps: list[int] = []
@@ -176,19 +180,19 @@ class Collector:
         self._lookup = native.tails_of if native else tails_of
         self._pinned: dict[int, Classified] = {}
         self._collect = native.collect_values if native else collect_values
-        self._routes = routes(self.values)
+        self._routes = routes(self.values.sets)
         self._join_indexed = native.join_indexed if native else join_indexed
         self._ahead = False
 
     def adopt(self, prepared: Prepared) -> None:
         """Take stage A's prepared chunks as they are (see `Prepared`: only when nothing is
-        substituted), before any line is written: its sets become
-        this collector's (not copied: they can hold every distinct path of the run), and
-        prepared chunks are written from their tails."""
+        substituted), before any line is written: its values (and what it spilled) become
+        this collector's, and prepared chunks are written from their tails."""
         if self.layer.count or self.kinds:
             raise RuntimeError("adopt() comes before the first line")
+        self.values.close()
         self.values, self.kinds = prepared.values, prepared.kinds
-        self._routes = routes(self.values)
+        self._routes = routes(self.values.sets)
         self._ahead = True
 
     def add(self, pid: int, piece: Run | Spilled) -> None:
@@ -311,15 +315,5 @@ class Collector:
                 values[k] = redactor.redact(values[k])  # type: ignore[arg-type]
                 clean[k] = redactor.count == before
         self._collect(shapes, values, self.kinds, self._routes, _WRITES)
+        self.values.bound()
         return self._lines.tails(shapes, values), clean
-
-    def surface(self, policy_lines: list[PolicyEvent]) -> CapabilitySurface:
-        """The surface: kernel values, and the tools and `{decision}:{tool}` of the policy lines."""
-        return CapabilitySurface(
-            schema=SURFACE_SCHEMA, run_id=self.run_id,
-            filesystem_paths=sorted(self.values["files"]),
-            network_endpoints=sorted(self.values["endpoints"]),
-            process_execs=sorted(self.values["execs"]),
-            mcp_tools=sorted({p.tool for p in policy_lines}),
-            policy_decisions=sorted({f"{p.decision}:{p.tool}" for p in policy_lines}),
-        )

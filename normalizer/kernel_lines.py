@@ -71,8 +71,8 @@ class KernelLayer:
     """`layers/kernel.ndjson`, swept, hashed and deflated as it is written
     (normalizer/layer_digest.py, on a worker thread for large layers).
 
-    Only the deflated bytes are kept (a temp file that spills to disk past a
-    few MB): the archive writer splices them in instead of compressing the
+    Only the deflated bytes are kept (a temp file that spills to disk past
+    1 MiB, `layer_digest.IN_MEMORY_BYTES`): the archive writer splices them in instead of compressing the
     layer again, and `reader` inflates them. `end` (stage B's last step)
     lets the worker finish on its own; the first read of a result (`sha256`,
     `unredacted`, `deflated`, `reader`) waits for it and seals the layer.

@@ -40,6 +40,11 @@ CHUNK_BYTES = 1 << 20
 chunk in hand, the last one) is done after it: small chunks keep that short."""
 QUEUE_CHUNKS = 2
 """Chunks waiting for the worker at most (memory: about (QUEUE_CHUNKS + 2) * CHUNK_BYTES)."""
+IN_MEMORY_BYTES = 1 << 20
+"""Deflated bytes of the layer kept in memory before they go to an anonymous temp file: about 130k
+open-heavy events. A larger bound (8 MiB) makes the live normalizer's peak RSS grow with run
+length up to 1.3M events (docs/benchmarks.md); the live normalizer moves the segment to a file to hand it
+over anyway, and the archive writer reads it once."""
 SWITCH_INTERVAL = 0.0005
 """The interpreter's switch interval while a worker runs (seconds; Python's default is 0.005).
 After each C call the worker waits for the GIL until stage B's thread is asked to drop it, one
@@ -56,7 +61,7 @@ class Digest:
         self.unredacted: str | None = None
         """The first rule a line still matches after redaction (the sweep stops there)."""
         self._deflated = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - lives as long as the layer
-            max_size=8 << 20, prefix="assay-kernel-")
+            max_size=IN_MEMORY_BYTES, prefix="assay-kernel-")
         self._segment = Segment(self._deflated)  # type: ignore[arg-type]
 
     def take(self, chunk: list[bytes]) -> None:

@@ -32,6 +32,7 @@ from normalizer.artifacts import (
 )
 from normalizer.build import KernelLayer, NormalizedRun
 from normalizer.health import CaptureFacts, observation_health
+from normalizer.surface import Preview, SurfacePreview, surface_member
 from runner.evidence.archive import load_members, write_archive
 from runner.evidence.capdiff import decode_artifacts, diff_correlation, diff_runs, render_text, set_change
 
@@ -119,10 +120,11 @@ def synthetic(path: Path, run_id: str, files: list[str], endpoints: list[str],
         kernel=KernelLayer.of(events),
         health=observation_health(run_id, {e.kind for e in events}, len(events), facts, extra_notes=[],
                                   policy_layer="present" if policy else "absent"),
-        surface=surface,
+        surface=surface_member(surface),
         correlation=CorrelationReport(schema=CORRELATION_SCHEMA, run_id=run_id, status="clean",
                                       bindings=bindings or [], ambiguities=[]),
         phases=[RunEvent(schema=RUN_EVENT_SCHEMA, run_id=run_id, seq=0, type="run_started")],
+        preview=SurfacePreview(*[Preview(count=0, first=[])] * 5),  # not shown: only the archive is used
         policy_events=policy,
     )
     write_archive(path, run_id, run.members())

@@ -20,6 +20,7 @@ import msgspec
 import pytest
 
 from normalizer.build import normalize
+from normalizer.surface import Preview
 from runner.capture.status import summary
 from runner.display import printable
 from runner.evidence.archive import MANIFEST, build_manifest
@@ -92,8 +93,10 @@ def test_diff_output_has_no_raw_control_characters(tmp_path: Path) -> None:
 
 def test_summary_escapes_values() -> None:
     run = normalize(read_spool(DATA / "example.spool"))
-    surface = msgspec.structs.replace(run.surface, process_execs=[FAKE])
-    hostile = dataclasses.replace(run, surface=surface, written=[FAKE], blocked=["\x1b]0;title\x07"])
+    preview = msgspec.structs.replace(run.preview, execs=Preview(count=1, first=[FAKE]),
+                                      written=Preview(count=1, first=[FAKE]),
+                                      blocked=Preview(count=1, first=["\x1b]0;title\x07"]))
+    hostile = dataclasses.replace(run, preview=preview)
     text = summary(hostile, 0, 1.0, "/out/\x1b[2J.tar.gz")
     assert RAW.findall(text) == []
     assert len(text.splitlines()) == len(summary(run, 0, 1.0, "/out/a.tar.gz").splitlines()) + 1  # + blocks

@@ -11,6 +11,7 @@ bytes `assay-runner normalize` gives.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -113,6 +114,8 @@ def test_the_live_process_is_on_by_default_outside_the_command_and_leaves_nothin
     code, stderr = live_run.finish()
     assert code == 0, stderr
     assert '"normalized_by": "live"' in stderr
+    after = json.loads(next(line for line in stderr.splitlines() if '"run.after_exit"' in line))
+    assert after["live_peak_rss_mib"] > 0 and after["runner_peak_rss_mib"] > 0  # each process its own
     assert _gone(live_run.child)
     assert list(live_run.tmpdir.iterdir()) == []
     Archive(live_run.out / f"{live_run.run_id}.tar.gz")  # passes conformance

@@ -47,7 +47,7 @@ def test_recorded_example_normalizes_to_the_expected_evidence() -> None:
         (3, "connect", "127.0.0.1:9", None),
     ]
     assert run.health.cgroup_correlation == "clean"
-    assert run.surface.process_execs == ["/usr/bin/cat", "/usr/bin/python3", "/usr/bin/sh"]
+    assert run.surface.decoded().process_execs == ["/usr/bin/cat", "/usr/bin/python3", "/usr/bin/sh"]
 
 
 def test_threads_and_children_are_ordered_by_tree_then_thread() -> None:

@@ -19,12 +19,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ebpf import wire
-from normalizer import accel, build, collector, redact, scan, telemetry
+from normalizer import accel, build, collector, redact, scan, surface, telemetry
 from normalizer.buckets import index_shapes
 from normalizer.build import normalize
 from normalizer.classify import Classified, open_meta
 from normalizer.decode import DecodeError
 from normalizer.kernel_lines import KernelLines, join_indexed, join_lines, shape_tails
+from normalizer.surface import SurfacePreview
 from runner.evidence.archive import archive_bytes
 from spool.format import Spool, read_spool
 
@@ -57,16 +58,20 @@ def mode(name: str, tiny: bool = False) -> Iterator[None]:
             mp.setattr(scan, "OPEN_MEMO", 2)
             mp.setattr(build, "SPILL_EVERY", 3)
             mp.setattr(collector, "MEMO_ENTRIES", 2)
+            mp.setattr(surface, "HELD_VALUES", 2)
+            mp.setattr(surface, "FRAME_VALUES", 2)
+            mp.setattr(surface, "FAN_IN", 2)
+            mp.setattr(surface, "ENCODE_VALUES", 2)
         yield
 
 
-def archive(spool: Spool) -> tuple[bytes, list[str], list[str]] | str:
-    """The archive bytes and the summary lists, or the error the spool is refused with."""
+def archive(spool: Spool) -> tuple[bytes, SurfacePreview] | str:
+    """The archive bytes and what the summary shows, or the error the spool is refused with."""
     try:
         run = normalize(spool)
     except DecodeError as exc:
         return f"DecodeError: {exc}"
-    return archive_bytes(run.run_id, run.members()), run.written, run.blocked
+    return archive_bytes(run.run_id, run.members()), run.preview
 
 
 @needs_native

@@ -16,9 +16,11 @@ message:
 1. `Scanned`: the permission questions stage A could not judge (the
    session decides from them whether the live result is usable);
 2. `Done`: the normalized run's small members as msgspec Structs, and the
-   kernel layer as the descriptor of its anonymous temp file (SCM_RIGHTS),
-   with its digest, size and line count; or `Failed` with the error, at any
-   point.
+   kernel layer and the capability surface as the descriptors of their
+   anonymous temp files (SCM_RIGHTS), with their digests, sizes and sweep
+   results (the surface holds a value per distinct name: it is never
+   copied through this socket nor loaded whole by the runner); or `Failed`
+   with the error, at any point.
 
 It dies with the runner (PR_SET_PDEATHSIG, checked against the pid it was
 given), and exits at once when the control pipe reaches EOF (the runner
@@ -44,13 +46,13 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from normalizer.artifacts import (
-    CapabilitySurface,
     CorrelationReport,
     ObservationHealth,
     PolicyEvent,
     RunEvent,
     SdkEvent,
 )
+from normalizer.surface import SurfacePreview
 
 if TYPE_CHECKING:
     from spool.tail import SpoolTail
@@ -72,21 +74,21 @@ class Scanned(msgspec.Struct, tag="scanned"):
 
 
 class Members(msgspec.Struct):
-    """The fields of the normalized run (normalizer.build.NormalizedRun) but its kernel layer."""
+    """The fields of the normalized run (normalizer.build.NormalizedRun) but its kernel layer and
+    its capability surface (both descriptors)."""
 
     run_id: str
     health: ObservationHealth
-    surface: CapabilitySurface
     correlation: CorrelationReport
     phases: list[RunEvent]
+    preview: SurfacePreview
     policy_events: list[PolicyEvent]
     sdk_events: list[SdkEvent]
-    written: list[str]
-    blocked: list[str]
 
 
 class Done(msgspec.Struct, tag="done"):
-    """The normalized run; its kernel layer comes as a descriptor with this message."""
+    """The normalized run; its kernel layer and its surface come as descriptors with this message,
+    in that order."""
 
     run: Members
     kernel_sha256: str
@@ -95,6 +97,10 @@ class Done(msgspec.Struct, tag="done"):
     kernel_unredacted: str | None
     """The first secret rule a kernel line still matches after redaction (publish refuses then)."""
     kernel_crc32: int
+    surface_sha256: str
+    surface_size: int
+    surface_unredacted: str | None
+    """The first secret rule the surface still matches after redaction (publish refuses then)."""
     peak_rss_kib: int
     """This process's peak resident memory (it is not the runner's: `run.after_exit` logs it)."""
     cpu_s: float
@@ -198,10 +204,12 @@ def _normalize(spool_fd: int, control_fd: int, out: socket.socket, progress: mma
     members = Members(**{name: getattr(run, name) for name in Members.__struct_fields__})
     done = Done(run=members, kernel_sha256=layer.sha256, kernel_size=layer.size, kernel_count=layer.count,
                 kernel_unredacted=layer.unredacted, kernel_crc32=segment.crc32,
+                surface_sha256=run.surface.sha256, surface_size=run.surface.size,
+                surface_unredacted=run.surface.unredacted,
                 peak_rss_kib=peak_rss_kib(), cpu_s=round(usage.ru_utime + usage.ru_stime, 3))
     message = frame(done)
-    # the descriptor rides on the length prefix; fileno() moves an in-memory segment to a temp file
-    socket.send_fds(out, [message[:_LEN.size]], [segment.data.fileno()])
+    # the descriptors ride on the length prefix; fileno() moves an in-memory file to a temp file
+    socket.send_fds(out, [message[:_LEN.size]], [segment.data.fileno(), run.surface.fileno()])
     out.sendall(message[_LEN.size:])
 
 

@@ -13,7 +13,7 @@ runner's multi-threaded process) and these descriptors only:
 - the read end of a control pipe: a byte pokes it (the trailer is in),
   EOF ends it at once (`close`);
 - one end of a socket pair for its messages (`live_child.Message`), and the
-  kernel layer's descriptor with the last one;
+  kernel layer's and the capability surface's descriptors with the last one;
 - a shared page where it counts the records it has read (`records_read`).
 
 It runs in a session of its own (a Ctrl-C on the terminal is the runner's
@@ -44,6 +44,7 @@ import msgspec
 from normalizer.build import NormalizedRun
 from normalizer.deflate import Deflated
 from normalizer.kernel_lines import KernelLayer
+from normalizer.surface import SurfaceFile
 from runner.capture import live_child
 from runner.capture.live_child import (
     DECODER,
@@ -62,6 +63,8 @@ RESULT_TIMEOUT_S = 30.0
 """The least the runner waits for a message after the command exits before it gives up on the pass."""
 RESULT_S_PER_RECORD = 20e-6
 """Added per spool record: stage A reads about 1M records per CPU second and stage B more; 20x margin."""
+HANDED_FILES = 2
+"""Descriptors the child sends with `Done`: the kernel layer's deflated segment, then the surface."""
 log = get_logger("session")
 
 
@@ -167,11 +170,15 @@ class LiveProcess:
         if self.dac_questions() is None:
             return None
         done = self._receive(Done)
-        if not isinstance(done, Done) or len(self._fds) != 1:
+        if not isinstance(done, Done) or len(self._fds) != HANDED_FILES:
             return None
         self.peak_rss_mib, self.cpu_s = round(done.peak_rss_kib / 1024, 1), done.cpu_s
-        layer = HandedLayer(os.fdopen(self._fds.pop(), "rb"), done)
-        return NormalizedRun(kernel=layer, **msgspec.structs.asdict(done.run))
+        kernel_fd, surface_fd = self._fds
+        self._fds.clear()
+        layer = HandedLayer(os.fdopen(kernel_fd, "rb"), done)
+        surface = SurfaceFile(os.fdopen(surface_fd, "rb"), done.surface_sha256, done.surface_size,
+                              done.surface_unredacted)
+        return NormalizedRun(kernel=layer, surface=surface, **msgspec.structs.asdict(done.run))
 
     def _receive(self, kind: type[Scanned] | type[Done]) -> Scanned | Done | Failed:
         """The child's next message, which must be a `kind`; a `Failed` (logged) otherwise: the
@@ -198,7 +205,7 @@ class LiveProcess:
             while (body := split_frame(self._buffer)) is None:
                 if not sel.select(max(0.0, self._deadline - time.monotonic())):
                     return None
-                data, fds, _flags, _addr = socket.recv_fds(self._socket, 1 << 20, 1)
+                data, fds, _flags, _addr = socket.recv_fds(self._socket, 1 << 20, HANDED_FILES)
                 self._fds.extend(fds)
                 if not data:
                     return None

@@ -30,6 +30,7 @@ from runner.capture.interrupt import Interruptions, run_exit_code
 from runner.capture.limits import DEFAULT_LIMITS, CgroupLimits, LimitGroups
 from runner.capture.live import LivePass
 from runner.capture.live import start as start_live
+from runner.capture.live_child import peak_rss_kib
 from runner.capture.owner import claim
 from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
@@ -276,11 +277,14 @@ def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:
 
 def _log_after_exit(marks: dict[str, float], how: str, live: LivePass | None) -> None:
     """Where the time after the command's exit went, step by step (seconds; docs/benchmarks.md),
-    and the live process's own CPU seconds and peak memory (MiB), which are not the runner's."""
+    and the live process's own CPU seconds and peak memory (MiB), which are not the runner's, and
+    the runner's own peak memory (its VmHWM, publishing done; GNU time's `%M` is the largest of
+    the processes)."""
     steps = ("exited", "drained", "spooled", "cleaned_up", "normalized", "published")
     log.info("run.after_exit", normalized_by=how, total_s=round(marks["published"] - marks["exited"], 3),
              live_behind_records=marks.get("live_behind"), live_cpu_s=live.cpu_s if live else None,
              live_peak_rss_mib=live.peak_rss_mib if live else None,
+             runner_peak_rss_mib=round(peak_rss_kib() / 1024, 1),
              **{f"{b}_s": round(marks[b] - marks[a], 3) for a, b in itertools.pairwise(steps)})
 
 

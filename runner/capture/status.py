@@ -11,6 +11,7 @@ from runner.display import printable_lines
 
 if TYPE_CHECKING:  # the daemon client draws the status line without importing the normalizer
     from normalizer.build import NormalizedRun
+    from normalizer.surface import Preview
 
 REFRESH_S = 0.25
 
@@ -42,24 +43,25 @@ class LiveStatus:
             sys.stderr.flush()
 
 
-def _preview(items: list[str], limit: int = 5) -> str:
-    shown = ", ".join(items[:limit])
-    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
-    return f"{len(items)}" + (f": {shown}{more}" if items else "")
+def _preview(items: Preview) -> str:
+    """The count, and the first values the normalizer kept (normalizer/surface.py `PREVIEW_VALUES`)."""
+    shown = ", ".join(items.first)
+    more = f" (+{items.count - len(items.first)} more)" if items.count > len(items.first) else ""
+    return f"{items.count}" + (f": {shown}{more}" if items.count else "")
 
 
 def summary(run: NormalizedRun, exit_code: int, elapsed: float, archive: str) -> str:
     """A short human summary of what the command touched and how well it was seen."""
-    h = run.health
+    h, seen = run.health, run.preview
     lines = [
         f"assay-runner: command exited {exit_code} after {elapsed:.2f}s",
-        f"  files written:     {_preview(run.written)}",
-        f"  files touched:     {len(run.surface.filesystem_paths)}",
-        f"  endpoints:         {_preview(run.surface.network_endpoints)}",
-        f"  programs executed: {_preview(run.surface.process_execs)}",
+        f"  files written:     {_preview(seen.written)}",
+        f"  files touched:     {seen.files.count}",
+        f"  endpoints:         {_preview(seen.endpoints)}",
+        f"  programs executed: {_preview(seen.execs)}",
     ]
-    if run.blocked:
-        lines.append(f"  policy blocks:     {_preview(run.blocked)}")
+    if seen.blocked.count:
+        lines.append(f"  policy blocks:     {_preview(seen.blocked)}")
     ended = [n.split(": ", 1)[1] for n in h.notes if n.startswith("s2_run_ended:")]
     lines += [f"  ended from outside: {why}" for why in ended]
     limits = [n.split(": ", 1)[1] for n in h.notes if n.startswith("s3_resource_limits:")]

@@ -6,8 +6,9 @@ tarfile writes a USTAR archive, in one gzip member with mtime 0 and no file
 name, written to a temp file in the target directory and renamed into place.
 The deflate stream is made of segments (normalizer/deflate.py): the kernel
 layer's data is its own, which the kernel layer deflated as stage B wrote it,
-so only the small members are compressed here. The same members give the
-same bytes, whether the kernel layer is a `KernelLayer` or bytes.
+so only the other members are compressed here (a streamed one, the
+capability surface, read back in blocks). The same members give the same
+bytes, whether the kernel layer and the surface are streamed or bytes.
 
 Reading never extracts to disk and is bounded by what the manifest declares
 (runner/evidence/bounded.py): anything that is not a plain file with a safe
@@ -45,7 +46,9 @@ MEMBER_ORDER = (
 )
 OWN_SEGMENT = frozenset({"layers/kernel.ndjson"})
 """Members whose data is a deflate segment of its own by name, whatever the member's type, so
-the same members give the same bytes (a streamed member always is one)."""
+the same members give the same bytes. Any other member is deflated in the current segment, a
+streamed one (the capability surface) read back in blocks of `COPY_BYTES`."""
+COPY_BYTES = 1 << 20
 
 _json = msgspec.json.Encoder()
 
@@ -56,8 +59,7 @@ def sha256_ref(data: bytes) -> str:
 
 
 class StreamedMember(Protocol):
-    """A member too large to hold in memory: its size, digest and sweep, its bytes deflated as a
-    segment, and a reader."""
+    """A member too large to hold in memory: its size, digest and sweep, and a reader."""
 
     size: int
 
@@ -67,9 +69,14 @@ class StreamedMember(Protocol):
     @property
     def unredacted(self) -> str | None: ...
 
-    def deflated(self) -> deflate.Deflated: ...
-
     def reader(self) -> BinaryIO: ...
+
+
+class SegmentMember(StreamedMember, Protocol):
+    """A streamed member that deflated its bytes as a segment of its own as it was written (one of
+    `OWN_SEGMENT`: the kernel layer)."""
+
+    def deflated(self) -> deflate.Deflated: ...
 
 
 Member = bytes | StreamedMember
@@ -87,9 +94,20 @@ def build_manifest(run_id: str, members: dict[str, Member]) -> bytes:
     return _json.encode(Manifest(schema=MANIFEST_SCHEMA, run_id=run_id, files=files)) + b"\n"
 
 
-def _own_segment(data: Member) -> deflate.Deflated:
+def _own_segment(data: bytes | SegmentMember) -> deflate.Deflated:
     """`data` as a finished segment: the one a streamed member made as it was written."""
     return deflate.deflated(data) if isinstance(data, bytes) else data.deflated()
+
+
+def _copy(data: StreamedMember, stream: deflate.GzipSegments) -> None:
+    """A streamed member's `size` bytes into the current segment, a block at a time."""
+    reader, left = data.reader(), data.size
+    while left:
+        block = reader.read(min(COPY_BYTES, left))
+        if not block:
+            raise OSError(f"a streamed member ended {left} bytes short of its size")
+        stream.write(block)
+        left -= len(block)
 
 
 def _write_tar(fileobj: BinaryIO, run_id: str, members: dict[str, Member]) -> None:
@@ -104,10 +122,12 @@ def _write_tar(fileobj: BinaryIO, run_id: str, members: dict[str, Member]) -> No
         size = len(data) if isinstance(data, bytes) else data.size
         stream.write(_info(path, size, tarfile.REGTYPE, 0o644).tobuf(tarfile.USTAR_FORMAT, "utf-8",
                                                                      "surrogateescape"))
-        if path in OWN_SEGMENT or not isinstance(data, bytes):
-            stream.splice(_own_segment(data))
-        else:
+        if path in OWN_SEGMENT:
+            stream.splice(_own_segment(data))  # type: ignore[arg-type]  # bytes or a SegmentMember
+        elif isinstance(data, bytes):
             stream.write(data)
+        else:
+            _copy(data, stream)
         offset += tarfile.BLOCKSIZE + size
         stream.write(bytes(-offset % tarfile.BLOCKSIZE))
         offset += -offset % tarfile.BLOCKSIZE

@@ -7,8 +7,9 @@ Two gates, both before a byte of the archive exists:
 2. the fail-closed secret sweep (Assay's, archive.rs:202-214): no member may
    still match a rule of the canonical secret table after redaction. It
    runs over every member whatever its size; the kernel layer was swept line
-   by line as stage B wrote it (normalizer/layer_digest.py), so here it is
-   only asked for its answer.
+   by line as stage B wrote it (normalizer/layer_digest.py), and the
+   capability surface piece by piece as it was streamed
+   (normalizer/surface.py), so here they are only asked for their answer.
 
 Either way nothing is written (exit 125), and the raw spool stays for
 `assay-runner normalize` once the cause is fixed.
@@ -25,10 +26,12 @@ from runner.evidence.archive import MANIFEST, Member, build_manifest, write_arch
 from runner.logs import get_logger
 
 VALIDATE_UP_TO = 8 << 20
-"""Kernel layers above this size are not re-read for validation at write time:
-the runner's own members are typed by construction, and re-reading would
-make memory grow with run length (`assay-runner validate` checks any size).
-The secret sweep is never skipped."""
+"""Kernel layers or capability surfaces above this size are not re-read for
+validation at write time: the runner's own members are typed by
+construction, and re-reading would make memory grow with run length
+(`assay-runner validate` checks any size). The surface's own rule (each list
+sorted, without duplicates) was checked as it was streamed. The secret
+sweep is never skipped."""
 log = get_logger("publish")
 
 
@@ -69,9 +72,9 @@ def publish(run: NormalizedRun, archive: Path, dir_fd: int | None = None, sync: 
             f"refusing to publish {archive.name}: {leak[0]} still holds an unredacted {leak[1]}-shaped "
             "value after redaction (a runner bug); nothing was written and the raw spool is kept"
         )
-    if run.kernel.size > VALIDATE_UP_TO:
+    if run.kernel.size > VALIDATE_UP_TO or run.surface.size > VALIDATE_UP_TO:
         log.warning("publish.validation_skipped", kernel_layer_bytes=run.kernel.size,
-                    hint=f"validate it with: assay-runner validate {archive}")
+                    surface_bytes=run.surface.size, hint=f"validate it with: assay-runner validate {archive}")
         problems = []
     else:
         readable = {name: m if isinstance(m, bytes) else m.read_bytes() for name, m in members.items()}
