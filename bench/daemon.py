@@ -62,10 +62,20 @@ class DaemonService:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=120)
 
+    @property
+    def pid(self) -> int:
+        """The daemon's main process."""
+        assert self.proc is not None
+        return self.proc.pid
+
     def rss_kib(self) -> int:
         """Resident memory of the daemon's main and sensor processes (not its short-lived workers)."""
         assert self.proc is not None
         return _rss_kib(self.proc.pid) + _rss_kib(self.sensor_pid())
+
+    def peaks_kib(self) -> dict[str, int]:
+        """The daemon's and its sensor's own peak resident memory so far (VmHWM)."""
+        return {"daemon": _rss_kib(self.pid, "VmHWM"), "sensor": _rss_kib(self.sensor_pid(), "VmHWM")}
 
     def idle_spare(self) -> set[int]:
         """The daemon's spare worker (runner/daemon/spare.py) while it waits: a child of the daemon,
@@ -99,11 +109,12 @@ def _fd_targets(pid: int) -> dict[int, str]:
     return targets
 
 
-def _rss_kib(pid: int) -> int:
+def _rss_kib(pid: int, key: str = "VmRSS") -> int:
+    """A live process's resident memory now (VmRSS) or its peak so far (VmHWM), KiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{key}:"):
             return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
+    raise RuntimeError(f"no {key} for {pid}")
 
 
 class DaemonRunner(Runner):

@@ -44,6 +44,8 @@ class Finished:
     timed_out: bool = False
     cpu_s: float | None = None
     """User+system CPU seconds of the process and the descendants it waited for (wait4)."""
+    pid: int | None = None
+    """The pid it had (GNU time's when peak RSS was asked for): its exit records' root."""
 
     def failure(self) -> str | None:
         """A one-line reason when the process did not succeed, else None."""
@@ -107,6 +109,7 @@ def run_measured(
             start_ns=start_ns,
             timed_out=expired.is_set(),
             cpu_s=usage.ru_utime + usage.ru_stime,
+            pid=proc.pid,
         )
 
 

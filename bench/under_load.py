@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bench.build import root_tools
 from bench.run import REPO, _default_runner
-from bench.scaling import THIS, RunSample, run_once
+from bench.scaling import THIS, RunSample, Subject, run_once
 from bench.table import render
 
 
@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.reps):
             k = rep % len(variants)
             for name, path, env in [*variants[k:], *variants[:k]]:  # rotated: none always runs first
-                sample, _ = run_once(args, tools, args.size, rep, (name, path), env)
+                subject = Subject(name, path, env=env)
+                sample, _ = run_once(args, tools, args.size, "distinct", rep, subject, None)
                 samples.append(sample)
                 print(f"under load, rep {rep + 1}: {sample}", file=sys.stderr, flush=True)
     finally:

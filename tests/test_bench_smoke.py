@@ -58,6 +58,22 @@ def test_open_heavy_makes_exactly_n_marked_opens(tools: Tools, tmp_path: Path) -
 
 
 @needs_strace
+def test_open_heavy_repeats_its_missing_names_when_asked(tools: Tools, tmp_path: Path) -> None:
+    """bench.scaling's `repeated` paths: the same N opens, but only MISSING distinct missing names."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    counts = {}
+    for missing in (0, 9):
+        argv = [tools.program("open_heavy"), str(scratch), "600", "0", str(missing)]
+        stdout, lines = traced(argv, "openat", tmp_path / f"strace-{missing}.log")
+        report = parse_report(stdout)
+        failed = [ln.split('"')[1] for ln in lines if "abench-" in ln and "ENOENT" in ln]
+        assert len(failed) == report.ops["missing"] and report.ops["openat"] == 600
+        assert report.ops["missing_names"] == missing
+        counts[missing] = len(set(failed))
+    assert counts == {0: report.ops["missing"], 9: 9}
+
+@needs_strace
 def test_exec_heavy_execs_n_times(tools: Tools, tmp_path: Path) -> None:
     argv = by_name("exec_heavy").argv(tools, tmp_path, (7,))
     stdout, lines = traced(argv, "execve", tmp_path / "strace.log")
@@ -123,7 +139,7 @@ def test_whole_wall_ratio_is_each_modes_median_wall_over_bares() -> None:
 
 
 def test_scaling_keeps_the_runners_after_exit_log() -> None:
-    from bench.scaling import after_exit_log
+    from bench.scaling_fit import after_exit_log
 
     stderr = ('{"event": "run.start", "level": "info"}\nnot json\n'
               '{"component": "session", "normalized_by": "live", "total_s": 0.9, "live_behind_records": 12, '

@@ -1,4 +1,4 @@
-/* open_heavy SCRATCH_DIR N [RATE]: exactly N openat calls on marked names.
+/* open_heavy SCRATCH_DIR N [RATE [MISSING]]: exactly N openat calls on marked names.
  *
  * The first min(N, 100) calls create the "existing" set; after that the calls
  * rotate between opening an existing file read-only, opening a missing file
@@ -6,6 +6,9 @@
  * error returns and read and write modes, as an agent's file scanning does.
  * With RATE > 0 the calls are paced to RATE per second (the sustained-rate
  * probe); otherwise they run flat out (the overhead benchmark).
+ * Every missing name differs (a third of N distinct paths, the worst case
+ * for anything that keeps a run's distinct paths) unless MISSING > 0: then
+ * the missing names repeat, MISSING of them (bench.scaling's "repeated").
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -29,12 +32,13 @@ static void pace(double start, long done, long rate)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: open_heavy SCRATCH_DIR N [RATE]\n");
+    if (argc < 3 || argc > 5) {
+        fprintf(stderr, "usage: open_heavy SCRATCH_DIR N [RATE [MISSING]]\n");
         return 2;
     }
     long n = bench_count(argv[2], "N");
-    long rate = argc == 4 ? bench_count(argv[3], "RATE") : 0;
+    long rate = argc >= 4 ? bench_count(argv[3], "RATE") : 0;
+    long missing = argc == 5 ? bench_count(argv[4], "MISSING") : 0;
     int dir = open(argv[1], O_PATH | O_DIRECTORY);
     if (dir < 0)
         bench_die(argv[1]);
@@ -51,7 +55,7 @@ int main(int argc, char **argv)
             snprintf(name, sizeof name, "abench-e-%03ld", i % existing);
             break;
         case 1:
-            snprintf(name, sizeof name, "abench-m-%ld", i);
+            snprintf(name, sizeof name, "abench-m-%ld", missing ? (i / 3) % missing : i);
             break;
         case 2:
             snprintf(name, sizeof name, "abench-c-%03ld", i % CREATED_NAMES);
@@ -75,8 +79,9 @@ int main(int argc, char **argv)
 
     char ops[160], expect[96];
     snprintf(ops, sizeof ops,
-             "{\"openat\":%ld,\"existing\":%ld,\"missing\":%ld,\"created\":%ld,\"rate\":%ld}",
-             n, counts[0], counts[1], counts[2], rate);
+             "{\"openat\":%ld,\"existing\":%ld,\"missing\":%ld,\"created\":%ld,\"rate\":%ld,"
+             "\"missing_names\":%ld}",
+             n, counts[0], counts[1], counts[2], rate, missing);
     snprintf(expect, sizeof expect,
              "[{\"kind\":\"openat\",\"contains\":\"abench-\",\"count\":%ld}]", n);
     bench_report("open_heavy", elapsed, ops, expect);
