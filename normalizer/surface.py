@@ -278,18 +278,10 @@ class SurfaceFile:
 
     def __init__(self, file: BinaryIO, sha256: str, size: int, unredacted: str | None) -> None:
         self._file = file
-        self._sha = sha256
-        self._unredacted = unredacted
+        self.sha256 = sha256
         self.size = size
-
-    @property
-    def sha256(self) -> str:
-        return self._sha
-
-    @property
-    def unredacted(self) -> str | None:
+        self.unredacted = unredacted
         """The first secret rule the member still matches (the fail-closed sweep), or None."""
-        return self._unredacted
 
     def fileno(self) -> int:
         """The member's file descriptor, all its bytes in the file (an in-memory one is moved to a
