@@ -19,6 +19,14 @@ from typing import Annotated, Literal
 
 import msgspec
 
+_json = msgspec.json.Encoder()
+
+
+def json_member(obj: msgspec.Struct) -> bytes:
+    """A JSON member's bytes: compact JSON, fixed key order, one trailing newline."""
+    return _json.encode(obj) + b"\n"
+
+
 KERNEL_EVENT_SCHEMA = "assay.runner.kernel_event.v0"
 HEALTH_SCHEMA = "assay.runner.observation_health.v0"
 SURFACE_SCHEMA = "assay.runner.capability_surface.v0"

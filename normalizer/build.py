@@ -24,6 +24,7 @@ from normalizer.artifacts import (
     PolicyEvent,
     RunEvent,
     SdkEvent,
+    json_member,
 )
 from normalizer.blocks import FileBlockJudge
 from normalizer.buckets import Run, Spilled, ThreadBuckets, shape_of
@@ -86,11 +87,6 @@ class NormalizedRun:
             "layers/sdk.ndjson": ndjson_member(self.sdk_events),
             "observation-health.json": json_member(self.health),
         }
-
-
-def json_member(obj: msgspec.Struct) -> bytes:
-    """Compact JSON, fixed key order, one trailing newline."""
-    return _encoder.encode(obj) + b"\n"
 
 
 def ndjson_member(items: list[msgspec.Struct]) -> bytes:

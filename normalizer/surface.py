@@ -36,7 +36,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from normalizer.artifacts import SURFACE_SCHEMA, CapabilitySurface
+from normalizer.artifacts import SURFACE_SCHEMA, CapabilitySurface, json_member
 from normalizer.redact import find_unredacted_bytes, rules
 
 HELD_VALUES = 1 << 15
@@ -224,7 +224,7 @@ class _Sink:
 
 def _frame(run_id: str, mcp_tools: list[str], policy_decisions: list[str]) -> list[bytes]:
     """The member's bytes around its three kernel lists (empty), split where their values go."""
-    encoded = json_surface(CapabilitySurface(
+    encoded = json_member(CapabilitySurface(
         schema=SURFACE_SCHEMA, run_id=run_id, filesystem_paths=[], network_endpoints=[], process_execs=[],
         mcp_tools=mcp_tools, policy_decisions=policy_decisions))
     pieces, at = [], 0
@@ -235,12 +235,6 @@ def _frame(run_id: str, mcp_tools: list[str], policy_decisions: list[str]) -> li
         at = cut
     pieces.append(encoded[at:])
     return pieces
-
-
-def json_surface(surface: CapabilitySurface) -> bytes:
-    """The member's bytes for a surface in memory: compact JSON, one trailing newline (as
-    normalizer/build.py `json_member`)."""
-    return _json.encode(surface) + b"\n"
 
 
 def _preview(values: Iterator[str]) -> Preview:
@@ -267,7 +261,7 @@ def write_surface(values: DistinctValues, run_id: str, mcp_tools: list[str],
 def surface_member(surface: CapabilitySurface) -> SurfaceFile:
     """A surface built in memory as a member (for tests and tools that make one by hand)."""
     sink = _Sink()
-    sink.write(json_surface(surface))
+    sink.write(json_member(surface))
     return SurfaceFile(sink.file, sink.sha.hexdigest(), sink.size, sink.unredacted)  # type: ignore[arg-type]
 
 

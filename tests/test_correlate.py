@@ -13,8 +13,7 @@ import random
 
 import msgspec
 
-from normalizer.artifacts import CorrelationReport, PolicyEvent, SdkEvent
-from normalizer.build import json_member
+from normalizer.artifacts import CorrelationReport, PolicyEvent, SdkEvent, json_member
 from normalizer.correlate import Block, correlate, decisions, policy_events, sole_call_blocks
 from normalizer.redact import Redactor
 from normalizer.sdk import ToolCall, sdk_layer

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from ebpf import wire
 from normalizer import build, collector, scan, surface
-from normalizer.artifacts import SURFACE_SCHEMA, CapabilitySurface
+from normalizer.artifacts import SURFACE_SCHEMA, CapabilitySurface, json_member
 from normalizer.build import normalize
 from normalizer.redact import find_unredacted_bytes
-from normalizer.surface import DistinctValues, Preview, json_surface, surface_member, write_surface
+from normalizer.surface import DistinctValues, Preview, surface_member, write_surface
 from runner.evidence.archive import archive_bytes, write_archive
 from spool.format import Spool, read_spool
 
@@ -60,7 +60,7 @@ def test_the_streamed_member_is_msgspecs_encoding(batches: list[tuple[str, list[
         values = _collected(batches)
         member, preview = write_surface(values, "run-1", sorted(set(tools)), decisions)
         values.close()
-    whole = json_surface(CapabilitySurface(
+    whole = json_member(CapabilitySurface(
         schema=SURFACE_SCHEMA, run_id="run-1", filesystem_paths=expected["files"],
         network_endpoints=expected["endpoints"], process_execs=expected["execs"],
         mcp_tools=sorted(set(tools)), policy_decisions=decisions))
