@@ -185,7 +185,8 @@ def test_the_published_key_still_works_for_baseline(tmp_path: Path) -> None:
     listened = subprocess.run([BIN / "probe", "--listen", "--boundary", cfbo], input=done.stdout,
                               capture_output=True, text=True, check=False)  # fmt: skip
     assert listened.returncode == 0, listened.stdout
-    other = subprocess.run([BIN / "probe", "--listen", "--boundary", ROOT / "catalogs" / "cfbo-linux-v1.json"],
-                           input=done.stdout, capture_output=True, text=True, check=False)  # fmt: skip
+    linux = ROOT / "catalogs" / "cfbo-linux-v1.json"
+    other = subprocess.run([BIN / "probe", "--listen", "--boundary", linux], input=done.stdout,
+                           capture_output=True, text=True, check=False)  # fmt: skip
     assert other.returncode == 1
     assert "schema_key: 'cfbo-v1', expected 'cfbo-linux-v1'" in other.stdout
