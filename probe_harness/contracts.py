@@ -175,6 +175,13 @@ def load_boundary(path: Path) -> Boundary:
     return Boundary(doc["key"], path, schema_path, schema)
 
 
+def _claimed_mode(record: Any) -> str:
+    """The run mode a record claims ('' when it names none), to pick its descriptor."""
+    run = record.get("run") if isinstance(record, dict) else None
+    mode = run.get("mode") if isinstance(run, dict) else None
+    return mode if isinstance(mode, str) else ""
+
+
 @dataclass(frozen=True)
 class Contracts:
     """The catalog and boundary in effect for one tool invocation.
@@ -210,7 +217,11 @@ class Contracts:
             ) from None
 
     def problems(self, record: Any) -> list[str]:
-        """Why `record` is not a valid record under these contracts ([] when it is)."""
+        """Why `record` is not a valid record under these contracts ([] when it is); a record of a
+        mode the descriptor does not admit is checked under the extension, when there is one."""
+        chosen = self.for_mode(_claimed_mode(record))
+        if chosen is not self:
+            return chosen.problems(record)
         out = schema_problems(self.boundary.validator, record)
         if out or not isinstance(record, dict):
             return out or ["(root): not a JSON object"]

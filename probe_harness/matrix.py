@@ -160,13 +160,6 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 1 if failures or disagree else 0
 
 
-def _mode_of(record: Any) -> str:
-    """The run mode a record claims, to pick its descriptor ('' when it names none)."""
-    run = record.get("run") if isinstance(record, dict) else None
-    mode = run.get("mode") if isinstance(run, dict) else None
-    return mode if isinstance(mode, str) else ""
-
-
 def listen(contracts: Contracts, inp: TextIO, out: TextIO) -> int:
     """--listen: validate every record on stdin and print a summary."""
     counts: Counter[tuple[str, str]] = Counter()
@@ -177,7 +170,7 @@ def listen(contracts: Contracts, inp: TextIO, out: TextIO) -> int:
             continue
         try:
             record: Any = json.loads(line)
-            problems = contracts.for_mode(_mode_of(record)).problems(record)
+            problems = contracts.problems(record)
         except json.JSONDecodeError as exc:
             problems = [f"not JSON: {exc}"]
         if problems:

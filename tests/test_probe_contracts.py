@@ -18,7 +18,14 @@ import jsonschema
 import pytest
 
 from probe_harness import ROOT, contracts
-from probe_harness.contracts import ContractError, load_boundary, load_catalog, load_contracts, resolve_path
+from probe_harness.contracts import (
+    ContractError,
+    Contracts,
+    load_boundary,
+    load_catalog,
+    load_contracts,
+    resolve_path,
+)
 from probe_harness.emit import SNIPPET_MAX, EmitError, emit
 from probe_harness.op import status_for_errno
 
@@ -192,8 +199,9 @@ def test_a_linux_mode_record_takes_the_extension_key_unless_a_descriptor_is_name
     env = {**ENV, "FENCE_RUN_MODE": "read-only", "FENCE_SANDBOX_MODE": "read-only"}
     record = emit(flags, env)
     assert record["schema_key"] == "cfbo-linux-v1"
-    assert load_contracts().for_mode("read-only").problems(record) == []
-    assert load_contracts().problems(record)  # upstream's key refuses the mode
+    both = load_contracts()
+    assert both.problems(record) == [] and both.for_mode("read-only").boundary.key == "cfbo-linux-v1"
+    assert Contracts(both.catalog, both.boundary).problems(record)  # upstream's key alone refuses the mode
     with pytest.raises(EmitError, match="'read-only' is not one of"):
         emit(flags, {**env, "BOUNDARY_PATH": str(CFBO_V1)})
 
