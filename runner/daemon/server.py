@@ -41,6 +41,7 @@ from runner.daemon.sensor import SensorHandle, SharedSensor
 from runner.daemon.spare import Spare, fork_spare
 from runner.errors import RunnerError
 from runner.logs import get_logger
+from runner.ship.queue import Shipper, ShipQueue
 
 BACKLOG = 64
 MAX_PENDING = 64
@@ -82,6 +83,8 @@ class Daemon:
         self.spare: Spare | None = None
         """The next run's worker, forked ahead (runner/daemon/spare.py)."""
         self.wake_w: socket.socket | None = None
+        self.shipper: Shipper | None = None
+        """Pushes finished archives to `[ship] ref` (runner/ship/queue.py), when configured."""
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -106,6 +109,10 @@ class Daemon:
             self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
             self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
             self._new_spare()
+            if self.config.ship.ref:
+                self.shipper = Shipper(ShipQueue(Path(self.config.ship.queue_dir)), self.config.ship.ref,
+                                       self.config.ship.plain_http)
+                self.shipper.start()
             log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
                      max_concurrent_runs=self.config.max_concurrent_runs,
                      floor=self.config.floor.name if self.config.floor else None)
@@ -113,6 +120,8 @@ class Daemon:
                 for key, _ in self.sel.select(timeout=1.0):
                     key.data(key.fileobj)
         finally:
+            if self.shipper is not None:
+                self.shipper.stop()
             if self.spare is not None:
                 self.spare.close()
             sensor.close()
@@ -249,6 +258,10 @@ class Daemon:
                   for r in sorted(self.runs.values(), key=lambda r: r.started)],
             bpf_programs=len(set().union(*map(_bpf_programs, pids))), rss_bytes=sum(map(_rss_bytes, pids)),
             max_concurrent_runs=self.config.max_concurrent_runs,
+            ship_ref=self.config.ship.ref,
+            ship_queue=[protocol.ShipInfo(p.run_id, p.path, p.attempts, p.last_error)
+                        for p in (self.shipper.pending() if self.shipper else [])],
+            shipped=self.shipper.pushed if self.shipper else 0,
         )
         _reply(pending.conn, reply)
         self._drop(pending.conn.fileno())

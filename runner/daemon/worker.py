@@ -52,6 +52,7 @@ from runner.enforce import prepare as enforce
 from runner.errors import RunnerError
 from runner.evidence import publish
 from runner.logs import get_logger
+from runner.ship.queue import ShipQueue
 
 REPORT = struct.Struct(">QQ")
 """events, drops: what the worker tells the daemon for `daemon status` (one atomic pipe write)."""
@@ -171,6 +172,7 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
             archive = os.path.join(msg.out_display, f"{req.run_id}.tar.gz")
             text = summary(result.normalized, result.exit_code, result.elapsed, archive)
             control.finish(protocol.Finished(exit_code=result.exit_code, summary=text))
+            _enqueue_for_shipping(config, staging / f"{req.run_id}.tar.gz", req.run_id)
     except RunnerError as exc:
         log.warning("run.failed", error=str(exc), uid=peer.uid)
         finish(conn, protocol.refused(str(exc), exc.exit_code))
@@ -178,6 +180,18 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     log.info("run.finished", run_id=req.run_id, exit_code=result.exit_code,
              seconds=round(result.elapsed, 3), events=result.normalized.kernel.count)
     return 0
+
+
+def _enqueue_for_shipping(config: DaemonConfig, archive: Path, run_id: str) -> None:
+    """With `[ship] ref`, a copy of the archive joins the daemon's shipping queue (runner/ship/)."""
+    if not config.ship.ref or not archive.is_file():
+        return
+    try:
+        entry = ShipQueue(Path(config.ship.queue_dir)).enqueue(archive, run_id)
+    except OSError as exc:
+        log.error("ship.enqueue_failed", run_id=run_id, error=str(exc))
+        return
+    log.info("ship.enqueued", run_id=run_id, entry=str(entry))
 
 
 def _command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
