@@ -28,6 +28,7 @@ import pytest
 from normalizer.build import normalize
 from runner.capture.cgroup import PARENT_ENV, RunCgroup
 from runner.capture.limits import V1_FILES, v1_mount
+from runner.capture.owner import records_dir
 from runner.capture.phases import HOLD_ENV
 from runner.evidence.publish import publish
 from runner.host.mounts import cgroup2_mount
@@ -100,6 +101,8 @@ class Job:
         for parent in self.parents():
             if parent.is_dir():
                 parent.rmdir()
+        with contextlib.suppress(FileNotFoundError):
+            records_dir(self.token).rmdir()  # empty once every run cgroup is gone
 
 
 @pytest.fixture

@@ -103,6 +103,7 @@ def sweep() -> list[str]:
     for found in stale:  # after the v1 limit groups, which are judged by the same record
         if found.v2 and not found.path.exists():
             remove_record(found.record)
+    _forget_gone()
     for line in lines:
         log.warning("stale.cleaned", what=line)
     return lines
@@ -118,6 +119,14 @@ def _clean(found: Stale) -> list[str]:
     if found.v2 and found.owner.spool:
         lines.append(_recover_spool(found.owner, death_time(found.record)))
     return lines
+
+
+def _forget_gone() -> None:
+    """Remove the records of dead runners whose cgroup is gone (it died after removing it)."""
+    with contextlib.suppress(RunnerError, OSError):
+        for record, owner in _records(records_dir(parent_name())).values():
+            if owner is not None and not Path(owner.cgroup).exists() and not alive(owner):
+                remove_record(record)
 
 
 def _records(directory: Path) -> dict[str, tuple[Path, Owner | None]]:
