@@ -10,14 +10,22 @@ attachments, one RCU grace period each, before its helper got PDEATHSIG).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import secrets
+import shutil
+import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from daemon_support import CLI, DaemonProcess, daemon, shared_tmp
 from test_faults_kernel import WAIT_S, Job, job, kill_and_start_next, running, spooled_records
 
+from runner.daemon.staging import STAGING
 from tests.support import Archive, assay
 
 pytestmark = pytest.mark.kernel
@@ -77,3 +85,87 @@ def test_a_killed_runner_leaves_no_unobserved_window_and_the_recovery_names_the_
     (note,) = [n for n in health["notes"] if n.startswith("s2_run_recovered:")]
     assert re.search(r" unobserved=last_flush\.\.runner_death unobserved_ms=[0-9]+\.[0-9]$", note), note
     job.assert_clean(programs)
+
+
+def test_a_killed_daemon_worker_leaves_no_unobserved_window_and_its_run_reaches_the_caller(
+        tmp_path: Path) -> None:
+    """The same for a daemon run (a daemon of the test's own, on its own socket): the worker is
+    killed, the command with it; the daemon rebuilds the archive and delivers it to the caller's
+    `--out` through the descriptor it kept, says so on the caller's connection, and keeps no staging."""
+    run_id = f"wdeath-{secrets.token_hex(6)}"
+    files, creator, out = tmp_path / "files", tmp_path / "creator.py", tmp_path / "out"
+    files.mkdir()
+    out.mkdir()
+    creator.write_text(CREATOR)
+    root = shared_tmp()
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, root, ignore_errors=True)
+        service = cleanup.enter_context(daemon(root, ""))
+        client = subprocess.Popen(
+            [*CLI, "run", "--socket", service.socket, "--out", out, "--run-id", run_id, "--",
+             "/usr/bin/python3", creator, files],
+            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        worker = _worker_with_records(service, run_id, client, files)
+        killed_at = time.time_ns()
+        os.kill(worker, signal.SIGKILL)
+        _, err = client.communicate(timeout=WAIT_S)
+        stamps = ctimes(files)
+        assert max(stamps) - killed_at <= BAR_NS, (
+            f"{sum(t > killed_at for t in stamps)} of {len(stamps)} files were created after the kill, the "
+            f"last {(max(stamps) - killed_at) / 1e6:.1f} ms after it")
+        assert client.returncode == 125, err
+        archive, spool = out / f"{run_id}.tar.gz", out / f"{run_id}.spool"
+        assert (f"the daemon's worker for run {run_id} was killed (SIGKILL); the command was killed with it; "
+                f"delivered: {spool}, {archive} (marked partial: s2_run_recovered)") in err, (
+                    err + service.logs()[-3000:])
+        assert assay("validate", archive).returncode == 0
+        health = Archive(archive).health
+        assert health["kernel_layer"] != "complete" and health["ringbuf_drops"] >= 1
+        (note,) = [n for n in health["notes"] if n.startswith("s2_run_recovered:")]
+        assert re.search(r" unobserved=last_flush\.\.runner_death unobserved_ms=[0-9]+\.[0-9]$", note), note
+        assert not list(STAGING.glob(f"{run_id}.*")), "the killed worker's staging directory was kept"
+
+
+def _worker_with_records(service: DaemonProcess, run_id: str, client: subprocess.Popen[str],
+                         files: Path) -> int:
+    """The worker of `run_id` once its command's records are flowing and files are being made."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        assert client.poll() is None, client.communicate()
+        status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", service.socket],
+                                capture_output=True, text=True)
+        runs = [r for r in json.loads(status.stdout or "{}").get("runs", []) if r["run_id"] == run_id]
+        partial = [p for p in STAGING.glob(f"{run_id}.*/{run_id}.spool.partial")]
+        if runs and runs[0]["events"] > 0 and len(os.listdir(files)) >= 50 and partial \
+                and b"creator.py" in spooled_records(partial[0]):
+            return int(runs[0]["worker_pid"])
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} never got going: {service.logs()[-3000:]}")
+
+
+def test_run_lets_go_of_its_out_directory_before_it_returns(job: Job) -> None:
+    """Nothing the run started (the monitor's background release, the warden, the live normalizer)
+    keeps `--out` open once `run` returns: a tmpfs holding it unmounts at once (no --lazy)."""
+    mnt = job.tmp / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0755", "tmpfs", str(mnt)], check=True)
+    try:
+        done = job.run(f"umount-{job.token}", "/bin/sh", "-c", "cat /etc/hostname", out=mnt)
+        unmount = subprocess.run(["umount", str(mnt)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert unmount.returncode == 0, unmount.stderr
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["umount", "--lazy", str(mnt)], check=True)
+    job.assert_clean()
+
+
+def test_a_limit_the_kernel_refuses_names_the_reason(job: Job) -> None:
+    proc = job.run(f"mem1-{job.token}", "/bin/true", options=("--memory-max", "1"))
+    assert proc.returncode == 125, proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("assay-runner: error:")]
+    assert re.fullmatch(r"assay-runner: error: cannot start the command's namespace: its helper process was "
+                        r"killed by SIGKILL before it could say why; the run's cgroup limits refused it "
+                        r"\(oom_kills=[1-9][0-9]*; limits: memory_max=1 pids_max=[0-9]+\): a limit this low "
+                        r"leaves no room to start any process", line), line
+    job.assert_clean()

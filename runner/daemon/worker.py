@@ -153,7 +153,7 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     """The worker's whole life; returns its exit status (0 when the run itself went through)."""
     stdin, stdout, stderr, out_fd, cwd_fd = fds
     try:
-        creds = _command_credentials(msg, peer)
+        creds = command_credentials(msg, peer)
         os.setgroups(list(creds.groups))  # for the caller-identity file operations (peer.py)
         with staging_dir(check_run_id(msg.run_id)) as staging:
             req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd, staging)
@@ -180,7 +180,7 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     return 0
 
 
-def _command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
+def command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
     """The caller's own ids; only a root caller may name another user (`--user`)."""
     if msg.user is None or msg.user == peer.uid:
         return peer.credentials
