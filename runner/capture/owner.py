@@ -131,7 +131,10 @@ def remove_record(path: Path) -> None:
 
 
 def record_death(path: Path) -> None:
-    """Beside the record `path`: when its runner died (CLOCK_REALTIME ns), for the recovery's note."""
+    """Beside the record `path`: when its runner died (CLOCK_REALTIME ns), for the recovery's note.
+    Nothing when the record is gone (the run had removed its cgroup: there is nothing to recover)."""
+    if not path.exists():
+        return
     with contextlib.suppress(OSError):
         fd = os.open(path.with_name(path.name + DIED), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o600)
