@@ -84,11 +84,6 @@ def survey() -> tuple[list[Stale], list[Skipped]]:
     return stale, skipped
 
 
-def find() -> list[Stale]:
-    """Run cgroups whose runner is gone, by their records; [] when there is no such tree."""
-    return survey()[0]
-
-
 def sweep() -> list[str]:
     """Kill what is left in stale run cgroups, remove them, recover their spools; one line per thing done
     or skipped (a live owner's cgroup is only logged)."""

@@ -40,7 +40,12 @@ class Warden:
         """Fork the warden (detached: its own session, reparented) for the run cgroup `cgroup`."""
         release_r, self._release = os.pipe()
         pidfd = os.pidfd_open(os.getpid())
-        child = os.fork()
+        try:
+            child = os.fork()
+        except OSError as exc:
+            for fd in (release_r, self._release, pidfd):
+                os.close(fd)
+            raise RunnerError(f"cannot start the run's warden: {exc.strerror}") from exc
         if child == 0:  # pragma: no cover - runs in the child
             try:  # detached: a released warden's exit takes its time, no one waits for it
                 os.close(self._release)
@@ -70,7 +75,10 @@ def _watch(pidfd: int, release_r: int, cgroup: Path, record: Path | None) -> Non
         signal.signal(signum, signal.SIG_IGN)  # its own session: only a deliberate signal reaches it
     keep_only_kernel_objects((release_r, pidfd))
     os.set_blocking(release_r, False)  # the command's helper chain holds the write end too
-    select.select([pidfd, release_r], [], [])
+    waiting = select.poll()  # not select(): the runner's descriptors may number past FD_SETSIZE
+    for fd in (pidfd, release_r):
+        waiting.register(fd, select.POLLIN)
+    waiting.poll()
     with contextlib.suppress(OSError):
         if os.read(release_r, 1) == b"r":
             return
