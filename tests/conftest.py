@@ -73,7 +73,7 @@ def own_cgroup_parent_removed() -> Iterator[None]:
         if parent.is_dir() and not any(p.is_dir() for p in parent.iterdir()):
             parent.rmdir()
     with contextlib.suppress(OSError):  # not empty: a run cgroup is still there, and its record stays
-        records_dir(parent_name()).rmdir()
+        records_dir(parent_name(), create=False).rmdir()
 
 
 @pytest.fixture(scope="session", autouse=True)

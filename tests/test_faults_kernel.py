@@ -102,7 +102,7 @@ class Job:
             if parent.is_dir():
                 parent.rmdir()
         with contextlib.suppress(FileNotFoundError):
-            records_dir(self.token).rmdir()  # empty once every run cgroup is gone
+            records_dir(self.token, create=False).rmdir()  # empty once every run cgroup is gone
 
 
 @pytest.fixture

@@ -66,6 +66,8 @@ def test_a_spool_name_of_a_run_id_is_accepted() -> None:
 
 def test_records_are_kept_in_a_private_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASSAY_RUNNER_OWNERS_DIR", str(tmp_path / "owners"))
+    assert records_dir("parent", create=False) == tmp_path / "owners" / "parent"  # a reader makes nothing
+    assert not (tmp_path / "owners").exists()
     directory = records_dir("parent")
     assert directory == tmp_path / "owners" / "parent"
     assert (directory.stat().st_mode & 0o777, (tmp_path / "owners").stat().st_mode & 0o777) == (0o700, 0o700)

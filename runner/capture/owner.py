@@ -78,14 +78,18 @@ def spool_name_ok(name: str) -> bool:
     return name.endswith(SPOOL_SUFFIX) and 0 < len(run_id) <= RUN_ID_MAX and is_safe_run_id(run_id)
 
 
-def records_dir(parent: str) -> Path:
-    """The record directory of the cgroup parent `parent`, made root-only if missing; a directory
-    that is a symlink, not ours, or open to others is refused (RunnerError)."""
+def records_dir(parent: str, create: bool = True) -> Path:
+    """The record directory of the cgroup parent `parent`, made root-only if missing (unless not
+    `create`: a reader finds no records there); a directory that is a symlink, not ours, or open
+    to others is refused (RunnerError)."""
     base = Path(os.environ.get(OWNERS_ENV) or OWNERS)
     path = base / parent
     for d in (base, path):
-        with contextlib.suppress(FileExistsError):
-            os.makedirs(d, mode=0o700, exist_ok=False)
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.makedirs(d, mode=0o700, exist_ok=False)
+        elif not os.path.lexists(d):
+            return path
         st = os.lstat(d)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
             raise RunnerError(f"{d}: the owner records' directory must be a directory of uid "

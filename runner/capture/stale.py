@@ -71,7 +71,7 @@ def survey() -> tuple[list[Stale], list[Skipped]]:
     stale: list[Stale] = []
     skipped: list[Skipped] = []
     try:
-        records = records_dir(parent_name())
+        records = records_dir(parent_name(), create=False)
     except (RunnerError, OSError) as exc:
         log.warning("stale.no_records", error=str(exc))
         return [], []
@@ -119,7 +119,7 @@ def _clean(found: Stale) -> list[str]:
 def _forget_gone() -> None:
     """Remove the records of dead runners whose cgroup is gone (it died after removing it)."""
     with contextlib.suppress(RunnerError, OSError):
-        for record, owner in _records(records_dir(parent_name())).values():
+        for record, owner in _records(records_dir(parent_name(), create=False)).values():
             if owner is not None and not Path(owner.cgroup).exists() and not alive(owner):
                 remove_record(record)
 

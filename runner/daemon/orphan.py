@@ -62,7 +62,7 @@ class Held:
 def mark_death(worker_pid: int) -> None:
     """Beside the record of every run cgroup the dead worker owned: when it died (about now)."""
     with contextlib.suppress(RunnerError, OSError):
-        directory = records_dir(parent_name())
+        directory = records_dir(parent_name(), create=False)
         for entry in os.scandir(directory):
             if entry.name.isdigit() and (owner := read_record(Path(entry.path))) and owner.pid == worker_pid:
                 record_death(Path(entry.path))
