@@ -56,6 +56,8 @@ class Stale:
     record: Path
     v2: bool
     """The run's cgroup v2 (its spool is recovered with it), not a v1 limit group."""
+    died_ns: int | None
+    """When its runner died, as recorded then (read now: a concurrent sweep may remove the record)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def _clean(found: Stale) -> list[str]:
     lines = [f"removed the cgroup {found.path} of a runner that died (pid {found.owner.pid})"
              + (f", killing {killed} processes left in it" if killed else "")]
     if found.v2 and found.owner.spool:
-        lines.append(_recover_spool(found.owner, death_time(found.record)))
+        lines.append(_recover_spool(found.owner, found.died_ns))
     return lines
 
 
@@ -157,7 +159,7 @@ def _judge(path: Path, v2: bool, index: dict[str, tuple[Path, Owner | None]]) ->
             return Skipped(path, f"the owner hint on it disagrees with its record {record}", live=False)
     if alive(owner):
         return Skipped(path, f"its runner (pid {owner.pid}) is running", live=True)
-    return Stale(path, owner, record, v2)
+    return Stale(path, owner, record, v2, death_time(record))
 
 
 def parents() -> list[Path]:
