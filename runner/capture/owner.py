@@ -102,6 +102,8 @@ def write_record(directory: Path, ino: int, owner: Owner) -> Path:
     had the same inode), atomically; the record's path."""
     path = directory / str(ino)
     tmp = directory / f".{ino}.{os.getpid()}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a runner with this pid died between creating and renaming it
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, msgspec.json.encode(owner))
