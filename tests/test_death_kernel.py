@@ -18,6 +18,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from tests.support import Archive, assay
 
 pytestmark = pytest.mark.kernel
 __all__ = ["job"]
+FAST = str(Path(sys.executable).with_name("assay-runner"))
+"""The C fast client (runner/daemon/fastclient.c, after make setup): it returns the moment the run does."""
 BAR_NS = 50_000_000
 """The issue's bar: nothing of the command may happen later than this after the kill."""
 CREATOR = """import os, sys, time
@@ -169,3 +172,24 @@ def test_a_limit_the_kernel_refuses_names_the_reason(job: Job) -> None:
                         r"\(oom_kills=[1-9][0-9]*; limits: memory_max=1 pids_max=[0-9]+\): a limit this low "
                         r"leaves no room to start any process", line), line
     job.assert_clean()
+
+
+def test_a_daemon_run_lets_go_of_its_out_directory_before_the_client_returns(tmp_path: Path) -> None:
+    """The same through the daemon: neither its worker nor the daemon (which keeps a copy of the
+    caller's `--out` to deliver a killed worker's run) holds `--out` once the client has returned."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    root = shared_tmp()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0755", "tmpfs", str(mnt)], check=True)
+    try:
+        with daemon(root, "") as service:
+            done = subprocess.run([FAST, "run", "--socket", service.socket, "--out", mnt, "--run-id",
+                                   f"dumount-{secrets.token_hex(4)}", "--", "/bin/true"],
+                                  cwd=tmp_path, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            unmount = subprocess.run(["umount", str(mnt)], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr + service.logs()[-2000:]
+            assert unmount.returncode == 0, unmount.stderr
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["umount", "--lazy", str(mnt)], check=True)
+        shutil.rmtree(root, ignore_errors=True)

@@ -53,9 +53,15 @@ class Held:
     creds: Credentials | None = None
     """The command's credentials, None when the request named no usable user (the worker refuses it)."""
 
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
+    def let_go(self) -> None:
+        """The worker delivered: the caller's `--out` is released (so `run` returns with nothing of
+        ours holding it); a later death of the worker has nothing left to deliver."""
+        if self.out_fd >= 0:
             os.close(self.out_fd)
+            self.out_fd = -1
+
+    def close(self) -> None:
+        self.let_go()
         self.conn.close()
 
 
@@ -75,15 +81,20 @@ def recover_killed(run_id: str, worker_pid: int, status: int, held: Held) -> lis
     delivered: list[str] = []
     for staging in sorted(STAGING.glob(f"{run_id}.{worker_pid}.*")):
         try:
-            if held.creds is not None:
+            if held.creds is not None and held.out_fd >= 0:
                 delivered += deliver(staging, run_id, held.out_fd, held.creds)
         except RunnerError as exc:
             lines.append(f"cannot deliver {staging}: {exc}")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     how = signal.Signals(os.WTERMSIG(status)).name if os.WIFSIGNALED(status) else f"status {status}"
-    got = (", ".join(os.path.join(held.out_display, n) for n in delivered) + " (marked partial: "
-           "s2_run_recovered)") if delivered else "no evidence could be rebuilt (see the daemon's log)"
+    if delivered:
+        got = ", ".join(os.path.join(held.out_display, n) for n in delivered) + " (marked partial: " \
+            "s2_run_recovered)"
+    elif held.out_fd < 0:
+        got = f"nothing more: the run's evidence had reached {held.out_display} before"
+    else:
+        got = "nothing: no evidence could be rebuilt (see the daemon's log)"
     message = (f"the daemon's worker for run {run_id} was killed ({how}); the command was killed with it; "
                f"delivered: {got}")
     lines.append(message)

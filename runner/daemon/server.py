@@ -293,7 +293,7 @@ class Daemon:
                 os.close(fd)
             self._refuse(pending, problem)
             return
-        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        report_r, report_w = (s.detach() for s in socket.socketpair())  # the worker's reports, our acks
         os.set_blocking(report_w, False)
         spare = self._take_spare(pending.conn, msg, fds, worker_end, report_w)
         os.close(report_w)
@@ -386,9 +386,12 @@ class Daemon:
         with contextlib.suppress(BlockingIOError, OSError):
             os.set_blocking(run.report_fd, False)
             data = os.read(run.report_fd, 64 * worker.REPORT.size)
-            if len(data) >= worker.REPORT.size:
-                end = len(data) - len(data) % worker.REPORT.size
-                run.events, run.drops = worker.REPORT.unpack(data[end - worker.REPORT.size:end])
+            for events, drops in worker.REPORT.iter_unpack(data[:len(data) - len(data) % worker.REPORT.size]):
+                if events == worker.LET_GO:  # delivered: the caller's --out is not ours to hold any more
+                    run.held.let_go()
+                    os.write(run.report_fd, worker.LET_GO_ACK)
+                else:
+                    run.events, run.drops = events, drops
 
 
 def _held(pending: Pending, msg: protocol.RunStart, out_fd: int) -> Held:

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import os
 import pwd
+import select
 import signal
 import socket
 import stat
@@ -54,7 +55,12 @@ from runner.evidence import publish
 from runner.logs import get_logger
 
 REPORT = struct.Struct(">QQ")
-"""events, drops: what the worker tells the daemon for `daemon status` (one atomic pipe write)."""
+"""events, drops: what the worker tells the daemon for `daemon status` (one write on the report socket)."""
+LET_GO = (1 << 64) - 1
+"""`events` of the report that says the run's evidence is delivered: the daemon closes its copy of the
+caller's `--out` descriptor and answers `LET_GO_ACK` (runner/daemon/orphan.py)."""
+LET_GO_ACK = b"k"
+LET_GO_TIMEOUT_S = 5.0
 FINISH_TIMEOUT_S = 30
 log = get_logger("daemon.worker")
 
@@ -167,7 +173,9 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
             finally:  # the spool reaches the caller even when the archive could not be made
                 delivery.finish()
             # Everything the caller waits for is in its --out: it is told now, and the staging
-            # directory is removed after (the client's wall time ends with this message).
+            # directory is removed after (the client's wall time ends with this message). Before
+            # that, nothing of the daemon's holds the caller's --out or working directory any more.
+            let_go(report_fd, out_fd, cwd_fd)
             archive = os.path.join(msg.out_display, f"{req.run_id}.tar.gz")
             text = summary(result.normalized, result.exit_code, result.elapsed, archive)
             control.finish(protocol.Finished(exit_code=result.exit_code, summary=text))
@@ -178,6 +186,22 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     log.info("run.finished", run_id=req.run_id, exit_code=result.exit_code,
              seconds=round(result.elapsed, 3), events=result.normalized.kernel.count)
     return 0
+
+
+def let_go(report_fd: int, *caller_dirs: int) -> None:
+    """Close the caller's directories and have the daemon close its copy of `--out`, waiting (bounded)
+    for its answer: once `run` returns, no process of the daemon's keeps them open."""
+    for fd in caller_dirs:
+        os.close(fd)
+    try:
+        os.set_blocking(report_fd, True)
+        os.write(report_fd, REPORT.pack(LET_GO, 0))
+        answer = select.poll()
+        answer.register(report_fd, select.POLLIN)
+        if not answer.poll(LET_GO_TIMEOUT_S * 1000) or os.read(report_fd, 1) != LET_GO_ACK:
+            log.warning("run.let_go_unanswered", hint="the daemon may still hold the caller's --out")
+    except OSError as exc:
+        log.warning("run.let_go_failed", error=str(exc))
 
 
 def command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
