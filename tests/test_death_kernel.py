@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from daemon_support import CLI, DaemonProcess, daemon, shared_tmp
-from test_faults_kernel import WAIT_S, Job, job, kill_and_start_next, running, spooled_records
+from test_faults_kernel import WAIT_S, Job, job, running, spooled_records
 
 from runner.daemon.staging import STAGING
 from tests.support import Archive, assay
@@ -66,11 +66,14 @@ def creating(job: Job, run_id: str) -> tuple[object, set[int], Path]:
 
 
 def test_a_killed_runner_leaves_no_unobserved_window_and_the_recovery_names_the_interval(job: Job) -> None:
+    """Also: the killed runner stays a zombie (nobody reaps it, as when its own parent is gone and pid 1
+    is slow), and the next start still takes it for dead."""
     run_id = f"death-{job.token}"
     runner, programs, files = creating(job, run_id)
+    cgroups = job.run_cgroups()
     killed_at = time.time_ns()
-    runner.kill()
-    runner.wait(timeout=WAIT_S)
+    os.kill(runner.pid, signal.SIGKILL)
+    os.waitid(os.P_PID, runner.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped: a zombie
     deadline = time.monotonic() + WAIT_S
     while job.processes() and time.monotonic() < deadline:  # then nothing can create files any more
         time.sleep(0.05)
@@ -79,9 +82,14 @@ def test_a_killed_runner_leaves_no_unobserved_window_and_the_recovery_names_the_
     assert max(stamps) - killed_at <= BAR_NS, (
         f"{len(late)} of {len(stamps)} files were created after the kill, the last "
         f"{(max(stamps) - killed_at) / 1e6:.1f} ms after it")
-    reported, stderr = kill_and_start_next(job, run_id, runner)
+    assert Path(f"/proc/{runner.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    nxt = job.run(f"next-{job.token}", "/bin/true", out=job.tmp / "out2")
+    runner.communicate(timeout=WAIT_S)
+    assert nxt.returncode == 0, nxt.stderr
+    for cg in cgroups:  # v2 run cgroup and the v1 pids limit group
+        assert f"removed the cgroup {cg} of a runner that died (pid {runner.pid})" in nxt.stderr, nxt.stderr
     archive = job.out / f"{run_id}.tar.gz"
-    assert any(f"rebuilt {archive} from the dead run's spool" in r for r in reported), stderr
+    assert f"rebuilt {archive} from the dead run's spool" in nxt.stderr, nxt.stderr
     assert assay("validate", archive).returncode == 0
     health = Archive(archive).health
     assert health["kernel_layer"] != "complete" and health["ringbuf_drops"] >= 1
