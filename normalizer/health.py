@@ -3,7 +3,10 @@
 Rules (contract "observation-health.json", decisions in docs/artifacts.md):
 - `kernel_layer` is `complete` with zero drops, else `partial_ringbuf_drops`.
   Drops are the kernel's failed ring-buffer writes plus any record the kernel
-  emitted that never reached the spool.
+  emitted that never reached the spool. A spool recovered after the runner
+  died counts one more: how many records were lost after its last flush is
+  unknown, but at least the end of the command's tree (its exit records) was
+  never drained, so such a run is never `complete`.
 - `cgroup_correlation` is `clean` when every event of the run's tasks was
   attributed to the command's process tree, `partial` when some were not (or
   a process-creation record was dropped), when a task left the run's cgroup
@@ -62,8 +65,13 @@ class CaptureFacts:
         return max(sum(self.emitted.values()) - self.captured, 0)
 
     @property
+    def lost_after_death(self) -> int:
+        """The least number of records a recovered run lost after its last flush (the count is unknown)."""
+        return 1 if self.recovered else 0
+
+    @property
     def total_drops(self) -> int:
-        return sum(self.drops.values()) + self.lost_in_transit
+        return sum(self.drops.values()) + self.lost_in_transit + self.lost_after_death
 
 
 def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[str, str]:
@@ -126,6 +134,8 @@ def observation_health(
         parts = [f"{k}={v}" for k, v in sorted(facts.drops.items()) if v]
         if facts.lost_in_transit:
             parts.append(f"lost_in_transit={facts.lost_in_transit}")
+        if facts.lost_after_death:
+            parts.append("after_runner_death=at_least_1")
         notes.append("s2_kernel_drops: " + " ".join(parts))
     if facts.unresolved_paths or facts.unresolved_reopens:
         notes.append(f"s2_path_resolution: unresolved_paths={facts.unresolved_paths} "

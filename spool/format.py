@@ -121,6 +121,11 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     recovered: str | None = None
     """Set when this trailer was not written by the run but by a later recovery (`runner_died`):
     the capture's end, the command's exit and the kernel's counters are unknown (spool/recover.py)."""
+    last_flush_ns: int | None = None
+    """A recovered spool's last write before the runner died (the partial file's mtime, CLOCK_REALTIME)."""
+    died_ns: int | None = None
+    """When the runner died (CLOCK_REALTIME), if its warden saw it: from `last_flush_ns` to here nothing
+    was observed; None: unknown."""
 
 
 Frame = SpoolHeader | Batch | Phase | SdkMessage | DacVerdicts | SpoolTrailer

@@ -35,7 +35,7 @@ from runner.capture.owner import claim
 from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
 from runner.capture.sources import LocalSensor, RunSource, Sensor
-from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, spawn
+from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, Spawned, spawn
 from runner.enforce import prepare as enforce
 from runner.enforce.dac import check_as
 from runner.errors import RunnerError
@@ -204,7 +204,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
                            user=req.user, isolate_net=req.isolate_net, stdio=req.stdio,
                            caller=req.caller)
         sdk.start()
-        spawned = spawn(spec, cgroup, limits.procs_files)
+        spawned = _spawn(spec, cgroup, limits)
         sdk.close_child_end()
         enforcement.close()
         spooler = _open_spool(req, out_fd, SpoolHeader(
@@ -261,6 +261,21 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
             if limits is not None:
                 limits.remove()
             marks["cleaned_up"] = time.monotonic()
+
+
+def _spawn(spec: CommandSpec, cgroup: RunCgroup, limits: LimitGroups) -> Spawned:
+    """`spawn`, and when the kernel refused it, which of the run's limits did (a memory limit below
+    what one process needs kills the helper as it joins the cgroup, before it can say why)."""
+    try:
+        return spawn(spec, cgroup, limits.procs_files)
+    except RunnerError as exc:
+        hit = limits.events()
+        if not hit:
+            raise
+        applied = " ".join(f"{k}={v}" for k, v in sorted(dict(limits.applied).items()))
+        said = " ".join(f"{k}={v}" for k, v in sorted(hit.items()))
+        raise RunnerError(f"{exc}; the run's cgroup limits refused it ({said}; limits: {applied}): "
+                          "a limit this low leaves no room to start any process") from exc
 
 
 def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:

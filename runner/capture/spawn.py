@@ -137,11 +137,19 @@ def spawn(spec: CommandSpec, cgroup: RunCgroup, also_join: tuple[Path, ...] = ()
     with os.fdopen(report_r, "rb") as report:
         line = report.read().decode(errors="replace")
     if not line.startswith("ok "):
-        os.waitpid(helper, 0)
+        _, status = os.waitpid(helper, 0)
         os.close(go_w)
-        raise RunnerError(f"cannot start the command's namespace: {line.removeprefix('err ')}")
+        reason = line.removeprefix("err ") or f"its helper process {_ended(status)} before it could say why"
+        raise RunnerError(f"cannot start the command's namespace: {reason}")
     return Spawned(helper_pid=helper, shim_pid=int(line.split()[1]), _go_fd=go_w,
                    exit_fd=os.pidfd_open(helper))
+
+
+def _ended(status: int) -> str:
+    """How a process ended, in words (`was killed by SIGKILL`, `exited with status 1`)."""
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.waitstatus_to_exitcode(status)}"
 
 
 def _helper(report_w: int, go_r: int, spec: CommandSpec, cgroup: RunCgroup,
