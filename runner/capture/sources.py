@@ -118,7 +118,7 @@ class LocalSource(Buffered):
         self.ledger = RunLedger(monitor, RUN_KEY)
         monitor.add_run(RUN_KEY, cgroup.id, net)
         if net is not None:
-            monitor.attach_net(cgroup.path)
+            monitor.attach_net(RunCgroup.root_path(), link=True)
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         super().set_sink(sink)
