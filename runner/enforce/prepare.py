@@ -1,14 +1,16 @@
 """Turn a resolved policy into what the kernel enforces for one run.
 
 Files: a Landlock ruleset (runner/enforce/landlock.py), only when the policy limits
-reads or writes. Network: the cgroup sock_addr programs' rule table
+reads or writes. Syscalls: the seccomp filter's rules (runner/enforce/seccomp.py),
+for every run; a policy that restricts writes or the network confines the
+command further (user namespaces, io_uring, clone3). Network: the cgroup sock_addr programs' rule table
 (ebpf/netpolicy.c), only when the default is deny. Tools are answered on the
 SDK channel (runner/capture/sdk_server.py) from `ResolvedPolicy.tool_decision`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -16,14 +18,16 @@ from ebpf.monitor import NetPolicySpec, NetRuleSpec
 from policy.model import ResolvedPolicy
 from runner.enforce.cgroupfs import beneath, cgroup_mounts, without
 from runner.enforce.landlock import FilePolicy, Ruleset, kernel_abi, require_enforceable
+from runner.enforce.seccomp import Rules
 
 
 @dataclass(frozen=True)
 class Enforcement:
-    """The kernel-side pieces of a policy; both None without a policy."""
+    """The kernel-side pieces of a policy; ruleset and net are None without a policy."""
 
     ruleset: Ruleset | None = None
     net: NetPolicySpec | None = None
+    syscalls: Rules = field(default_factory=Rules)
 
     def close(self) -> None:
         """Release the runner's copy of the ruleset once the command has it."""
@@ -52,14 +56,17 @@ def check(policy: ResolvedPolicy | None) -> None:
         require_enforceable(_files(policy), kernel_abi())
 
 
-def prepare(policy: ResolvedPolicy | None) -> Enforcement:
+def prepare(policy: ResolvedPolicy | None, allow_compat_syscalls: bool = False) -> Enforcement:
     """Build what `policy` needs; a policy the kernel cannot enforce raises RunnerError."""
     if policy is None:
-        return Enforcement()
+        return Enforcement(syscalls=Rules(refuse_compat=not allow_compat_syscalls))
     files = _files(policy)
     ruleset = Ruleset(files) if files.restricts_reads or files.restricts_writes else None
     net = None
     if policy.network.default == "deny":
         rules = tuple(NetRuleSpec(**msgspec.structs.asdict(r)) for r in policy.net_rules_for_bpf())
         net = NetPolicySpec(rules=rules, default_allow=False)
-    return Enforcement(ruleset=ruleset, net=net)
+    confine = files.restricts_writes or net is not None
+    return Enforcement(ruleset=ruleset, net=net,
+                       syscalls=Rules(refuse_compat=not allow_compat_syscalls, confine=confine))
+
