@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import struct
+from collections.abc import Callable
 
 import pytest
 
@@ -121,24 +122,18 @@ def _errno_of(*args: object) -> int:
     return ctypes.get_errno() if ret < 0 else 0
 
 
-def _calls_under(rules: Rules) -> tuple[dict[str, int], dict[str, int]]:
-    """(errno of each call in a child under `rules`' filter, the supervisor's counts)."""
+def _in_a_filtered_child(rules: Rules, body: Callable[[], dict], as_uid: int = 0) -> tuple[dict, dict]:
+    """(what `body` returned in a forked child under `rules`' filter, the supervisor's counts)."""
     guard = Guard(rules, X86)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
             os.close(r)
+            if as_uid:
+                os.setresuid(as_uid, as_uid, as_uid)  # no capability left
             guard.handover.apply()
-            params = ctypes.create_string_buffer(120)
-            seen = {
-                "x32_getpid": _errno_of(X32 | 39),
-                "io_uring_setup": _errno_of(425, 8, params),
-                "clone_newuser": _errno_of(56, NEWUSER | SIGCHLD, None, None, None, None),
-                "clone3": _errno_of(435, None, 0),
-                "getpid": _errno_of(39),
-            }
-            os.write(w, json.dumps(seen).encode())
+            os.write(w, json.dumps(body()).encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -152,9 +147,20 @@ def _calls_under(rules: Rules) -> tuple[dict[str, int], dict[str, int]]:
         guard.close()
 
 
+def _calls() -> dict:
+    params = ctypes.create_string_buffer(120)
+    return {
+        "x32_getpid": _errno_of(X32 | 39),
+        "io_uring_setup": _errno_of(425, 8, params),
+        "clone_newuser": _errno_of(56, NEWUSER | SIGCHLD, None, None, None, None),
+        "clone3": _errno_of(435, None, 0),
+        "getpid": _errno_of(39),
+    }
+
+
 @pytest.mark.kernel
 def test_a_loaded_filter_refuses_and_its_supervisor_counts() -> None:
-    seen, counts = _calls_under(STRICT)
+    seen, counts = _in_a_filtered_child(STRICT, _calls)
     assert seen == {"x32_getpid": errno.ENOSYS, "io_uring_setup": errno.EPERM,
                     "clone_newuser": errno.EPERM, "clone3": errno.ENOSYS, "getpid": 0}
     assert counts == {"compat_x32": 1, "io_uring": 1, "user_namespace": 1}  # clone3: the filter's own
@@ -162,7 +168,7 @@ def test_a_loaded_filter_refuses_and_its_supervisor_counts() -> None:
 
 @pytest.mark.kernel
 def test_without_confinement_only_compat_is_refused() -> None:
-    seen, counts = _calls_under(DEFAULT)
+    seen, counts = _in_a_filtered_child(DEFAULT, _calls)
     assert seen["x32_getpid"] == errno.ENOSYS
     assert seen["clone_newuser"] == 0  # root may, without a sandbox (and is traced)
     assert seen["clone3"] == errno.EINVAL  # reached the kernel, which refuses a size of 0
@@ -174,3 +180,15 @@ def test_a_guard_whose_command_never_started_closes_cleanly() -> None:
     guard.start()
     assert guard.finish() == {}
     guard.close()
+
+
+@pytest.mark.kernel
+def test_without_cap_sys_admin_the_filter_sets_no_new_privs_and_still_loads() -> None:
+    def body() -> dict:
+        with open("/proc/self/status") as status:
+            nnp = next(line.split()[1] for line in status if line.startswith("NoNewPrivs:"))
+        return {"nnp": nnp, "x32": _errno_of(X32 | 39)}
+
+    seen, counts = _in_a_filtered_child(DEFAULT, body, as_uid=65534)
+    assert seen == {"nnp": "1", "x32": errno.ENOSYS}
+    assert counts == {"compat_x32": 1}

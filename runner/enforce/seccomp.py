@@ -3,8 +3,8 @@
 The filter is classic BPF over `struct seccomp_data`, assembled here
 (`program`), so it can be read and tested without loading it. The
 command's process installs it right before exec (runner/capture/spawn.py),
-while still root, so it needs no `no_new_privs` of its own and binds the
-command and every process it starts, never the runner. What it refuses:
+while still root, so it needs no `no_new_privs` of its own (`install`), and
+it binds the command and every process it starts, never the runner. What it refuses:
 
 - always (unless `--allow-compat-syscalls`): every syscall of a non-native
   ABI, x86's `int $0x80` (i386) and x32 (`nr | __X32_SYSCALL_BIT`) on
@@ -58,6 +58,7 @@ FILTER_FLAG_NEW_LISTENER = 1 << 3
 OFF_NR, OFF_ARCH, OFF_ARG0 = 0, 4, 16
 """Offsets in `struct seccomp_data`; an argument's low 32 bits are at its offset (little-endian)."""
 
+PR_SET_NO_NEW_PRIVS = 38
 X32_SYSCALL_BIT = 0x40000000
 CLONE_NEWUSER = 0x10000000
 MAX_INSNS = 4096
@@ -213,11 +214,16 @@ _libc.syscall.restype = ctypes.c_long
 def install(prog: bytes, mach: Machine) -> int:
     """Apply `prog` to the calling thread (and what it starts); returns the notification fd.
 
-    The caller must hold CAP_SYS_ADMIN or have set no_new_privs.
+    Without CAP_SYS_ADMIN (a runner given only CAP_BPF and friends) the
+    kernel wants no_new_privs first: it is set then, and only then, so
+    setuid programs in the command keep working wherever they can.
     """
     fprog = _SockFprog(len(prog) // 8, prog)
-    fd = _libc.syscall(mach.seccomp_nr, SET_MODE_FILTER, FILTER_FLAG_NEW_LISTENER, ctypes.byref(fprog))
-    if fd < 0:
+    for attempt in range(2):
+        fd = _libc.syscall(mach.seccomp_nr, SET_MODE_FILTER, FILTER_FLAG_NEW_LISTENER, ctypes.byref(fprog))
+        if fd >= 0:
+            return fd
         err = ctypes.get_errno()
-        raise OSError(err, f"seccomp(SECCOMP_SET_MODE_FILTER): {os.strerror(err)}")
-    return fd
+        if err != errno.EACCES or attempt or _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            break
+    raise OSError(err, f"seccomp(SECCOMP_SET_MODE_FILTER): {os.strerror(err)}")

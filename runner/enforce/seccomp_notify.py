@@ -33,6 +33,7 @@ RESP = struct.Struct("<QqiI")
 """struct seccomp_notif_resp: id, val, error, flags."""
 IOCTL_RECV = (3 << 30) | (NOTIF.size << 16) | (ord("!") << 8) | 0
 IOCTL_SEND = (3 << 30) | (RESP.size << 16) | (ord("!") << 8) | 1
+JOIN_TIMEOUT = 5.0
 
 
 def classify(rules: Rules, mach: Machine, arch: int, nr: int) -> tuple[str, int]:
@@ -96,7 +97,9 @@ class Guard:
         """Once the run's processes are gone: stop serving; the refusals by class."""
         os.write(self._stop_w, b"x")
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(timeout=JOIN_TIMEOUT)
+            if self._thread.is_alive():  # never seen: the run's end must not hang on it
+                log.warning("seccomp.supervisor_stuck", counted=sum(self.refused.values()))
         return dict(sorted(self.refused.items()))
 
     def close(self) -> None:
