@@ -36,18 +36,23 @@ class Enforcement:
 
 
 def _files(policy: ResolvedPolicy) -> FilePolicy:
-    """The Landlock trees of `policy`; where it restricts writes, cgroup mounts are never writable.
+    """The Landlock trees of `policy`; where it restricts writes or the network, cgroup mounts are
+    never writable, so the command cannot leave the run's cgroup (and its kill and limits).
 
     A cgroup mount cut out of a write tree stays readable (write implied read
-    there): runner/enforce/cgroupfs.py.
+    there): runner/enforce/cgroupfs.py. A policy that writes `/` and denies
+    network gets `/` with the cgroup mounts cut out, and that cut is all
+    Landlock restricts for it (`FilePolicy.cgroups_only`).
     """
     read, write = tuple(policy.filesystem.read), tuple(policy.filesystem.write)
-    if "/" in write:
+    writes_all = "/" in write
+    if writes_all and policy.network.default != "deny":
         return FilePolicy(read=read, write=write)
     mounts = cgroup_mounts()
     inside = [t for t in write if any(beneath(t, m) for m in mounts)]
     around = [m for m in mounts if any(beneath(m, t) for t in write)]
-    return FilePolicy(read=read + tuple(inside) + tuple(around), write=without(write, mounts))
+    return FilePolicy(read=read + tuple(inside) + tuple(around), write=without(write, mounts),
+                      cgroups_only=writes_all)
 
 
 def check(policy: ResolvedPolicy | None) -> None:

@@ -1,17 +1,24 @@
-"""Leave the run's cgroup, then reach for a denied endpoint; print what each attempt returned.
+"""Once out of the run's cgroup, reach for a denied endpoint; print what each attempt returned.
 
-Usage: escape_connect.py CGROUP_DIR
-The process writes itself into CGROUP_DIR's `cgroup.procs` (as root it can),
-then sends a UDP datagram to 127.0.0.2:5354 and, from a child forked after
-the move, connects by TCP to [::1]:10. The policy (tests/test_sandbox_kernel.py)
-allows neither. Each value is 0 (the kernel let it through) or an errno;
-`moved` is the cgroup the process ended up in.
+Usage: escape_connect.py
+The process waits (up to 60 s) until something outside the run moved it into
+the root cgroup (the test, as root, writes its pid into the root cgroup's
+`cgroup.procs`: the command's accomplice), then sends a UDP datagram to
+127.0.0.2:5354 and, from a child forked after the move, connects by TCP to
+[::1]:10. The policy (tests/test_sandbox_kernel.py) allows neither. Each
+value is 0 (the kernel let it through) or an errno; `moved` is the cgroup
+the process ended up in.
 """
 
 import json
 import os
 import socket
-import sys
+import time
+
+
+def own_cgroup() -> str:
+    with open("/proc/self/cgroup") as own:
+        return next(line.split(":", 2)[2].strip() for line in own if line.startswith("0::"))
 
 
 def send() -> int:
@@ -35,9 +42,8 @@ def connect_in_child() -> int:
     return int(os.read(r, 16))
 
 
-with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as procs:
-    procs.write(f"{os.getpid()}\n")
-with open(f"/proc/{os.getpid()}/cgroup") as own:
-    moved = next(line.split(":", 2)[2].strip() for line in own if line.startswith("0::"))
-print(json.dumps({"moved": moved, "udp_denied": send(), "tcp6_denied_in_child": connect_in_child()},
+start = time.monotonic()
+while own_cgroup() != "/" and time.monotonic() - start < 60:
+    time.sleep(0.02)
+print(json.dumps({"moved": own_cgroup(), "udp_denied": send(), "tcp6_denied_in_child": connect_in_child()},
                  sort_keys=True))
