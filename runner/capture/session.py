@@ -38,7 +38,6 @@ from runner.capture.sources import LocalSensor, RunSource, Sensor
 from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, spawn
 from runner.enforce import prepare as enforce
 from runner.enforce.dac import check_as
-from runner.enforce.seccomp import machine
 from runner.enforce.seccomp_notify import Guard
 from runner.errors import RunnerError
 from runner.evidence.publish import publish
@@ -198,9 +197,10 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
     source: RunSource | None = None
     spooler: Spooler | None = None
     sdk = SdkServer(req.policy.tool_decision if req.policy else None)
-    rules = enforcement.syscalls
-    guard = Guard(rules, machine()) if rules.needed else None
+    rules, guard = enforcement.syscalls, None
     try:
+        if enforcement.machine is not None:
+            guard = Guard(rules, enforcement.machine)
         limits = LimitGroups.create(cgroup, req.limits)
         interrupts.check_setup()
         source = (req.sensor or LocalSensor(req.ringbuf_pages)).open(cgroup, enforcement.net)

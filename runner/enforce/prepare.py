@@ -3,14 +3,15 @@
 Files: a Landlock ruleset (runner/enforce/landlock.py), only when the policy limits
 reads or writes. Syscalls: the seccomp filter's rules (runner/enforce/seccomp.py),
 for every run; a policy that restricts writes or the network confines the
-command further (user namespaces, io_uring, clone3). Network: the cgroup sock_addr programs' rule table
-(ebpf/netpolicy.c), only when the default is deny. Tools are answered on the
+command further (user namespaces, io_uring, clone3). Network: the cgroup
+sock_addr programs' rule table (ebpf/netpolicy.c), only when the default is
+deny. Tools are answered on the
 SDK channel (runner/capture/sdk_server.py) from `ResolvedPolicy.tool_decision`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import msgspec
 
@@ -18,7 +19,7 @@ from ebpf.monitor import NetPolicySpec, NetRuleSpec
 from policy.model import ResolvedPolicy
 from runner.enforce.cgroupfs import beneath, cgroup_mounts, without
 from runner.enforce.landlock import FilePolicy, Ruleset, kernel_abi, require_enforceable
-from runner.enforce.seccomp import Rules
+from runner.enforce.seccomp import Machine, Rules, machine
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Enforcement:
     ruleset: Ruleset | None = None
     net: NetPolicySpec | None = None
     syscalls: Rules = field(default_factory=Rules)
+    machine: Machine | None = None
+    """The syscall table the filter is built for; None when no filter is needed."""
 
     def close(self) -> None:
         """Release the runner's copy of the ruleset once the command has it."""
@@ -64,7 +67,7 @@ def check(policy: ResolvedPolicy | None) -> None:
 def prepare(policy: ResolvedPolicy | None, allow_compat_syscalls: bool = False) -> Enforcement:
     """Build what `policy` needs; a policy the kernel cannot enforce raises RunnerError."""
     if policy is None:
-        return Enforcement(syscalls=Rules(refuse_compat=not allow_compat_syscalls))
+        return _with_filter(Enforcement(), Rules(refuse_compat=not allow_compat_syscalls))
     files = _files(policy)
     ruleset = Ruleset(files) if files.restricts_reads or files.restricts_writes else None
     net = None
@@ -72,6 +75,11 @@ def prepare(policy: ResolvedPolicy | None, allow_compat_syscalls: bool = False) 
         rules = tuple(NetRuleSpec(**msgspec.structs.asdict(r)) for r in policy.net_rules_for_bpf())
         net = NetPolicySpec(rules=rules, default_allow=False)
     confine = files.restricts_writes or net is not None
-    return Enforcement(ruleset=ruleset, net=net,
-                       syscalls=Rules(refuse_compat=not allow_compat_syscalls, confine=confine))
+    return _with_filter(Enforcement(ruleset=ruleset, net=net),
+                        Rules(refuse_compat=not allow_compat_syscalls, confine=confine))
+
+
+def _with_filter(enforcement: Enforcement, rules: Rules) -> Enforcement:
+    """`enforcement` with the seccomp rules; a machine without a syscall table fails here."""
+    return replace(enforcement, syscalls=rules, machine=machine() if rules.needed else None)
 
