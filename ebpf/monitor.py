@@ -269,11 +269,11 @@ class Monitor:
     def attach_net(self, cgroup_path: str | Path, *, link: bool = False) -> None:
         """Attach the connect/sendmsg programs to a cgroup (they police the runs below it).
 
-        `link` (the daemon, at the runs' parent): a BPF link, which the
-        kernel detaches when this process's fd closes, however it exits, and
-        which leaves other programs in the subtree alone (multi-attach).
-        Without (direct mode, at the run's own cgroup, removed with it): a
-        plain attach.
+        `link` (direct mode and the daemon, at the cgroup v2 root): a BPF
+        link, which the kernel detaches when this process's fd closes,
+        however it exits, and which leaves other programs in the subtree
+        alone (multi-attach). Without (bench/netpolicy.py's per-run design,
+        at a run's own cgroup, removed with it): a plain attach.
         """
         fd = os.open(cgroup_path, os.O_RDONLY | os.O_DIRECTORY)
         try:

@@ -10,10 +10,13 @@ Rules (contract "observation-health.json", decisions in docs/artifacts.md):
 - `cgroup_correlation` is `clean` when every event of the run's tasks was
   attributed to the command's process tree, `partial` when some were not (or
   a process-creation record was dropped), when a task left the run's cgroup
-  (migration or clone3 CLONE_INTO_CGROUP: still observed by lineage, but out
-  of the cgroup's network policy and kill), or when the lineage map was full
-  and a task went untracked, or when the spool was recovered after the
-  runner died (the end of the tree was never seen); `failed` when the
+  (migration or clone3 CLONE_INTO_CGROUP: still observed and held to the
+  network policy by lineage, but out of the cgroup's kill and limits), or
+  when the lineage map was full and a task went untracked, or when the spool
+  was recovered after the runner died (the end of the tree was never seen),
+  or when the command could make compat syscalls (`--allow-compat-syscalls`:
+  calls no syscall tracepoint sees, so events may be missing, and the
+  contract's `kernel_layer` has no value for that); `failed` when the
   command's root process was never seen.
 - network coverage comes from the normalized network evidence; drops on a
   network hook make it `unknown`, since peers may be missing, and so does an
@@ -58,6 +61,8 @@ class CaptureFacts:
     """Path payloads cut at the kernel's capture limit (their values end in the marker)."""
     recovered: bool = False
     """The spool was closed by a recovery after the runner died: its end is missing."""
+    compat_syscalls_allowed: bool = False
+    """The command could make non-native ABI syscalls, which no tracepoint sees."""
 
     @property
     def lost_in_transit(self) -> int:
@@ -97,7 +102,8 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
     if not facts.root_seen:
         return "failed"
     if facts.unattributed_events or facts.drops.get("newtask", 0) or facts.untracked_tasks \
-            or facts.cgroup_escapes or facts.clone_into_cgroup or facts.recovered:
+            or facts.cgroup_escapes or facts.clone_into_cgroup or facts.recovered \
+            or facts.compat_syscalls_allowed:
         return "partial"
     return "clean"
 

@@ -66,8 +66,14 @@ class RunCgroup:
 
     @staticmethod
     def parent_path() -> Path:
-        """Where every run cgroup is made (the daemon's network programs are linked here)."""
+        """Where every run cgroup is made."""
         return _mount() / parent_name()
+
+    @staticmethod
+    def root_path() -> Path:
+        """The cgroup v2 root, where the network programs are linked: a run's process that left
+        the run's cgroup is still below it (ebpf/netpolicy.c)."""
+        return _mount()
 
     @classmethod
     def create(cls, label: str, owner: Owner | None = None) -> RunCgroup:

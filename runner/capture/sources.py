@@ -120,7 +120,7 @@ class LocalSource(Buffered):
         self.ledger = RunLedger(monitor, RUN_KEY)
         monitor.add_run(RUN_KEY, cgroup.id, net)
         if net is not None:
-            monitor.attach_net(cgroup.path)
+            monitor.attach_net(RunCgroup.root_path(), link=True)
         self._warden = Warden(cgroup.path, cgroup.record)  # after every attach: it holds them all
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None:

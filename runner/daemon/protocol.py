@@ -68,6 +68,8 @@ class RunStart(_Msg, tag="run"):
     """`--out` resolved by the client, for the summary line only (never opened by the daemon)."""
     ringbuf_pages: int
     isolate_net: bool = False
+    allow_compat_syscalls: bool = False
+    """`run --allow-compat-syscalls` (runner/enforce/seccomp.py)."""
     user: int | None = None
     """Run as this uid instead of the caller's: only a root caller may ask for another uid."""
     policy: Policy | None = None

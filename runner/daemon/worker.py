@@ -250,7 +250,7 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
         workdir=workdir, out_dir=staging, ringbuf_pages=config.ringbuf_pages, env=env,
         user=creds if creds.uid != 0 else None, isolate_net=msg.isolate_net, policy=policy,
         stdio=stdio, caller=CallerProcess(cwd_fd=cwd_fd, umask=msg.umask, rlimits=tuple(msg.rlimits)),
-        limits=config.limits, staged=True,
+        limits=config.limits, staged=True, allow_compat_syscalls=msg.allow_compat_syscalls,
     )
 
 
