@@ -13,6 +13,8 @@ means the defaults below (root only, no floor).
     allowed_groups = ["assay-runner"] # callers must be in one (root always may)
     [limits]
     max_concurrent_runs = 8
+    max_runs_per_user = 4             # default: half of max_concurrent_runs (root is not counted)
+    max_connections_per_user = 8      # connections still sending their request (root is not counted)
     pids_max = 4096                   # per run (cgroup pids.max)
     memory_max = "4G"                 # per run (cgroup memory.max), bytes or K/M/G/T
     [floor]
@@ -45,6 +47,8 @@ DAEMON_RINGBUF_PAGES = 4096
 """16 MiB: the shared ring holds several runs' bursts between the observer's drains."""
 MAX_RINGBUF_PAGES = 16384
 """64 MiB of pinned kernel memory at most."""
+MAX_CONNECTIONS_PER_USER = 64
+"""The daemon's own bound on connections still sending their request (runner/daemon/server.py)."""
 
 
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -63,6 +67,9 @@ class AccessSection(_Section):
 
 class LimitsSection(_Section):
     max_concurrent_runs: int = 8
+    max_runs_per_user: int | None = None
+    """None: half of `max_concurrent_runs` (at least 1), so no one caller takes every slot."""
+    max_connections_per_user: int = 8
     pids_max: int | None = None
     memory_max: int | str | None = None
 
@@ -96,6 +103,8 @@ class DaemonConfig:
     limits: CgroupLimits
     floor: Policy | None
     ringbuf_pages: int = DAEMON_RINGBUF_PAGES
+    max_runs_per_user: int = 4
+    max_connections_per_user: int = 8
 
 
 def _gid(name: str, loc: tuple[str | int, ...]) -> int:
@@ -128,6 +137,10 @@ def _validate(doc: ConfigDocument) -> None:
     if not 1 <= doc.limits.max_concurrent_runs < RUN_SLOTS:
         raise PolicyError(("limits", "max_concurrent_runs"), f"expected 1 to {RUN_SLOTS - 1} "
                           "(the runs one loaded monitor tells apart)")
+    if doc.limits.max_runs_per_user is not None and doc.limits.max_runs_per_user < 1:
+        raise PolicyError(("limits", "max_runs_per_user"), "expected at least 1")
+    if not 1 <= doc.limits.max_connections_per_user <= MAX_CONNECTIONS_PER_USER:
+        raise PolicyError(("limits", "max_connections_per_user"), f"expected 1 to {MAX_CONNECTIONS_PER_USER}")
     pages = doc.sensor.ringbuf_pages
     if pages < 1 or pages & (pages - 1) or pages > MAX_RINGBUF_PAGES:
         raise PolicyError(("sensor", "ringbuf_pages"), f"expected a power of two up to {MAX_RINGBUF_PAGES}")
@@ -152,6 +165,8 @@ def load_config(path: Path | None) -> DaemonConfig:
         allowed_gids=frozenset(_gid(g, ()) for g in doc.access.allowed_groups),
         allowed_groups=doc.access.allowed_groups,
         max_concurrent_runs=doc.limits.max_concurrent_runs,
+        max_runs_per_user=doc.limits.max_runs_per_user or max(1, doc.limits.max_concurrent_runs // 2),
+        max_connections_per_user=doc.limits.max_connections_per_user,
         limits=CgroupLimits(pids_max=doc.limits.pids_max, memory_max=memory_bytes(doc.limits.memory_max)),
         floor=floor,
         ringbuf_pages=doc.sensor.ringbuf_pages,

@@ -35,7 +35,7 @@ from runner.capture.cgroup import fix_mount
 from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
 from runner.daemon.address import unix_address
-from runner.daemon.config import DaemonConfig
+from runner.daemon.config import MAX_CONNECTIONS_PER_USER, DaemonConfig
 from runner.daemon.peer import Peer, peer_of, refusal
 from runner.daemon.sensor import SensorHandle, SharedSensor
 from runner.daemon.spare import Spare, fork_spare
@@ -43,8 +43,11 @@ from runner.errors import RunnerError
 from runner.logs import get_logger
 
 BACKLOG = 64
-MAX_PENDING = 64
-"""Connections that have not finished sending their request; more are closed at once."""
+MAX_PENDING = MAX_CONNECTIONS_PER_USER
+"""Connections of non-root callers that have not finished sending their request; more are refused
+at once (root's are always taken: `daemon status` must answer however busy the daemon is)."""
+REQUEST_DEADLINE_S = 3.0
+"""How long a connection may take to send its request in full; then it is refused and closed."""
 log = get_logger("daemon")
 
 
@@ -52,6 +55,8 @@ log = get_logger("daemon")
 class Pending:
     conn: socket.socket
     peer: Peer
+    deadline: float
+    """When its request must have arrived in full (REQUEST_DEADLINE_S after the accept)."""
     reader: protocol.FrameReader = field(default_factory=protocol.FrameReader)
 
 
@@ -110,8 +115,9 @@ class Daemon:
                      max_concurrent_runs=self.config.max_concurrent_runs,
                      floor=self.config.floor.name if self.config.floor else None)
             while not (self.stopping and not self.runs):
-                for key, _ in self.sel.select(timeout=1.0):
+                for key, _ in self.sel.select(timeout=self._select_timeout()):
                     key.data(key.fileobj)
+                self._expire(time.monotonic())
         finally:
             if self.spare is not None:
                 self.spare.close()
@@ -191,17 +197,42 @@ class Daemon:
             log.warning("daemon.peer_unreadable", error=str(exc))
             conn.close()
             return
-        why = refusal(peer, self.config.allowed_gids, self.config.allowed_groups)
-        if why is None and len(self.pending) >= MAX_PENDING:
-            why = "the daemon is busy accepting other requests; try again"
+        why = (refusal(peer, self.config.allowed_gids, self.config.allowed_groups)
+               or self._connection_limit(peer))
         if why is not None:
             log.warning("daemon.refused", uid=peer.uid, pid=peer.pid, reason=why)
             _reply(conn, protocol.refused(why))
             conn.close()
             return
         conn.setblocking(False)
-        self.pending[conn.fileno()] = Pending(conn, peer)
+        self.pending[conn.fileno()] = Pending(conn, peer, time.monotonic() + REQUEST_DEADLINE_S)
         self.sel.register(conn, selectors.EVENT_READ, self._read_request)
+
+    def _connection_limit(self, peer: Peer) -> str | None:
+        """Why `peer` may not open another connection now, or None. Root is never limited."""
+        if peer.uid == 0:
+            return None
+        cap = self.config.max_connections_per_user
+        if sum(p.peer.uid == peer.uid for p in self.pending.values()) >= cap:
+            return (f"{peer.describe()} already has {cap} connections waiting to send their request, "
+                    f"the most one user may (limits.max_connections_per_user = {cap}); "
+                    "close some and try again")
+        if sum(p.peer.uid != 0 for p in self.pending.values()) >= MAX_PENDING:
+            return (f"the daemon already has {MAX_PENDING} connections waiting to send their request, "
+                    "its limit; try again in a few seconds")
+        return None
+
+    def _select_timeout(self) -> float:
+        """Wake up for the earliest request deadline (at most a second away)."""
+        if not self.pending:
+            return 1.0
+        return min(1.0, max(0.0, min(p.deadline for p in self.pending.values()) - time.monotonic()))
+
+    def _expire(self, now: float) -> None:
+        """Refuse and close the connections whose request did not arrive in full in time."""
+        for pending in [p for p in self.pending.values() if p.deadline <= now]:
+            self._refuse(pending, f"the request did not arrive in full within {REQUEST_DEADLINE_S:g} s "
+                                  "(the daemon's request deadline); connection closed")
 
     def _drop(self, fd: int) -> None:
         pending = self.pending.pop(fd)
@@ -255,13 +286,26 @@ class Daemon:
 
     # --- runs ----------------------------------------------------------------------------------
 
-    def _at_limit(self) -> bool:
-        """At `max_concurrent_runs`, counting live workers only. A killed worker's client sees its
-        connection close before the daemon's loop reaps the worker, and may ask again at once:
-        that worker is reaped now rather than held against the new run."""
-        if len(self.runs) >= self.config.max_concurrent_runs:
+    def _run_limit(self, peer: Peer) -> str | None:
+        """Why `peer` may not start a run now (`max_runs_per_user`, then `max_concurrent_runs`), or None.
+
+        Only live workers count. A killed worker's client sees its connection
+        close before the daemon's loop reaps the worker, and may ask again at
+        once: that worker is reaped now rather than held against the new run.
+        Root's runs count against the daemon's limit, not a per-user one.
+        """
+        limit, per_user = self.config.max_concurrent_runs, self.config.max_runs_per_user
+        mine = sum(r.peer.uid == peer.uid for r in self.runs.values())
+        if len(self.runs) >= limit or (peer.uid != 0 and mine >= per_user):
             self._reap()
-        return len(self.runs) >= self.config.max_concurrent_runs
+            mine = sum(r.peer.uid == peer.uid for r in self.runs.values())
+        if peer.uid != 0 and mine >= per_user:
+            return (f"{peer.describe()} already runs {mine} runs, the most one user may "
+                    f"(limits.max_runs_per_user = {per_user}); try again when one has finished")
+        if len(self.runs) >= limit:
+            return (f"the daemon already runs {len(self.runs)} runs, its limit "
+                    f"(limits.max_concurrent_runs = {limit}); try again later")
+        return None
 
     def _start_run(self, pending: Pending, msg: protocol.RunStart) -> None:
         fds = pending.reader.take_fds()
@@ -270,9 +314,8 @@ class Daemon:
             problem = f"a run request needs the descriptors {', '.join(protocol.RUN_FDS)}"
         elif self.stopping:
             problem = "the daemon is shutting down"
-        elif self._at_limit():
-            problem = (f"the daemon already runs {len(self.runs)} runs, its limit "
-                       f"(limits.max_concurrent_runs = {self.config.max_concurrent_runs}); try again later")
+        else:
+            problem = self._run_limit(pending.peer)
         assert self.sensor is not None
         if problem is None and self.spare is None:
             self._new_spare()  # the run's own worker (the descriptors it inherits are this run's)

@@ -1,0 +1,163 @@
+"""The daemon as a shared host service: no tenant can lock out, widen, watch or starve another.
+
+One daemon (socket in a fresh /tmp directory, groups made for the module)
+serves two members, alice and bob, under tight per-user limits, and a local
+user who is no member at all (mallory) tries to read what is not hers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
+from support import unique_run_id
+
+from runner.daemon import protocol
+from runner.daemon.server import REQUEST_DEADLINE_S
+
+pytestmark = pytest.mark.kernel
+
+CONNECTIONS_PER_USER = 8
+
+
+class World:
+    def __init__(self, root: Path, accounts: Accounts, alice: User, bob: User, mallory: User,
+                 service: DaemonProcess) -> None:
+        self.root, self.accounts, self.daemon = root, accounts, service
+        self.alice, self.bob, self.mallory = alice, bob, mallory
+
+    def args(self, out: Path, run_id: str, *cmd: str | Path, extra: tuple[str, ...] = ()) -> list[str | Path]:
+        return [*CLI, "run", "--socket", self.daemon.socket, "--out", out, "--run-id", run_id, *extra,
+                "--", *cmd]
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    accounts = Accounts()
+    root = shared_tmp()
+    try:
+        sock_group, allowed = accounts.group("tsock"), accounts.group("tok")
+        alice = accounts.user("ali", (sock_group, allowed))
+        bob = accounts.user("bob", (sock_group, allowed))
+        mallory = accounts.user("mal")
+        config = (f'group = "{sock_group}"\n[access]\nallowed_groups = ["{allowed}"]\n'
+                  f"[limits]\nmax_concurrent_runs = 4\nmax_runs_per_user = 1\n"
+                  f"max_connections_per_user = {CONNECTIONS_PER_USER}\n")
+        with daemon(root, config) as service:
+            yield World(root, accounts, alice, bob, mallory, service)
+    finally:
+        accounts.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+HOLDER = """
+import json, socket, sys
+socks = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    s.send(b"\\0")  # one byte of a frame header, and nothing more
+    socks.append(s)
+print("open", flush=True)
+for command in sys.stdin:
+    said = []
+    for s in socks:
+        s.settimeout(0 if command.strip() == "probe" else 20)
+        data = b""
+        try:
+            try:
+                while chunk := s.recv(4096):
+                    data += chunk
+            except ConnectionResetError:  # closed with our byte unread: what it said came first
+                pass
+            said.append(data[4:].decode(errors="replace") or "closed")
+        except (BlockingIOError, TimeoutError):
+            said.append("open")  # nothing said, still connected
+    print(json.dumps(said), flush=True)
+"""
+
+
+def _status_as_root(path: Path) -> tuple[protocol.DaemonMessage, float]:
+    """One status request on a fresh connection, and the seconds until its answer."""
+    t0 = time.monotonic()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(30)
+        sock.connect(str(path))
+        protocol.send(sock, protocol.StatusQuery(version=protocol.VERSION))
+        body = protocol.receive(sock, protocol.FrameReader(max_fds=0))
+    assert body is not None
+    return protocol.decode_daemon(body), time.monotonic() - t0
+
+
+def test_idle_connections_of_one_member_lock_out_nobody(world: World) -> None:
+    user = world.alice
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(world.daemon.socket), "200"],
+                              user=user.uid, group=user.gid, extra_groups=list(user.groups), env=user.env(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=world.root)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "open"
+        reply, seconds = _status_as_root(world.daemon.socket)
+        holder.stdin.write("probe\n")
+        holder.stdin.flush()
+        at_status = json.loads(holder.stdout.readline())
+        assert isinstance(reply, protocol.StatusReply), reply
+        assert seconds <= 1.0, f"root's daemon status took {seconds:.2f} s"
+        # while root was answered, alice's connections within her limit were still open and idle
+        assert at_status.count("open") == CONNECTIONS_PER_USER, at_status
+        refused = [said for said in at_status if said != "open"]
+        assert len(refused) == 200 - CONNECTIONS_PER_USER
+        assert all("limits.max_connections_per_user = 8" in said for said in refused), refused[:3]
+        time.sleep(REQUEST_DEADLINE_S + 1)
+        holder.stdin.write("wait\n")
+        holder.stdin.flush()
+        later = json.loads(holder.stdout.readline())
+        expired = [said for said in later if "request deadline" in said]
+        assert len(expired) == CONNECTIONS_PER_USER and "open" not in later, later
+    finally:
+        holder.kill()
+        holder.wait()
+    # a member's own requests are served again once the idle ones are gone
+    status = user.run([*CLI, "daemon", "status", "--json", "--socket", world.daemon.socket], cwd=world.root)
+    assert status.returncode == 0, status.stderr
+
+
+def _wait_running(world: World, run_id: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        reply, _ = _status_as_root(world.daemon.socket)
+        assert isinstance(reply, protocol.StatusReply)
+        if any(r.run_id == run_id for r in reply.runs):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never started: {world.daemon.logs()[-2000:]}")
+
+
+def test_a_second_user_runs_while_the_first_holds_their_maximum(world: World) -> None:
+    alice, bob = world.alice, world.bob
+    work_a, work_b = alice.workspace(world.root, "work-hold-a"), bob.workspace(world.root, "work-hold-b")
+    hold = unique_run_id("hold")
+    wait = f"while [ ! -e {work_a}/stop ]; do sleep 0.05; done"
+    first = alice.popen(world.args(work_a / "out", hold, "sh", "-c", wait), cwd=work_a)
+    try:
+        _wait_running(world, hold)
+        again = alice.run(world.args(work_a / "out2", unique_run_id("again"), "/bin/true"), cwd=work_a)
+        assert again.returncode == 125, again.stderr
+        assert again.stderr.count("\n") == 1 and "limits.max_runs_per_user = 1" in again.stderr, again.stderr
+        other = unique_run_id("other")
+        proc = bob.run(world.args(work_b / "out", other, "/bin/true"), cwd=work_b)
+        assert proc.returncode == 0, proc.stderr
+        assert (work_b / "out" / f"{other}.tar.gz").exists()
+        assert first.poll() is None  # alice still holds her run
+    finally:
+        (work_a / "stop").touch()
+        first.communicate(timeout=120)
+    assert first.returncode == 0
