@@ -161,3 +161,52 @@ def test_a_second_user_runs_while_the_first_holds_their_maximum(world: World) ->
         (work_a / "stop").touch()
         first.communicate(timeout=120)
     assert first.returncode == 0
+
+
+SECRET = "ghp_" + "a1B2c3D4" * 5
+"""A token shape the command puts in a path: the raw spool holds it (archives are redacted)."""
+
+
+def _private_spool(world: World, spool: Path, owner: User | None, work: Path) -> None:
+    """`spool` is 0600 for `owner` (root when None): mallory cannot read it, the owner can use it."""
+    st = spool.stat()
+    assert (st.st_mode & 0o777, st.st_uid) == (0o600, owner.uid if owner else 0)
+    assert SECRET.encode() in spool.read_bytes()  # what mallory is after
+    peek = world.mallory.run(["cat", spool], cwd=world.root)
+    assert peek.returncode != 0 and "Permission denied" in peek.stderr and SECRET not in peek.stdout
+
+    def as_owner(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        if owner is not None:
+            return owner.run([*CLI, *args], cwd=work)
+        return subprocess.run([*CLI, *args], cwd=work, capture_output=True, text=True)
+
+    archive = spool.with_name(spool.name.removesuffix(".spool") + ".tar.gz")
+    assert archive.stat().st_mode & 0o777 == 0o644 and SECRET.encode() not in archive.read_bytes()
+    rebuilt = work / "rebuilt.tar.gz"
+    for proc in (as_owner("normalize", spool, "--out", rebuilt), as_owner("show", archive, "--spool", spool)):
+        assert proc.returncode == 0, proc.stderr
+    assert rebuilt.read_bytes() == archive.read_bytes()
+
+
+def test_raw_spools_are_private_to_their_owner_in_daemon_mode(world: World) -> None:
+    user = world.alice
+    work = user.workspace(world.root, "work-private")
+    out = user.workspace(world.root, "out-private")
+    out.chmod(0o755)  # anyone may look in: only the spool's own mode keeps it private
+    run_id = unique_run_id("private")
+    proc = user.run(world.args(out, run_id, "sh", "-c", f"cat {SECRET} 2>/dev/null; true"), cwd=work,
+                    env=user.env())
+    assert proc.returncode == 0, proc.stderr
+    _private_spool(world, out / f"{run_id}.spool", user, work)
+
+
+def test_raw_spools_are_private_to_root_in_direct_mode(world: World, tmp_path: Path) -> None:
+    out = world.root / unique_run_id("direct-out")
+    out.mkdir(mode=0o755)
+    out.chmod(0o755)
+    run_id = unique_run_id("direct")
+    proc = subprocess.run([*CLI, "run", "--direct", "--out", out, "--run-id", run_id, "--",
+                           "sh", "-c", f"cat {SECRET} 2>/dev/null; true"],
+                          cwd=tmp_path, capture_output=True, text=True, stdin=subprocess.DEVNULL, umask=0o022)
+    assert proc.returncode == 0, proc.stderr
+    _private_spool(world, out / f"{run_id}.spool", None, tmp_path)
