@@ -73,7 +73,7 @@ def world() -> Iterator[World]:
         (root / "floor.toml").write_text(FLOOR)
         config = (f'group = "{sock_group}"\n[access]\nallowed_groups = ["{allowed}"]\n'
                   f'[limits]\nmax_concurrent_runs = 8\nmax_runs_per_user = 8\npids_max = 64\nmemory_max = "1G"\n'
-                  f'[floor]\npolicy = "{root / "floor.toml"}"\n')
+                  f'[floor]\npolicy = "{root / "floor.toml"}"\nworkspace_roots = ["{root}/*"]\n')
         with daemon(root, config) as service:
             yield World(root, accounts, member, outsider, stranger, service)
     finally:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
-from support import unique_run_id
+from support import Archive, unique_run_id
 
 from runner.daemon import protocol
 from runner.daemon.server import REQUEST_DEADLINE_S
@@ -26,6 +26,12 @@ from runner.daemon.server import REQUEST_DEADLINE_S
 pytestmark = pytest.mark.kernel
 
 CONNECTIONS_PER_USER = 8
+FLOOR = """version = 1
+name = "workspace-only"
+[filesystem]
+read = ["/"]
+write = ["$WORKSPACE", "$TMPDIR", "/dev"]
+"""
 
 
 class World:
@@ -48,9 +54,11 @@ def world() -> Iterator[World]:
         alice = accounts.user("ali", (sock_group, allowed))
         bob = accounts.user("bob", (sock_group, allowed))
         mallory = accounts.user("mal")
+        (root / "floor.toml").write_text(FLOOR)
         config = (f'group = "{sock_group}"\n[access]\nallowed_groups = ["{allowed}"]\n'
                   f"[limits]\nmax_concurrent_runs = 4\nmax_runs_per_user = 1\n"
-                  f"max_connections_per_user = {CONNECTIONS_PER_USER}\n")
+                  f"max_connections_per_user = {CONNECTIONS_PER_USER}\n"
+                  f'[floor]\npolicy = "{root / "floor.toml"}"\nworkspace_roots = ["{root}/work-*"]\n')
         with daemon(root, config) as service:
             yield World(root, accounts, alice, bob, mallory, service)
     finally:
@@ -89,8 +97,8 @@ def _status_as_root(path: Path) -> tuple[protocol.DaemonMessage, float]:
     """One status request on a fresh connection, and the seconds until its answer."""
     t0 = time.monotonic()
     with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(path))  # blocking: waits while a flood fills the backlog, as a client does
         sock.settimeout(30)
-        sock.connect(str(path))
         protocol.send(sock, protocol.StatusQuery(version=protocol.VERSION))
         body = protocol.receive(sock, protocol.FrameReader(max_fds=0))
     assert body is not None
@@ -210,3 +218,37 @@ def test_raw_spools_are_private_to_root_in_direct_mode(world: World, tmp_path: P
                           cwd=tmp_path, capture_output=True, text=True, stdin=subprocess.DEVNULL, umask=0o022)
     assert proc.returncode == 0, proc.stderr
     _private_spool(world, out / f"{run_id}.spool", None, tmp_path)
+
+
+def test_the_callers_cwd_cannot_widen_the_floor(world: World) -> None:
+    """`cd /` (or into a symlink to `/` inside a workspace) before `run`: $WORKSPACE would be `/`;
+    the working directory is not under a workspace root, so the run is refused and nothing written."""
+    user = world.alice
+    work = user.workspace(world.root, "work-cwd")
+    (work / "escape").symlink_to("/")
+    target = user.home / f"{unique_run_id('outside')}.txt"
+    for cwd in (Path("/"), work / "escape"):
+        args = world.args(work / "out", unique_run_id("cwd"), "sh", "-c", f"echo x > {target}")
+        proc = user.run(args, cwd=cwd)
+        assert proc.returncode == 125 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "is not under a workspace root the operator allows" in proc.stderr, proc.stderr
+        assert "cd into your workspace" in proc.stderr
+        assert not target.exists() and not (work / "out").exists()
+
+
+def test_the_callers_tmpdir_cannot_widen_the_floor(world: World) -> None:
+    """TMPDIR=/: $TMPDIR is the run's own directory, so a write outside the workspace stays blocked
+    (and is evidence), while the command's TMPDIR works."""
+    user = world.alice
+    work = user.workspace(world.root, "work-tmpdir")
+    target = user.home / f"{unique_run_id('outside')}.txt"
+    run_id = unique_run_id("tmpdir")
+    script = f'echo $TMPDIR > seen.txt; echo t > "$TMPDIR/t" && echo wrote >> seen.txt; echo x > {target}; :'
+    proc = user.run(world.args(work / "out", run_id, "sh", "-c", script), cwd=work, env=user.env(TMPDIR="/"))
+    assert proc.returncode == 0, proc.stderr
+    tmpdir, wrote = (work / "seen.txt").read_text().split()
+    assert wrote == "wrote" and tmpdir != "/" and Path(tmpdir).name == run_id
+    assert not target.exists() and not Path(tmpdir).exists()  # the run's TMPDIR is gone with the run
+    blocked = [(e["value"], e["access_mode"]) for e in Archive(work / "out" / f"{run_id}.tar.gz").kernel
+               if e["kind"] == "file_blocked"]
+    assert blocked == [(str(target), "write")]

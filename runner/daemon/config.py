@@ -19,6 +19,7 @@ means the defaults below (root only, no floor).
     memory_max = "4G"                 # per run (cgroup memory.max), bytes or K/M/G/T
     [floor]
     policy = "/etc/assay-runner/floor.toml"
+    workspace_roots = ["/home/*/work"]  # required with a floor: where $WORKSPACE (the caller's cwd) may be
     [sensor]
     ringbuf_pages = 4096              # the one ring every run shares (16 MiB), a power of two
 """
@@ -76,6 +77,8 @@ class LimitsSection(_Section):
 
 class FloorSection(_Section):
     policy: str | None = None
+    workspace_roots: tuple[str, ...] = ()
+    """Globs of the directories a caller's working directory must lie under (runner/daemon/workspace.py)."""
 
 
 class SensorSection(_Section):
@@ -103,6 +106,7 @@ class DaemonConfig:
     limits: CgroupLimits
     floor: Policy | None
     ringbuf_pages: int = DAEMON_RINGBUF_PAGES
+    workspace_roots: tuple[str, ...] = ()
     max_runs_per_user: int = 4
     max_connections_per_user: int = 8
 
@@ -149,6 +153,13 @@ def _validate(doc: ConfigDocument) -> None:
     memory_bytes(doc.limits.memory_max)
     if doc.floor.policy is not None and not doc.floor.policy.startswith("/"):
         raise PolicyError(("floor", "policy"), f"expected an absolute path, got {doc.floor.policy!r}")
+    for i, root in enumerate(doc.floor.workspace_roots):
+        if not root.startswith("/") or any(part in ("", ".", "..") for part in root[1:].split("/")):
+            raise PolicyError(("floor", "workspace_roots", i),
+                              f"expected an absolute, normalized glob, got {root!r}")
+    if doc.floor.policy is not None and not doc.floor.workspace_roots:
+        raise PolicyError(("floor", "workspace_roots"), "a floor policy needs the directories callers may "
+                          'run in, whose $WORKSPACE it grants (globs such as ["/home/*/work", "/srv/ci/*"])')
 
 
 def load_config(path: Path | None) -> DaemonConfig:
@@ -170,6 +181,7 @@ def load_config(path: Path | None) -> DaemonConfig:
         limits=CgroupLimits(pids_max=doc.limits.pids_max, memory_max=memory_bytes(doc.limits.memory_max)),
         floor=floor,
         ringbuf_pages=doc.sensor.ringbuf_pages,
+        workspace_roots=doc.floor.workspace_roots,
     )
 
 

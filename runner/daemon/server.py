@@ -42,7 +42,7 @@ from runner.daemon.spare import Spare, fork_spare
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
-BACKLOG = 64
+BACKLOG = 256
 MAX_PENDING = MAX_CONNECTIONS_PER_USER
 """Connections of non-root callers that have not finished sending their request; more are refused
 at once (root's are always taken: `daemon status` must answer however busy the daemon is)."""
@@ -187,10 +187,15 @@ class Daemon:
     # --- connections ---------------------------------------------------------------------------
 
     def _accept(self, listener: socket.socket) -> None:
-        try:
-            conn, _ = listener.accept()
-        except BlockingIOError:
-            return
+        """Take every connection waiting in the backlog (a flood must not keep it full for others)."""
+        for _ in range(BACKLOG):
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                return
+            self._admit(conn)
+
+    def _admit(self, conn: socket.socket) -> None:
         try:
             peer = peer_of(conn)
         except OSError as exc:  # e.g. more supplementary groups than we read

@@ -36,7 +36,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from policy.floor import meet
-from policy.load import host_variables
 from policy.model import PolicyError, ResolvedPolicy, resolve, validate_policy
 from runner.capture.control import End, Interrupt
 from runner.capture.session import RunRequest, execute
@@ -48,6 +47,7 @@ from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, caller_may_write
 from runner.daemon.sensor import SharedSensor
 from runner.daemon.staging import Delivery, staging_dir
+from runner.daemon.workspace import home, run_tmpdir, workspace
 from runner.enforce import prepare as enforce
 from runner.errors import RunnerError
 from runner.evidence import publish
@@ -155,8 +155,9 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     try:
         creds = _command_credentials(msg, peer)
         os.setgroups(list(creds.groups))  # for the caller-identity file operations (peer.py)
-        with staging_dir(check_run_id(msg.run_id)) as staging:
-            req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd, staging)
+        with (staging_dir(check_run_id(msg.run_id)) as staging,
+              run_tmpdir(peer.uid, msg.run_id, creds) as tmpdir):
+            req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd, staging, tmpdir)
             protocol.send(conn, protocol.Started(run_id=req.run_id))
             control = ClientControl(conn, report_fd, msg.status_line)
             log.info("run.start", run_id=req.run_id, uid=creds.uid, caller_pid=peer.pid)
@@ -195,17 +196,20 @@ def _command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
 
 
 def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: DaemonConfig,
-             stdio: tuple[int, int, int], out_fd: int, cwd_fd: int, staging: Path) -> RunRequest:
+             stdio: tuple[int, int, int], out_fd: int, cwd_fd: int, staging: Path,
+             tmpdir: Path) -> RunRequest:
     """Direct mode's request for this caller, evidence staged in `staging`; RunnerError if unusable."""
-    workdir = Path(os.fsdecode(msg.workdir))
-    _same_directory(workdir, cwd_fd, "the working directory")
+    workdir = workspace(cwd_fd, config.workspace_roots)
+    if os.fsencode(workdir) != msg.workdir:  # compared, never looked up: no answer about other paths
+        raise RunnerError(f"the working directory {os.fsdecode(msg.workdir)} is not the directory the client "
+                          "opened (did it move?)")
     if not stat.S_ISDIR(os.fstat(out_fd).st_mode):
         raise RunnerError("the output descriptor is not a directory")
     if not caller_may_write(out_fd, creds):
         raise RunnerError(f"--out {msg.out_display}: {peer.describe()} may not write there")
     check_ringbuf_pages(msg.ringbuf_pages)  # same refusal as direct mode; the ring is the daemon's
-    env = {os.fsdecode(k): os.fsdecode(v) for k, v in msg.env.items()}
-    policy = _policy(msg, config, workdir, creds.uid, env)
+    env = {os.fsdecode(k): os.fsdecode(v) for k, v in msg.env.items()} | {"TMPDIR": str(tmpdir)}
+    policy = _policy(msg, config, {"workspace": str(workdir), "home": home(creds.uid), "tmpdir": str(tmpdir)})
     enforce.check(policy)
     return RunRequest(
         run_id=msg.run_id, exe=os.fsdecode(msg.exe), argv=[os.fsdecode(a) for a in msg.argv],
@@ -216,20 +220,9 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
     )
 
 
-def _same_directory(path: Path, fd: int, what: str) -> None:
-    """`path` must name the directory `fd` is (the caller's claim checked against what it opened)."""
-    try:
-        by_path, by_fd = os.stat(path), os.fstat(fd)
-    except OSError as exc:
-        raise RunnerError(f"{what} {path}: {exc.strerror}") from None
-    if (by_path.st_dev, by_path.st_ino) != (by_fd.st_dev, by_fd.st_ino) or not stat.S_ISDIR(by_fd.st_mode):
-        raise RunnerError(f"{what} {path} is not the directory the client opened (did it move?)")
-
-
-def _policy(msg: protocol.RunStart, config: DaemonConfig, workdir: Path, uid: int,
-            env: dict[str, str]) -> ResolvedPolicy | None:
-    """The caller's policy resolved for the caller, met with the floor."""
-    variables = {**host_variables(workdir, uid=uid), "tmpdir": env.get("TMPDIR") or "/tmp"}
+def _policy(msg: protocol.RunStart, config: DaemonConfig, variables: dict[str, str]) -> ResolvedPolicy | None:
+    """The caller's policy, met with the floor, both resolved from trusted data only
+    (runner/daemon/workspace.py): the caller's environment and claims play no part."""
     try:
         caller = None
         if msg.policy is not None:
