@@ -8,6 +8,7 @@ user who is no member at all (mallory) tries to read what is not hers.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -252,3 +253,56 @@ def test_the_callers_tmpdir_cannot_widen_the_floor(world: World) -> None:
     blocked = [(e["value"], e["access_mode"]) for e in Archive(work / "out" / f"{run_id}.tar.gz").kernel
                if e["kind"] == "file_blocked"]
     assert blocked == [(str(target), "write")]
+
+
+RAW_CLIENT = """
+import os, socket, sys
+from runner.daemon import protocol
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(sys.argv[1])
+out = os.open("out", os.O_RDONLY | os.O_DIRECTORY)
+cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+request = protocol.RunStart(version=protocol.VERSION, run_id=sys.argv[3], exe=b"/bin/true", argv=[b"true"],
+                            env={}, workdir=os.fsencode(sys.argv[2]), out_display="out", ringbuf_pages=64)
+protocol.send(sock, request, [0, 1, 2, out, cwd])
+print(protocol.decode_daemon(protocol.receive(sock, protocol.FrameReader(max_fds=0))).message)
+"""
+
+
+def test_the_workdir_check_says_nothing_about_paths_the_caller_cannot_see(world: World) -> None:
+    """A hand-made request claims a working directory under a root-only directory: whether it
+    exists there or not, the answer is the same (the claim is compared, never looked up as root)."""
+    user = world.alice
+    work = user.workspace(world.root, "work-probe")
+    (work / "out").mkdir()
+    os.chown(work / "out", user.uid, user.gid)
+    hidden = world.root / unique_run_id("root-only")
+    (hidden / "exists").mkdir(parents=True)
+    hidden.chmod(0o700)
+    said = {}
+    for name in ("exists", "missing"):
+        claim = hidden / name
+        args = [sys.executable, "-c", RAW_CLIENT, world.daemon.socket, claim, unique_run_id("probe")]
+        proc = user.run(args, cwd=work)
+        assert proc.returncode == 0, proc.stderr
+        said[name] = proc.stdout.strip().replace(str(claim), "CLAIM")
+    assert said["exists"] == said["missing"], said
+    assert "is not the directory the client opened" in said["exists"]
+
+
+def test_root_running_as_another_user_into_a_root_owned_out_is_the_same_with_and_without_the_daemon(
+        world: World) -> None:
+    work = world.alice.workspace(world.root, "work-rootout")
+    outs = {}
+    for mode in ("daemon", "direct"):
+        out = world.root / unique_run_id(f"root-out-{mode}")
+        out.mkdir(mode=0o755)
+        run_id = unique_run_id("rootout")
+        via = ["--socket", world.daemon.socket] if mode == "daemon" else ["--direct"]
+        args = [*CLI, "run", *via, "--user", world.alice.name, "--out", out, "--run-id", run_id,
+                "--", "/bin/true"]
+        proc = subprocess.run(args, cwd=work, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        files = sorted((p.suffix, p.stat().st_uid, p.stat().st_mode & 0o777) for p in out.iterdir())
+        outs[mode] = (proc.returncode, files)
+        assert proc.returncode == 0, proc.stderr
+    assert outs["daemon"] == outs["direct"] == (0, [(".gz", 0, 0o644), (".spool", 0, 0o600)])

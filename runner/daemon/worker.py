@@ -154,14 +154,14 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     stdin, stdout, stderr, out_fd, cwd_fd = fds
     try:
         creds = _command_credentials(msg, peer)
-        os.setgroups(list(creds.groups))  # for the caller-identity file operations (peer.py)
+        os.setgroups(list(peer.groups))  # for the file operations as the caller (peer.py, staging.py)
         with (staging_dir(check_run_id(msg.run_id)) as staging,
               run_tmpdir(peer.uid, msg.run_id, creds) as tmpdir):
             req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd, staging, tmpdir)
             protocol.send(conn, protocol.Started(run_id=req.run_id))
             control = ClientControl(conn, report_fd, msg.status_line)
             log.info("run.start", run_id=req.run_id, uid=creds.uid, caller_pid=peer.pid)
-            delivery = Delivery(staging, req.run_id, out_fd, creds)
+            delivery = Delivery(staging, req.run_id, out_fd, peer.credentials)  # as direct mode: the caller's
             try:
                 result = execute(dataclasses.replace(req, control=control, sensor=sensor,
                                                      on_spool_final=delivery.spool_final))
@@ -205,7 +205,7 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
                           "opened (did it move?)")
     if not stat.S_ISDIR(os.fstat(out_fd).st_mode):
         raise RunnerError("the output descriptor is not a directory")
-    if not caller_may_write(out_fd, creds):
+    if not caller_may_write(out_fd, peer.credentials):  # the caller's --out, whoever the command runs as
         raise RunnerError(f"--out {msg.out_display}: {peer.describe()} may not write there")
     check_ringbuf_pages(msg.ringbuf_pages)  # same refusal as direct mode; the ring is the daemon's
     env = {os.fsdecode(k): os.fsdecode(v) for k, v in msg.env.items()} | {"TMPDIR": str(tmpdir)}
