@@ -132,6 +132,18 @@ def test_config_values(tmp_path: Path) -> None:
     assert config.floor is not None and config.floor.name == "floor"
 
 
+def test_the_default_limits_are_direct_modes_pids_and_a_memory_cap(tmp_path: Path) -> None:
+    from runner.capture.limits import DEFAULT_LIMITS
+
+    limits = load_config(None).limits
+    assert (limits.pids_max, limits.memory_max, limits.required) == (DEFAULT_LIMITS.pids_max, 4 << 30, False)
+    path = tmp_path / "daemon.toml"
+    path.write_text('[limits]\npids_max = "max"\nmemory_max = "max"\n[sensor]\ntasks_max = 4096\n')
+    config = load_config(path)
+    assert (config.limits.pids_max, config.limits.memory_max, config.limits.required) == (None, None, True)
+    assert (config.monitor.tasks_max, config.monitor.tasks_per_run) == (4096, 4096 // 8)
+
+
 def test_a_socket_path_too_long_for_a_unix_address_is_one_clear_line(tmp_path: Path) -> None:
     """Not a traceback from bind/connect (Python's OSError without an errno): what to do, exit 125."""
     import dataclasses

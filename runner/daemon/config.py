@@ -15,13 +15,14 @@ means the defaults below (root only, no floor).
     max_concurrent_runs = 8
     max_runs_per_user = 4             # default: half of max_concurrent_runs (root is not counted)
     max_connections_per_user = 8      # connections still sending their request (root is not counted)
-    pids_max = 4096                   # per run (cgroup pids.max)
-    memory_max = "4G"                 # per run (cgroup memory.max), bytes or K/M/G/T
+    pids_max = 4096                   # per run (cgroup pids.max); the default, "max": none
+    memory_max = "4G"                 # per run (cgroup memory.max), bytes or K/M/G/T; default; "max": none
     [floor]
     policy = "/etc/assay-runner/floor.toml"
     workspace_roots = ["/home/*/work"]  # required with a floor: where $WORKSPACE (the caller's cwd) may be
     [sensor]
     ringbuf_pages = 4096              # the one ring every run shares (16 MiB), a power of two
+    tasks_max = 32768                 # live tasks tracked in all; each run slot gets an equal share
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from typing import Literal
 
 import msgspec
 
+from ebpf.monitor import TASKS_MAX, MonitorConfig
 from ebpf.wire import RUN_SLOTS
 from policy.load import PolicyFileError, decode_toml, load_policy
 from policy.model import Policy, PolicyError
-from runner.capture.limits import CgroupLimits
+from runner.capture.limits import DEFAULT_PIDS_MAX, CgroupLimits
 from runner.errors import RunnerError
 
 DEFAULT_SOCKET = "/run/assay-runner/runner.sock"
@@ -46,8 +48,12 @@ _SIZE = re.compile(r"(\d+)([KMGT]?)", re.ASCII)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 DAEMON_RINGBUF_PAGES = 4096
 """16 MiB: the shared ring holds several runs' bursts between the observer's drains."""
+DEFAULT_MEMORY_MAX = "4G"
+"""Per run, unless the operator says otherwise: one run cannot take a shared host's memory."""
 MAX_RINGBUF_PAGES = 16384
 """64 MiB of pinned kernel memory at most."""
+MIN_TASKS_MAX, MAX_TASKS_MAX = 1024, 1 << 20
+"""`sensor.tasks_max`: room for a few runs' process trees at least; a hash map of a million at most."""
 MAX_CONNECTIONS_PER_USER = 64
 """The daemon's own bound on connections still sending their request (runner/daemon/server.py)."""
 
@@ -71,8 +77,8 @@ class LimitsSection(_Section):
     max_runs_per_user: int | None = None
     """None: half of `max_concurrent_runs` (at least 1), so no one caller takes every slot."""
     max_connections_per_user: int = 8
-    pids_max: int | None = None
-    memory_max: int | str | None = None
+    pids_max: int | Literal["max"] = DEFAULT_PIDS_MAX
+    memory_max: int | str = DEFAULT_MEMORY_MAX
 
 
 class FloorSection(_Section):
@@ -83,6 +89,7 @@ class FloorSection(_Section):
 
 class SensorSection(_Section):
     ringbuf_pages: int = DAEMON_RINGBUF_PAGES
+    tasks_max: int = TASKS_MAX
 
 
 class ConfigDocument(_Section):
@@ -107,8 +114,15 @@ class DaemonConfig:
     floor: Policy | None
     ringbuf_pages: int = DAEMON_RINGBUF_PAGES
     workspace_roots: tuple[str, ...] = ()
+    tasks_max: int = TASKS_MAX
     max_runs_per_user: int = 4
     max_connections_per_user: int = 8
+
+    @property
+    def monitor(self) -> MonitorConfig:
+        """The sensor's monitor: the shared task map split evenly between the concurrent runs."""
+        return MonitorConfig(self.ringbuf_pages, tasks_max=self.tasks_max,
+                             tasks_per_run=self.tasks_max // self.max_concurrent_runs)
 
 
 def _gid(name: str, loc: tuple[str | int, ...]) -> int:
@@ -120,9 +134,9 @@ def _gid(name: str, loc: tuple[str | int, ...]) -> int:
 
 
 def memory_bytes(value: int | str | None) -> int | None:
-    """`limits.memory_max` (`4G`, `512M` or a byte count) as bytes."""
+    """`limits.memory_max` (`4G`, `512M` or a byte count) as bytes; None for "max" (no limit)."""
     loc = ("limits", "memory_max")
-    if value is None:
+    if value is None or value == "max":
         return None
     match = _SIZE.fullmatch(str(value))
     if not match or int(match[1]) <= 0:
@@ -148,7 +162,9 @@ def _validate(doc: ConfigDocument) -> None:
     pages = doc.sensor.ringbuf_pages
     if pages < 1 or pages & (pages - 1) or pages > MAX_RINGBUF_PAGES:
         raise PolicyError(("sensor", "ringbuf_pages"), f"expected a power of two up to {MAX_RINGBUF_PAGES}")
-    if doc.limits.pids_max is not None and doc.limits.pids_max < 1:
+    if not MIN_TASKS_MAX <= doc.sensor.tasks_max <= MAX_TASKS_MAX:
+        raise PolicyError(("sensor", "tasks_max"), f"expected {MIN_TASKS_MAX} to {MAX_TASKS_MAX}")
+    if doc.limits.pids_max != "max" and doc.limits.pids_max < 1:
         raise PolicyError(("limits", "pids_max"), "expected at least 1")
     memory_bytes(doc.limits.memory_max)
     if doc.floor.policy is not None and not doc.floor.policy.startswith("/"):
@@ -160,6 +176,16 @@ def _validate(doc: ConfigDocument) -> None:
     if doc.floor.policy is not None and not doc.floor.workspace_roots:
         raise PolicyError(("floor", "workspace_roots"), "a floor policy needs the directories callers may "
                           'run in, whose $WORKSPACE it grants (globs such as ["/home/*/work", "/srv/ci/*"])')
+
+
+def _limits(section: LimitsSection) -> CgroupLimits:
+    """Per-run limits: a host that cannot enforce the defaults runs without them (recorded in the
+    run's health, as direct mode's); once the operator writes either limit, both are enforced or
+    the run fails."""
+    defaults = LimitsSection()
+    chosen = (section.pids_max, section.memory_max) != (defaults.pids_max, defaults.memory_max)
+    return CgroupLimits(pids_max=None if section.pids_max == "max" else section.pids_max,
+                        memory_max=memory_bytes(section.memory_max), required=chosen)
 
 
 def load_config(path: Path | None) -> DaemonConfig:
@@ -178,10 +204,11 @@ def load_config(path: Path | None) -> DaemonConfig:
         max_concurrent_runs=doc.limits.max_concurrent_runs,
         max_runs_per_user=doc.limits.max_runs_per_user or max(1, doc.limits.max_concurrent_runs // 2),
         max_connections_per_user=doc.limits.max_connections_per_user,
-        limits=CgroupLimits(pids_max=doc.limits.pids_max, memory_max=memory_bytes(doc.limits.memory_max)),
+        limits=_limits(doc.limits),
         floor=floor,
         ringbuf_pages=doc.sensor.ringbuf_pages,
         workspace_roots=doc.floor.workspace_roots,
+        tasks_max=doc.sensor.tasks_max,
     )
 
 

@@ -93,7 +93,7 @@ class Daemon:
     def serve(self) -> int:
         """Listen until SIGTERM, then end the runs and return 0 once the last worker is gone."""
         t0 = time.monotonic()
-        self.sensor = sensor = SensorHandle(self.config.ringbuf_pages)  # forked before any plumbing
+        self.sensor = sensor = SensorHandle(self.config.monitor)  # forked before any plumbing
         log.info("daemon.sensor_loaded", seconds=round(time.monotonic() - t0, 3),
                  ringbuf_pages=sensor.ringbuf_pages, sensor_pid=sensor.pid)
         try:
