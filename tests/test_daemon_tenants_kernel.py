@@ -27,6 +27,7 @@ from runner.daemon.server import REQUEST_DEADLINE_S
 pytestmark = pytest.mark.kernel
 
 CONNECTIONS_PER_USER = 8
+PY = "/usr/bin/python3"
 FLOOR = """version = 1
 name = "workspace-only"
 [filesystem]
@@ -306,3 +307,50 @@ def test_root_running_as_another_user_into_a_root_owned_out_is_the_same_with_and
         outs[mode] = (proc.returncode, files)
         assert proc.returncode == 0, proc.stderr
     assert outs["daemon"] == outs["direct"] == (0, [(".gz", 0, 0o644), (".spool", 0, 0o600)])
+
+
+FLOOD = """
+import pathlib, sys, threading, time
+threading.stack_size(65536)
+release = threading.Event()
+threads = [threading.Thread(target=release.wait) for _ in range(int(sys.argv[1]))]
+for t in threads:
+    t.start()
+pathlib.Path("ready").touch()
+while not pathlib.Path("go").exists():
+    time.sleep(0.05)
+release.set()
+"""
+
+
+def test_a_thread_flood_degrades_only_its_own_runs_health(world: World) -> None:
+    """The task map holds 2048 live tasks for 4 concurrent runs (512 each): one run's 2100 threads
+    would fill all of it; its excess is its own untracked tasks, and a quiet run beside it is whole."""
+    root = world.root / "flood"
+    root.mkdir(mode=0o755)
+    sock_group, allowed = world.accounts.groups
+    config = (f'group = "{sock_group}"\n[access]\nallowed_groups = ["{allowed}"]\n'
+              "[limits]\nmax_concurrent_runs = 4\n[sensor]\ntasks_max = 2048\n")
+    with daemon(root, config) as service:
+        loud, quiet = world.alice.workspace(root, "loud"), world.bob.workspace(root, "quiet")
+        base = [*CLI, "run", "--socket", service.socket]
+        flood = world.alice.popen([*base, "--out", loud / "out", "--run-id", "flood", "--", PY, "-c", FLOOD,
+                                   "2100"], cwd=loud)
+        try:
+            deadline = time.monotonic() + 120
+            while not (loud / "ready").exists():
+                assert flood.poll() is None and time.monotonic() < deadline, flood.communicate()
+                time.sleep(0.05)
+            script = "for i in 1 2 3 4 5; do /bin/true; done; ls / > /dev/null"
+            args = [*base, "--out", quiet / "out", "--run-id", "quiet", "--", "sh", "-c", script]
+            proc = world.bob.run(args, cwd=quiet)
+            assert proc.returncode == 0, proc.stderr
+        finally:
+            (loud / "go").touch()
+            _, err = flood.communicate(timeout=300)
+        assert flood.returncode == 0, err
+    calm = Archive(quiet / "out" / "quiet.tar.gz").health
+    assert calm["cgroup_correlation"] == "clean" and not any("s3_lineage" in n for n in calm["notes"]), calm
+    assert sum(e["kind"] == "exec" for e in Archive(quiet / "out" / "quiet.tar.gz").kernel) >= 6
+    noisy = Archive(loud / "out" / "flood.tar.gz").health
+    assert any(n.startswith("s3_lineage: untracked_tasks=") for n in noisy["notes"]), noisy
