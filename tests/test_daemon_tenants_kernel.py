@@ -354,3 +354,55 @@ def test_a_thread_flood_degrades_only_its_own_runs_health(world: World) -> None:
     assert sum(e["kind"] == "exec" for e in Archive(quiet / "out" / "quiet.tar.gz").kernel) >= 6
     noisy = Archive(loud / "out" / "flood.tar.gz").health
     assert any(n.startswith("s3_lineage: untracked_tasks=") for n in noisy["notes"]), noisy
+
+
+PATH_TABLE: dict[str, tuple[str, ...]] = {
+    "ok": ("--", "true"),
+    "exit_code": ("--", "sh", "-c", "exit 3"),
+    "unknown_user": ("--user", "no-such-user-4f1d", "--", "true"),
+    "bad_run_id": ("--run-id", "bad id", "--", "true"),
+    "secret_run_id": ("--run-id", "xAKIA" + "Q" * 16, "--", "true"),
+    "workdir_not_a_directory": ("--workdir", "/etc/hostname", "--", "true"),
+    "ringbuf_not_a_power_of_two": ("--ringbuf-pages", "3", "--", "true"),
+    "missing_command": ("--", "/nonexistent/assay-cmd"),
+    "policy_and_sandbox": ("--policy", "/etc/hostname", "--sandbox", "read-only", "--", "true"),
+    "unknown_preset": ("--sandbox", "no-such-preset", "--", "true"),
+    "out_is_a_file": ("--out", "{work}/file", "--", "true"),
+    "archive_exists": ("--run-id", "{existing}", "--", "true"),
+}
+"""`run` inputs from tests/test_cli_paths.py and the run checks, each judged the same way in both modes."""
+
+
+def _outcome(proc: subprocess.CompletedProcess[str], out: Path,
+             work: Path) -> tuple[int, list[str], list[str]]:
+    """Exit code, error lines (paths of the mode's own directories blanked) and what --out holds."""
+    lines = [line.replace(str(out), "OUT").replace(str(work), "WORK") for line in proc.stderr.splitlines()
+             if "error" in line or "usage" in line]
+    files = sorted(p.suffix for p in out.iterdir()) if out.is_dir() else []
+    return proc.returncode, lines, files
+
+
+@pytest.mark.parametrize("case", sorted(PATH_TABLE))
+def test_every_run_input_means_the_same_with_and_without_the_daemon(world: World, case: str) -> None:
+    outcomes = {}
+    existing = unique_run_id("exists")
+    for mode in ("direct", "daemon"):
+        work = world.alice.workspace(world.root, f"work-table-{case}-{mode}")
+        (work / "file").touch()
+        out = work / "out"
+        out.mkdir()
+        (out / f"{existing}.tar.gz").touch()
+        args = [a.format(work=work, existing=existing) for a in PATH_TABLE[case]]
+        if "--out" not in args:
+            args = ["--out", str(out), *args]
+        if "--run-id" not in args:
+            args = ["--run-id", "table", *args]
+        via = ["--direct"] if mode == "direct" else ["--socket", str(world.daemon.socket)]
+        proc = subprocess.run([*CLI, "run", *via, *args], cwd=work, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        outcomes[mode] = _outcome(proc, out, work)
+    assert outcomes["direct"] == outcomes["daemon"]
+    code, errors, _ = outcomes["daemon"]
+    # a refusal is one error line (argparse's usage line aside); the command's own exit code, none
+    assert sum("error:" in line for line in errors) == (code not in (0, 3)), errors
