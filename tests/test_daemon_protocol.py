@@ -148,7 +148,7 @@ def test_a_socket_path_too_long_for_a_unix_address_is_one_clear_line(tmp_path: P
     """Not a traceback from bind/connect (Python's OSError without an errno): what to do, exit 125."""
     import dataclasses
 
-    from runner.daemon.server import listen
+    from runner.daemon.address import listen
 
     long = tmp_path / ("d" * 110) / "runner.sock"
     expected = (f"the socket path {long} (%s) is {len(str(long))} bytes long, and a unix socket path "

@@ -26,15 +26,13 @@ import os
 import selectors
 import signal
 import socket
-import stat
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from runner.capture.cgroup import fix_mount
 from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
-from runner.daemon.address import unix_address
+from runner.daemon.address import BACKLOG, listen
 from runner.daemon.config import MAX_CONNECTIONS_PER_USER, DaemonConfig
 from runner.daemon.peer import Peer, peer_of, refusal
 from runner.daemon.sensor import SensorHandle, SharedSensor
@@ -42,7 +40,6 @@ from runner.daemon.spare import Spare, fork_spare
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
-BACKLOG = 256
 MAX_PENDING = MAX_CONNECTIONS_PER_USER
 """Connections of non-root callers that have not finished sending their request; more are refused
 at once (root's are always taken: `daemon status` must answer however busy the daemon is)."""
@@ -426,52 +423,6 @@ class Daemon:
             if len(data) >= worker.REPORT.size:
                 end = len(data) - len(data) % worker.REPORT.size
                 run.events, run.drops = worker.REPORT.unpack(data[end - worker.REPORT.size:end])
-
-
-def listen(config: DaemonConfig) -> tuple[socket.socket, bool]:
-    """The listening socket and whether we made it: systemd's (socket activation) or bound here.
-
-    Ours is 0660 root:`socket.group` and never wider, not even for a moment;
-    with socket activation the socket unit's path, mode and group apply.
-    """
-    if os.environ.get("LISTEN_PID") == str(os.getpid()) and os.environ.get("LISTEN_FDS") == "1":
-        sock = socket.socket(fileno=3)
-        sock.setblocking(False)
-        return sock, False
-    path = config.socket_path
-    address = unix_address(path, "socket.path or --socket")
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    _remove_stale(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)  # never a moment with wider permissions than 0600
-    try:
-        sock.bind(address)
-    finally:
-        os.umask(old)
-    os.chown(path, 0, config.socket_gid if config.socket_gid is not None else 0)
-    os.chmod(path, 0o660)
-    sock.listen(BACKLOG)
-    sock.setblocking(False)
-    return sock, True
-
-
-def _remove_stale(path: Path) -> None:
-    """A socket left by a daemon that died is removed; a live daemon or any other file is an error."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise RunnerError(f"{path} exists and is not a socket: remove it or choose another socket.path")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except ConnectionRefusedError:
-        path.unlink()
-        return
-    finally:
-        probe.close()
-    raise RunnerError(f"another daemon is already listening on {path}")
 
 
 def _bpf_programs(pid: int) -> set[int]:
