@@ -406,3 +406,77 @@ def test_every_run_input_means_the_same_with_and_without_the_daemon(world: World
     code, errors, _ = outcomes["daemon"]
     # a refusal is one error line (argparse's usage line aside); the command's own exit code, none
     assert sum("error:" in line for line in errors) == (code not in (0, 3)), errors
+
+
+def _scrape(path: Path) -> dict[str, float]:
+    """GET /metrics on the daemon's root-only metrics socket, parsed by Prometheus's own text parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(30)
+        sock.connect(str(path))
+        sock.sendall(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200 OK"), head
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "le")
+            le = sample.labels.get("le")
+            name = sample.name + (f"{{{labels}}}" if labels else "") + (f"[le={le}]" if le else "")
+            out[name] = sample.value
+    return out
+
+
+def test_the_metrics_endpoint_parses_and_its_counters_add_up_over_a_soak(world: World) -> None:
+    metrics = world.daemon.socket.with_name("metrics.sock")
+    st = metrics.stat()
+    assert (st.st_mode & 0o777, st.st_uid) == (0o600, 0)  # root's only
+    before = _scrape(metrics)
+    alice, bob = world.alice, world.bob
+    work_a, work_b = alice.workspace(world.root, "work-soak-a"), bob.workspace(world.root, "work-soak-b")
+    hold = unique_run_id("soak-hold")
+    holder = alice.popen(world.args(work_a / "out", hold, "sh", "-c", f"while [ ! -e {work_a}/stop ]; do "
+                                    "sleep 0.05; done"), cwd=work_a)
+    try:
+        _wait_running(world, hold)
+        refused = alice.run(world.args(work_a / "out", unique_run_id("soak-again"), "true"), cwd=work_a)
+        assert refused.returncode == 125
+    finally:
+        (work_a / "stop").touch()
+        holder.communicate(timeout=120)
+    for _ in range(3):
+        assert bob.run(world.args(work_b / "out", unique_run_id("soak"), "true"), cwd=work_b).returncode == 0
+    outside = bob.run(world.args(work_b / "out", unique_run_id("soak-out"), "true"), cwd=Path("/"))
+    assert outside.returncode == 125  # accepted, then refused by its worker: a failed run
+    idle = [socket.socket(socket.AF_UNIX) for _ in range(2)]
+    for sock in idle:
+        sock.connect(str(metrics))  # a scraper that never asks is dropped at the deadline too
+    deadline = time.monotonic() + 60
+    while _scrape(metrics)["assay_runner_active_runs"] != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = _scrape(metrics)
+    for sock in idle:
+        assert sock.recv(1) == b""  # closed by the daemon
+        sock.close()
+
+    def delta(name: str) -> float:
+        return after[name] - before.get(name, 0.0)
+
+    started = delta("assay_runner_runs_started_total")
+    ok, failed = (delta(f"assay_runner_runs_finished_total{{result={r}}}") for r in ("ok", "failed"))
+    assert (started, ok, failed) == (5, 4, 1)
+    assert delta("assay_runner_runs_refused_total{reason=runs_per_user}") == 1
+    assert sum(delta(k) for k in after if k.startswith("assay_runner_runs_refused_total")) == 1
+    for histogram in ("assay_runner_start_to_exec_seconds", "assay_runner_archive_ready_seconds"):
+        assert delta(f"{histogram}_count") == ok  # every run that ran its command, once
+        assert delta(f"{histogram}_sum") > 0
+        assert delta(f"{histogram}_bucket[le=+Inf]") == ok
+    assert delta("assay_runner_ring_drops_total") >= 0 and delta("assay_runner_untracked_tasks_total") == 0
+    status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", world.daemon.socket],
+                            capture_output=True, text=True, check=True)
+    assert json.loads(status.stdout)["metrics"]["assay_runner_runs_started_total"] >= after[
+        "assay_runner_runs_started_total"]

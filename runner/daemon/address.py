@@ -88,3 +88,24 @@ def _remove_stale(path: Path, where: str) -> None:
     finally:
         probe.close()
     raise RunnerError(f"another daemon is already listening on {path}")
+
+
+def metrics_listeners(config: DaemonConfig) -> list[socket.socket]:
+    """The metrics endpoint's sockets: `metrics.socket` (root-only, 0600) and `metrics.port` on
+    127.0.0.1, each when configured (runner/daemon/metrics.py)."""
+    out = []
+    if config.metrics_socket is not None:
+        out.append(bind_unix(config.metrics_socket, "metrics.socket", 0o600, 0))
+    if config.metrics_port:
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            tcp.bind(("127.0.0.1", config.metrics_port))
+        except OSError as exc:
+            tcp.close()
+            raise RunnerError(f"metrics.port {config.metrics_port}: cannot listen on 127.0.0.1: "
+                              f"{exc.strerror}") from None
+        tcp.listen(BACKLOG)
+        tcp.setblocking(False)
+        out.append(tcp)
+    return out

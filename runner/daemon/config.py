@@ -23,6 +23,9 @@ means the defaults below (root only, no floor).
     [sensor]
     ringbuf_pages = 4096              # the one ring every run shares (16 MiB), a power of two
     tasks_max = 32768                 # live tasks tracked in all; each run slot gets an equal share
+    [metrics]
+    socket = "/run/assay-runner/metrics.sock"  # HTTP, root only; default: beside socket.path; "": none
+    port = 0                          # the same on 127.0.0.1:PORT; 0: none
 """
 
 from __future__ import annotations
@@ -92,6 +95,14 @@ class SensorSection(_Section):
     tasks_max: int = TASKS_MAX
 
 
+class MetricsSection(_Section):
+    socket: str | None = None
+    """Root-only (0600) unix socket serving Prometheus text over HTTP; None: `metrics.sock` beside
+    the daemon's socket; empty: none."""
+    port: int = 0
+    """A TCP port on 127.0.0.1 serving the same; 0: none."""
+
+
 class ConfigDocument(_Section):
     version: Literal[1] = 1
     socket: SocketSection = SocketSection()
@@ -99,6 +110,7 @@ class ConfigDocument(_Section):
     limits: LimitsSection = LimitsSection()
     floor: FloorSection = FloorSection()
     sensor: SensorSection = SensorSection()
+    metrics: MetricsSection = MetricsSection()
 
 
 @dataclass(frozen=True)
@@ -115,8 +127,17 @@ class DaemonConfig:
     ringbuf_pages: int = DAEMON_RINGBUF_PAGES
     workspace_roots: tuple[str, ...] = ()
     tasks_max: int = TASKS_MAX
+    metrics_socket_setting: str | None = None
+    metrics_port: int = 0
     max_runs_per_user: int = 4
     max_connections_per_user: int = 8
+
+    @property
+    def metrics_socket(self) -> Path | None:
+        """`metrics.socket`, by default `metrics.sock` beside the daemon's socket (`--socket` too)."""
+        if self.metrics_socket_setting is None:
+            return self.socket_path.with_name("metrics.sock")
+        return Path(self.metrics_socket_setting) if self.metrics_socket_setting else None
 
     @property
     def monitor(self) -> MonitorConfig:
@@ -162,6 +183,10 @@ def _validate(doc: ConfigDocument) -> None:
     pages = doc.sensor.ringbuf_pages
     if pages < 1 or pages & (pages - 1) or pages > MAX_RINGBUF_PAGES:
         raise PolicyError(("sensor", "ringbuf_pages"), f"expected a power of two up to {MAX_RINGBUF_PAGES}")
+    if doc.metrics.socket and not doc.metrics.socket.startswith("/"):
+        raise PolicyError(("metrics", "socket"), f"expected an absolute path, got {doc.metrics.socket!r}")
+    if not 0 <= doc.metrics.port < 65536:
+        raise PolicyError(("metrics", "port"), "expected a TCP port (1 to 65535), or 0 for none")
     if not MIN_TASKS_MAX <= doc.sensor.tasks_max <= MAX_TASKS_MAX:
         raise PolicyError(("sensor", "tasks_max"), f"expected {MIN_TASKS_MAX} to {MAX_TASKS_MAX}")
     if doc.limits.pids_max != "max" and doc.limits.pids_max < 1:
@@ -209,6 +234,8 @@ def load_config(path: Path | None) -> DaemonConfig:
         ringbuf_pages=doc.sensor.ringbuf_pages,
         workspace_roots=doc.floor.workspace_roots,
         tasks_max=doc.sensor.tasks_max,
+        metrics_socket_setting=doc.metrics.socket,
+        metrics_port=doc.metrics.port,
     )
 
 

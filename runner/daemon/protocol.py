@@ -145,6 +145,8 @@ class StatusReply(_Msg, tag="status_reply"):
     rss_bytes: int
     """Resident memory of the daemon plus its run workers."""
     max_concurrent_runs: int
+    metrics: dict[str, float] = {}
+    """The daemon's counters, as its metrics endpoint serves them (runner/daemon/metrics.py)."""
 
 
 DaemonMessage = Started | Progress | Finished | Refused | StatusReply

@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 from runner.capture.cgroup import fix_mount
 from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
-from runner.daemon.address import BACKLOG, listen
+from runner.daemon.address import BACKLOG, listen, metrics_listeners
 from runner.daemon.config import MAX_CONNECTIONS_PER_USER, DaemonConfig
+from runner.daemon.metrics import Endpoint, Metrics
 from runner.daemon.peer import Peer, peer_of, refusal
 from runner.daemon.sensor import SensorHandle, SharedSensor
 from runner.daemon.spare import Spare, fork_spare
+from runner.daemon.workspace import remove_run_tmp, run_tmp_path
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
@@ -68,6 +70,11 @@ class ActiveRun:
     """The run's key in the sensor's maps."""
     events: int = 0
     drops: int = 0
+    untracked: int = 0
+    command_started: float = 0.0
+    """Monotonic seconds when the command was let go (0: not reported yet)."""
+    archive_ready_s: float = 0.0
+    """From the command's exit to its archive delivered (0: not reported yet)."""
 
 
 class Daemon:
@@ -84,6 +91,8 @@ class Daemon:
         self.spare: Spare | None = None
         """The next run's worker, forked ahead (runner/daemon/spare.py)."""
         self.wake_w: socket.socket | None = None
+        self.metrics = Metrics()
+        self.endpoint = Endpoint(self.metrics, self.sel, REQUEST_DEADLINE_S)
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -107,6 +116,8 @@ class Daemon:
             sweep()  # cgroups of workers (or a daemon) that died: logged as stale.cleaned
             self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
             self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
+            for scrape in metrics_listeners(self.config):
+                self.endpoint.add_listener(scrape)
             self._new_spare()
             log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
                      max_concurrent_runs=self.config.max_concurrent_runs,
@@ -119,6 +130,9 @@ class Daemon:
             if self.spare is not None:
                 self.spare.close()
             sensor.close()
+            if self.config.metrics_socket is not None:
+                with contextlib.suppress(OSError):
+                    self.config.metrics_socket.unlink()
         log.info("daemon.stopped")
         return 0
 
@@ -178,8 +192,23 @@ class Daemon:
                 log.info("run.ended", run_id=run.run_id, uid=run.peer.uid, worker=pid,
                          status=os.waitstatus_to_exitcode(status),
                          seconds=round(time.monotonic() - run.started, 3))
+                self._count_finished(run, os.waitstatus_to_exitcode(status) == 0)
                 if os.WIFSIGNALED(status):
                     sweep()  # a killed worker cannot remove its run cgroup: do it now, not at restart
+                    tmp = run_tmp_path(run.peer.uid, run.run_id)  # nor its TMPDIR, unless in use again
+                    if all(run_tmp_path(r.peer.uid, r.run_id) != tmp for r in self.runs.values()):
+                        remove_run_tmp(tmp)
+
+    def _count_finished(self, run: ActiveRun, ok: bool) -> None:
+        m = self.metrics
+        m.finished.labels("ok" if ok else "failed").inc()
+        m.active.set(len(self.runs))
+        m.drops.inc(run.drops)
+        m.untracked.inc(run.untracked)
+        if run.command_started:
+            m.start_to_exec.observe(max(0.0, run.command_started - run.started))
+        if run.archive_ready_s:
+            m.archive_ready.observe(run.archive_ready_s)
 
     # --- connections ---------------------------------------------------------------------------
 
@@ -199,42 +228,45 @@ class Daemon:
             log.warning("daemon.peer_unreadable", error=str(exc))
             conn.close()
             return
-        why = (refusal(peer, self.config.allowed_gids, self.config.allowed_groups)
-               or self._connection_limit(peer))
+        not_allowed = refusal(peer, self.config.allowed_gids, self.config.allowed_groups)
+        why = ("not_allowed", not_allowed) if not_allowed else self._connection_limit(peer)
         if why is not None:
-            log.warning("daemon.refused", uid=peer.uid, pid=peer.pid, reason=why)
-            _reply(conn, protocol.refused(why))
+            log.warning("daemon.refused", uid=peer.uid, pid=peer.pid, reason=why[1])
+            self.metrics.refused.labels(why[0]).inc()
+            _reply(conn, protocol.refused(why[1]))
             conn.close()
             return
         conn.setblocking(False)
         self.pending[conn.fileno()] = Pending(conn, peer, time.monotonic() + REQUEST_DEADLINE_S)
         self.sel.register(conn, selectors.EVENT_READ, self._read_request)
 
-    def _connection_limit(self, peer: Peer) -> str | None:
-        """Why `peer` may not open another connection now, or None. Root is never limited."""
+    def _connection_limit(self, peer: Peer) -> tuple[str, str] | None:
+        """(metrics reason, message) when `peer` may not open another connection now. Root never."""
         if peer.uid == 0:
             return None
         cap = self.config.max_connections_per_user
         if sum(p.peer.uid == peer.uid for p in self.pending.values()) >= cap:
-            return (f"{peer.describe()} already has {cap} connections waiting to send their request, "
-                    f"the most one user may (limits.max_connections_per_user = {cap}); "
-                    "close some and try again")
+            return "connections_per_user", (
+                f"{peer.describe()} already has {cap} connections waiting to send their request, "
+                f"the most one user may (limits.max_connections_per_user = {cap}); close some and try again")
         if sum(p.peer.uid != 0 for p in self.pending.values()) >= MAX_PENDING:
-            return (f"the daemon already has {MAX_PENDING} connections waiting to send their request, "
-                    "its limit; try again in a few seconds")
+            return "pending_connections", (f"the daemon already has {MAX_PENDING} connections waiting to "
+                                           "send their request, its limit; try again in a few seconds")
         return None
 
     def _select_timeout(self) -> float:
         """Wake up for the earliest request deadline (at most a second away)."""
-        if not self.pending:
-            return 1.0
-        return min(1.0, max(0.0, min(p.deadline for p in self.pending.values()) - time.monotonic()))
+        deadlines = [p.deadline for p in self.pending.values()]
+        if (scrape := self.endpoint.next_deadline()) is not None:
+            deadlines.append(scrape)
+        return min(1.0, max(0.0, min(deadlines, default=1.0) - time.monotonic()))
 
     def _expire(self, now: float) -> None:
         """Refuse and close the connections whose request did not arrive in full in time."""
         for pending in [p for p in self.pending.values() if p.deadline <= now]:
             self._refuse(pending, f"the request did not arrive in full within {REQUEST_DEADLINE_S:g} s "
-                                  "(the daemon's request deadline); connection closed")
+                                  "(the daemon's request deadline); connection closed", "request_deadline")
+        self.endpoint.expire(now)
 
     def _drop(self, fd: int) -> None:
         pending = self.pending.pop(fd)
@@ -255,18 +287,20 @@ class Daemon:
         except BlockingIOError:
             return
         except (protocol.ProtocolError, OSError) as exc:
-            self._refuse(pending, str(exc))
+            self._refuse(pending, str(exc), "bad_request")
             return
         if isinstance(msg, protocol.StatusQuery):
             self._answer_status(pending)
         elif isinstance(msg, protocol.RunStart):
             self._start_run(pending, msg)
         else:
-            self._refuse(pending, "expected a run or status request first")
+            self._refuse(pending, "expected a run or status request first", "bad_request")
 
-    def _refuse(self, pending: Pending, message: str, exit_code: int = 125) -> None:
+    def _refuse(self, pending: Pending, message: str, reason: str) -> None:
+        """Say `message` and close; counted under `reason` (runner/daemon/metrics.py REASONS)."""
         log.warning("daemon.refused", uid=pending.peer.uid, pid=pending.peer.pid, reason=message)
-        _reply(pending.conn, protocol.refused(message, exit_code))
+        self.metrics.refused.labels(reason).inc()
+        _reply(pending.conn, protocol.refused(message))
         self._drop(pending.conn.fileno())
 
     def _answer_status(self, pending: Pending) -> None:
@@ -281,15 +315,16 @@ class Daemon:
                                    worker_pid=r.worker_pid)
                   for r in sorted(self.runs.values(), key=lambda r: r.started)],
             bpf_programs=len(set().union(*map(_bpf_programs, pids))), rss_bytes=sum(map(_rss_bytes, pids)),
-            max_concurrent_runs=self.config.max_concurrent_runs,
+            max_concurrent_runs=self.config.max_concurrent_runs, metrics=self.metrics.snapshot(),
         )
         _reply(pending.conn, reply)
         self._drop(pending.conn.fileno())
 
     # --- runs ----------------------------------------------------------------------------------
 
-    def _run_limit(self, peer: Peer) -> str | None:
-        """Why `peer` may not start a run now (`max_runs_per_user`, then `max_concurrent_runs`), or None.
+    def _run_limit(self, peer: Peer) -> tuple[str, str] | None:
+        """(metrics reason, message) when `peer` may not start a run now (`max_runs_per_user`, then
+        `max_concurrent_runs`), else None.
 
         Only live workers count. A killed worker's client sees its connection
         close before the daemon's loop reaps the worker, and may ask again at
@@ -302,36 +337,38 @@ class Daemon:
             self._reap()
             mine = sum(r.peer.uid == peer.uid for r in self.runs.values())
         if peer.uid != 0 and mine >= per_user:
-            return (f"{peer.describe()} already runs {mine} runs, the most one user may "
-                    f"(limits.max_runs_per_user = {per_user}); try again when one has finished")
+            return "runs_per_user", (f"{peer.describe()} already runs {mine} runs, the most one user may "
+                                     f"(limits.max_runs_per_user = {per_user}); "
+                                     "try again when one has finished")
         if len(self.runs) >= limit:
-            return (f"the daemon already runs {len(self.runs)} runs, its limit "
-                    f"(limits.max_concurrent_runs = {limit}); try again later")
+            return "concurrent_runs", (f"the daemon already runs {len(self.runs)} runs, its limit "
+                                       f"(limits.max_concurrent_runs = {limit}); try again later")
         return None
 
     def _start_run(self, pending: Pending, msg: protocol.RunStart) -> None:
         fds = pending.reader.take_fds()
-        problem = None
+        problem: tuple[str, str] | None = None
         if len(fds) != len(protocol.RUN_FDS):
-            problem = f"a run request needs the descriptors {', '.join(protocol.RUN_FDS)}"
+            problem = "bad_request", f"a run request needs the descriptors {', '.join(protocol.RUN_FDS)}"
         elif self.stopping:
-            problem = "the daemon is shutting down"
+            problem = "shutting_down", "the daemon is shutting down"
         else:
             problem = self._run_limit(pending.peer)
         assert self.sensor is not None
         if problem is None and self.spare is None:
             self._new_spare()  # the run's own worker (the descriptors it inherits are this run's)
             if self.spare is None:
-                problem = "the daemon could not fork a worker for this run (see its log); try again"
+                problem = "no_worker", ("the daemon could not fork a worker for this run (see its log); "
+                                        "try again")
         if problem is None:
             try:
                 key, worker_end = self.sensor.start_run()
             except RunnerError as exc:
-                problem = str(exc)
+                problem = "no_worker", str(exc)
         if problem is not None:
             for fd in fds:
                 os.close(fd)
-            self._refuse(pending, problem)
+            self._refuse(pending, problem[1], problem[0])
             return
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(report_w, False)
@@ -343,7 +380,8 @@ class Daemon:
         if spare is None:
             os.close(report_r)
             self.sensor.end_run(key)
-            self._refuse(pending, "the daemon's spare worker died before it could take this run; try again")
+            self._refuse(pending, "the daemon's spare worker died before it could take this run; try again",
+                         "no_worker")
             return
         self._drop(pending.conn.fileno())  # the worker has the connection now
         pid = spare.pid
@@ -352,6 +390,8 @@ class Daemon:
         self.sel.register(report_r, selectors.EVENT_READ, lambda _fd, r=self.runs[pid]: self._read_report(r))
         log.info("run.accepted", run_id=msg.run_id, uid=pending.peer.uid, caller_pid=pending.peer.pid,
                  worker=pid, active_runs=len(self.runs))
+        self.metrics.started.inc()
+        self.metrics.active.set(len(self.runs))
         # Only now: the next spare must hold none of this run's descriptors (its report pipe's read end
         # is registered by now, and a forked worker closes everything registered).
         if not self.stopping:
@@ -417,12 +457,16 @@ class Daemon:
         keep.setblocking(True)
 
     def _read_report(self, run: ActiveRun) -> None:
+        """Everything the worker reported so far; its last report counts (writes are whole records)."""
+        size = worker.REPORT.size
         with contextlib.suppress(BlockingIOError, OSError):
             os.set_blocking(run.report_fd, False)
-            data = os.read(run.report_fd, 64 * worker.REPORT.size)
-            if len(data) >= worker.REPORT.size:
-                end = len(data) - len(data) % worker.REPORT.size
-                run.events, run.drops = worker.REPORT.unpack(data[end - worker.REPORT.size:end])
+            while len(data := os.read(run.report_fd, 64 * size)) >= size:
+                end = len(data) - len(data) % size
+                events, drops, untracked, started, ready = worker.REPORT.unpack(data[end - size:end])
+                run.events, run.drops = events, drops
+                if ready:  # the final report
+                    run.untracked, run.command_started, run.archive_ready_s = untracked, started, ready
 
 
 def _bpf_programs(pid: int) -> set[int]:

@@ -53,8 +53,10 @@ from runner.errors import RunnerError
 from runner.evidence import publish
 from runner.logs import get_logger
 
-REPORT = struct.Struct(">QQ")
-"""events, drops: what the worker tells the daemon for `daemon status` (one atomic pipe write)."""
+REPORT = struct.Struct(">QQQdd")
+"""events, drops, untracked tasks, the command's start (monotonic s) and the seconds from its exit to
+the archive delivered: what the worker tells the daemon for `daemon status` and its metrics (one
+atomic pipe write; the last two and untracked are 0 until the run's final report)."""
 FINISH_TIMEOUT_S = 30
 log = get_logger("daemon.worker")
 
@@ -91,7 +93,7 @@ class ClientControl:
         self._next = now + REFRESH_S
         dropped = sum(drops().values())
         with contextlib.suppress(BlockingIOError):  # the daemon is busy: the next report will do
-            os.write(self._report_fd, REPORT.pack(events, dropped))
+            os.write(self._report_fd, REPORT.pack(events, dropped, 0, 0.0, 0.0))
         if self._status_line and not self._out:
             self._out = protocol.encode(protocol.Progress(events=events, drops=dropped,
                                                           elapsed_s=now - self._started))
@@ -172,6 +174,7 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
             archive = os.path.join(msg.out_display, f"{req.run_id}.tar.gz")
             text = summary(result.normalized, result.exit_code, result.elapsed, archive)
             control.finish(protocol.Finished(exit_code=result.exit_code, summary=text))
+            _final_report(report_fd, result.normalized.kernel.count, result.marks)
     except RunnerError as exc:
         log.warning("run.failed", error=str(exc), uid=peer.uid)
         finish(conn, protocol.refused(str(exc), exc.exit_code))
@@ -179,6 +182,14 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     log.info("run.finished", run_id=req.run_id, exit_code=result.exit_code,
              seconds=round(result.elapsed, 3), events=result.normalized.kernel.count)
     return 0
+
+
+def _final_report(report_fd: int, events: int, marks: dict[str, float]) -> None:
+    """The run's totals and timings for the daemon's metrics (runner/daemon/metrics.py)."""
+    ready = time.monotonic() - marks["exited"]
+    with contextlib.suppress(OSError):  # the daemon is gone or busy: its metrics miss one run
+        os.write(report_fd, REPORT.pack(events, int(marks["drops"]), int(marks["untracked"]),
+                                         marks["started"], ready))
 
 
 def _command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
