@@ -82,6 +82,9 @@ def run_tmp_path(caller_uid: int, run_id: str, root: Path = RUN_TMP) -> Path:
 def run_tmpdir(caller_uid: int, run_id: str, creds: Credentials, root: Path = RUN_TMP) -> Iterator[Path]:
     """The run's own TMPDIR, empty at the start, owned by `creds`, removed afterwards."""
     root.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    mode = root.parent.stat().st_mode
+    if mode & 0o011 != 0o011:  # made under a strict umask (UMask=0077): the command must pass through
+        os.chmod(root.parent, stat.S_IMODE(mode) | 0o011)
     _root_dir(root, 0o711)
     _root_dir(root / str(caller_uid), 0o711)
     path = run_tmp_path(caller_uid, run_id, root)
