@@ -47,6 +47,8 @@ def workspace(cwd_fd: int, roots: tuple[str, ...]) -> Path:
     except OSError:
         by_name = None
     by_fd = os.fstat(cwd_fd)
+    if not stat.S_ISDIR(by_fd.st_mode):
+        raise RunnerError("the working-directory descriptor is not a directory")
     if by_name is None or (by_name.st_dev, by_name.st_ino) != (by_fd.st_dev, by_fd.st_ino):
         raise RunnerError("the working directory is not reachable by its own name (removed, or in another "
                           "mount namespace); run from a directory that exists on this host")
