@@ -108,6 +108,10 @@ def test_config_errors_are_located(tmp_path: Path) -> None:
          "daemon.toml:2: field floor.workspace_roots[1]: expected an absolute, normalized glob"),
         ("[limits]\nmax_runs_per_user = 0\n",
          "daemon.toml:2: field limits.max_runs_per_user: expected at least 1"),
+        ("[limits]\nrequest_timeout_s = 0.1\n",
+         "daemon.toml:2: field limits.request_timeout_s: expected 0.5 to 60 seconds"),
+        ("[metrics]\nsocket = \"metrics.sock\"\n",
+         "daemon.toml:2: field metrics.socket: expected an absolute path"),
         ("[limits]\nmax_connections_per_user = 65\n",
          "daemon.toml:2: field limits.max_connections_per_user: expected 1 to 64"),
     ]

@@ -15,6 +15,7 @@ means the defaults below (root only, no floor).
     max_concurrent_runs = 8
     max_runs_per_user = 4             # default: half of max_concurrent_runs (root is not counted)
     max_connections_per_user = 8      # connections still sending their request (root is not counted)
+    request_timeout_s = 3             # a connection's time to send its request in full
     pids_max = 4096                   # per run (cgroup pids.max); the default, "max": none
     memory_max = "4G"                 # per run (cgroup memory.max), bytes or K/M/G/T; default; "max": none
     [floor]
@@ -80,6 +81,7 @@ class LimitsSection(_Section):
     max_runs_per_user: int | None = None
     """None: half of `max_concurrent_runs` (at least 1), so no one caller takes every slot."""
     max_connections_per_user: int = 8
+    request_timeout_s: float = 3.0
     pids_max: int | Literal["max"] = DEFAULT_PIDS_MAX
     memory_max: int | str = DEFAULT_MEMORY_MAX
 
@@ -131,6 +133,7 @@ class DaemonConfig:
     metrics_port: int = 0
     max_runs_per_user: int = 4
     max_connections_per_user: int = 8
+    request_timeout_s: float = 3.0
 
     @property
     def metrics_socket(self) -> Path | None:
@@ -180,6 +183,8 @@ def _validate(doc: ConfigDocument) -> None:
         raise PolicyError(("limits", "max_runs_per_user"), "expected at least 1")
     if not 1 <= doc.limits.max_connections_per_user <= MAX_CONNECTIONS_PER_USER:
         raise PolicyError(("limits", "max_connections_per_user"), f"expected 1 to {MAX_CONNECTIONS_PER_USER}")
+    if not 0.5 <= doc.limits.request_timeout_s <= 60:
+        raise PolicyError(("limits", "request_timeout_s"), "expected 0.5 to 60 seconds")
     pages = doc.sensor.ringbuf_pages
     if pages < 1 or pages & (pages - 1) or pages > MAX_RINGBUF_PAGES:
         raise PolicyError(("sensor", "ringbuf_pages"), f"expected a power of two up to {MAX_RINGBUF_PAGES}")
@@ -229,6 +234,7 @@ def load_config(path: Path | None) -> DaemonConfig:
         max_concurrent_runs=doc.limits.max_concurrent_runs,
         max_runs_per_user=doc.limits.max_runs_per_user or max(1, doc.limits.max_concurrent_runs // 2),
         max_connections_per_user=doc.limits.max_connections_per_user,
+        request_timeout_s=doc.limits.request_timeout_s,
         limits=_limits(doc.limits),
         floor=floor,
         ringbuf_pages=doc.sensor.ringbuf_pages,

@@ -45,8 +45,6 @@ from runner.logs import get_logger
 MAX_PENDING = MAX_CONNECTIONS_PER_USER
 """Connections of non-root callers that have not finished sending their request; more are refused
 at once (root's are always taken: `daemon status` must answer however busy the daemon is)."""
-REQUEST_DEADLINE_S = 3.0
-"""How long a connection may take to send its request in full; then it is refused and closed."""
 log = get_logger("daemon")
 
 
@@ -55,7 +53,7 @@ class Pending:
     conn: socket.socket
     peer: Peer
     deadline: float
-    """When its request must have arrived in full (REQUEST_DEADLINE_S after the accept)."""
+    """When its request must have arrived in full (`limits.request_timeout_s` after the accept)."""
     reader: protocol.FrameReader = field(default_factory=protocol.FrameReader)
 
 
@@ -92,7 +90,7 @@ class Daemon:
         """The next run's worker, forked ahead (runner/daemon/spare.py)."""
         self.wake_w: socket.socket | None = None
         self.metrics = Metrics()
-        self.endpoint = Endpoint(self.metrics, self.sel, REQUEST_DEADLINE_S)
+        self.endpoint = Endpoint(self.metrics, self.sel, config.request_timeout_s)
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -237,7 +235,7 @@ class Daemon:
             conn.close()
             return
         conn.setblocking(False)
-        self.pending[conn.fileno()] = Pending(conn, peer, time.monotonic() + REQUEST_DEADLINE_S)
+        self.pending[conn.fileno()] = Pending(conn, peer, time.monotonic() + self.config.request_timeout_s)
         self.sel.register(conn, selectors.EVENT_READ, self._read_request)
 
     def _connection_limit(self, peer: Peer) -> tuple[str, str] | None:
@@ -263,9 +261,10 @@ class Daemon:
 
     def _expire(self, now: float) -> None:
         """Refuse and close the connections whose request did not arrive in full in time."""
+        late = (f"the request did not arrive in full within {self.config.request_timeout_s:g} s "
+                "(the daemon's request deadline); connection closed")
         for pending in [p for p in self.pending.values() if p.deadline <= now]:
-            self._refuse(pending, f"the request did not arrive in full within {REQUEST_DEADLINE_S:g} s "
-                                  "(the daemon's request deadline); connection closed", "request_deadline")
+            self._refuse(pending, late, "request_deadline")
         self.endpoint.expire(now)
 
     def _drop(self, fd: int) -> None:
