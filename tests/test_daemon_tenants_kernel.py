@@ -128,6 +128,10 @@ def test_idle_connections_of_one_member_lock_out_nobody(world: World) -> None:
         refused = [said for said in at_status if said != "open"]
         assert len(refused) == 200 - CONNECTIONS_PER_USER
         assert all("limits.max_connections_per_user = 8" in said for said in refused), refused[:3]
+        # alice's own status while her slots are full: the limit in one line, never a traceback
+        mine = user.run([*CLI, "daemon", "status", "--socket", world.daemon.socket], cwd=world.root)
+        assert mine.returncode == 125 and mine.stderr.count("\n") == 1, mine.stderr
+        assert "limits.max_connections_per_user = 8" in mine.stderr
         time.sleep(REQUEST_TIMEOUT_S + 1)
         holder.stdin.write("wait\n")
         holder.stdin.flush()
