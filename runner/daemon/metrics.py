@@ -26,7 +26,6 @@ import contextlib
 import selectors
 import socket
 import time
-from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -34,6 +33,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 REASONS = ("not_allowed", "connections_per_user", "pending_connections", "request_deadline", "bad_request",
            "runs_per_user", "concurrent_runs", "shutting_down", "no_worker")
 """Why the main loop refused a connection or a request (each a label value, known up front)."""
+MAX_SCRAPERS = 16
+"""Scrapers served at once; more are closed at once (any local user can reach `metrics.port`)."""
 REQUEST_MAX = 8192
 """Bytes of an HTTP request we read before answering (the path and headers do not matter)."""
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -94,6 +95,9 @@ class Endpoint:
                 conn, _ = listener.accept()
             except BlockingIOError:
                 return
+            if len(self._peers) >= MAX_SCRAPERS:
+                conn.close()
+                continue
             conn.setblocking(False)
             self._peers[conn] = (time.monotonic() + self._deadline_s, bytearray())
             self._sel.register(conn, selectors.EVENT_READ, self._read)
@@ -132,10 +136,10 @@ class Endpoint:
         for conn in [c for c, (deadline, _) in self._peers.items() if deadline <= now]:
             self._close(conn)
 
+    @property
+    def scrapers(self) -> int:
+        """Scraper connections open now."""
+        return len(self._peers)
+
     def next_deadline(self) -> float | None:
         return min((deadline for deadline, _ in self._peers.values()), default=None)
-
-    def close_all(self, keep: Callable[[socket.socket], bool] = lambda _c: False) -> None:
-        """Drop every scraper's connection (a forked worker holds none of them)."""
-        for conn in [c for c in self._peers if not keep(c)]:
-            self._close(conn)
