@@ -185,16 +185,19 @@ def _mirror(sock: socket.socket) -> int:
 
 
 def _next_reply(sock: socket.socket, reader: protocol.FrameReader, when: str) -> protocol.DaemonMessage:
-    """The daemon's next message; a lost connection or a garbled reply is one line, never a traceback."""
+    """The daemon's next message; a lost connection or a garbled reply is one line, never a traceback
+    (a reset connection reads as a closed one, as in the C client)."""
     try:
         body = protocol.receive(sock, reader)
-        if body is not None:
-            return protocol.decode_daemon(body)
-    except (OSError, protocol.ProtocolError) as exc:
-        raise RunnerError(f"lost the connection to the assay-runner daemon {when} ({exc}); "
-                          "see its log (journalctl -u assay-runner)") from None
-    raise RunnerError(f"the assay-runner daemon closed the connection {when}; "
-                      "see its log (journalctl -u assay-runner)")
+    except OSError:
+        body = None
+    if body is None:
+        raise RunnerError(f"the assay-runner daemon closed the connection {when}; "
+                          "see its log (journalctl -u assay-runner)")
+    try:
+        return protocol.decode_daemon(body)
+    except protocol.ProtocolError as exc:
+        raise RunnerError(str(exc)) from None
 
 
 def daemon_status(path: Path) -> protocol.StatusReply:
