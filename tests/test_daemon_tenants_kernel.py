@@ -29,6 +29,8 @@ CONNECTIONS_PER_USER = 8
 REQUEST_TIMEOUT_S = 8
 """Longer than the default 3 s: root's status and the probe after it fit well within it on a busy host."""
 PY = "/usr/bin/python3"
+FAST = str(Path(sys.executable).with_name("assay-runner"))
+"""The venv's entry point, the C fast client (runner/daemon/fastclient.c) after make setup."""
 FLOOR = """version = 1
 name = "workspace-only"
 [filesystem]
@@ -166,9 +168,13 @@ def test_a_second_user_runs_while_the_first_holds_their_maximum(world: World) ->
     first = alice.popen(world.args(work_a / "out", hold, "sh", "-c", wait), cwd=work_a)
     try:
         _wait_running(world, hold)
-        again = alice.run(world.args(work_a / "out2", unique_run_id("again"), "/bin/true"), cwd=work_a)
+        again = alice.run(world.args(work_a / "out2", "again", "/bin/true"), cwd=work_a)
         assert again.returncode == 125, again.stderr
         assert again.stderr.count("\n") == 1 and "limits.max_runs_per_user = 1" in again.stderr, again.stderr
+        assert Path(FAST).read_bytes()[:4] == b"\x7fELF", "not the fast client: run make setup"
+        fast = alice.run([FAST, *world.args(work_a / "out2", "again", "/bin/true")[len(CLI):]], cwd=work_a)
+        assert (fast.returncode, fast.stderr) == (125, again.stderr)  # the C client says the same
+        assert not (work_a / "out2").exists()
         other = unique_run_id("other")
         proc = bob.run(world.args(work_b / "out", other, "/bin/true"), cwd=work_b)
         assert proc.returncode == 0, proc.stderr
