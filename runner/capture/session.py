@@ -105,6 +105,9 @@ class RunResult:
     spool: Path
     normalized: NormalizedRun
     elapsed: float
+    marks: dict[str, float] = field(default_factory=dict)
+    """Monotonic seconds of the run's steps (`started`, `exited`, ...) and its final counts
+    (`drops`, `untracked`): the daemon's metrics."""
 
 
 def execute(req: RunRequest) -> RunResult:
@@ -142,7 +145,7 @@ def execute(req: RunRequest) -> RunResult:
             for pass_ in live:
                 pass_.close()
             os.close(out_fd)
-    return RunResult(code, req.archive_path, req.spool_path, normalized, time.monotonic() - started)
+    return RunResult(code, req.archive_path, req.spool_path, normalized, time.monotonic() - started, marks)
 
 
 def _normalized(req: RunRequest, out_fd: int, spool_name: str,
@@ -233,9 +236,11 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         for pass_ in live:
             pass_.hurry()
             marks["live_behind"] = spooler.records - pass_.records_read
+        marks["started"] = spooler.stamps["run_started"] / 1e9
         marks["exited"] = spooler.stamps["command_exited"] / 1e9
         marks["drained"] = time.monotonic()
         counters = source.counters()
+        marks["drops"], marks["untracked"] = sum(counters.drops.values()), counters.untracked
         trailer = SpoolTrailer(
             exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
             untracked_tasks=counters.untracked, ended_by=ended_by, limits=dict(limits.applied),
