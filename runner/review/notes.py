@@ -49,6 +49,17 @@ MEANINGS = {
         "the kernel layer, so files and endpoints may be missing (network coverage becomes "
         "unknown with io_uring)."
     ),
+    "s2_compat_syscalls": (
+        "The run was allowed compat-ABI syscalls (--allow-compat-syscalls: int $0x80, x32), which "
+        "the kernel's per-syscall tracepoints never see: whatever the command did that way is not "
+        "in the kernel layer, so correlation is partial."
+    ),
+    "s3_syscalls_refused": (
+        "The run's seccomp filter refused syscalls (counts by class): compat-ABI calls always, "
+        "io_uring and new user namespaces under a policy that restricts writes or the network. "
+        "The command got an error instead; nothing happened unseen. Many refusals are a sign of "
+        "a command trying to get around the tracepoints or the sandbox."
+    ),
     "s3_resource_limits": (
         "A resource limit of the run's cgroup refused the command (pids_refused: forks that failed "
         "with EAGAIN at pids_max; oom_kills: tasks the OOM killer ended at memory_max), or a default "
