@@ -37,6 +37,7 @@ struct task_t {
     s64 a3;
     u32 hook;
     u32 run;
+    u32 interrupted; /* a call of this task exited with -ERESTART*: held in `held` */
 };
 
 struct open_how_t {
@@ -53,6 +54,11 @@ struct user_msghdr_head_t {
 BPF_RINGBUF_OUTPUT(rb, RINGBUF_PAGES);
 BPF_HASH(tasks, u32, struct task_t, TASKS_MAX);
 BPF_HASH(run_cgroups, u64, u32, RUN_SLOTS); /* cgroup v2 id -> run key */
+/* A syscall that exited with -ERESTART* (a signal interrupted it), by host
+ * tid, until the task's next joined syscall exits: a restart (the same call
+ * again) replaces it, anything else writes it as interrupted (-EINTR). Rare,
+ * so it lives apart from `tasks` and costs the hot path one flag test. */
+BPF_HASH(held, u32, struct task_t, HELD_MAX);
 /* Counters per run slot (key % RUN_SLOTS; slot 0: the run could not be known):
  * ring writes that failed and succeeded per hook, and tasks the full `tasks`
  * map could not take. One entry per slot, so user space reads a run's
@@ -159,6 +165,14 @@ static __always_inline int ends_at_max(u64 ptr)
     return c == 0;
 }
 
+/* ends_at_max for a string in kernel memory (a tracepoint's __data_loc field). */
+static __always_inline int ends_at_max_kernel(void *ptr)
+{
+    char c = 1;
+    bpf_probe_read_kernel(&c, 1, ptr + ASSAY_DATA_MAX - 1);
+    return c == 0;
+}
+
 /* Reads a user string at `ptr` into the record payload. */
 static __always_inline void rec_str(struct assay_rec *r, u64 ptr)
 {
@@ -183,7 +197,12 @@ static __always_inline void rec_argv(struct assay_rec *r, u64 argv)
     u32 i;
     for (i = 0; i < ARGV_MAX; i++) {
         u64 p = 0;
-        if (bpf_probe_read_user(&p, sizeof(p), (void *)(argv + i * sizeof(p))) != 0 || !p)
+        if (bpf_probe_read_user(&p, sizeof(p), (void *)(argv + i * sizeof(p))) != 0) {
+            if (argv)
+                trunc |= TRUNC_UNREAD; /* argv ends here as far as we know: say so */
+            break;
+        }
+        if (!p)
             break;
         asm volatile("%0 &= 16383" : "+r"(off));
         if (off > ASSAY_PAYLOAD_MAX - ASSAY_DATA_MAX) {
@@ -211,7 +230,7 @@ static __always_inline void rec_argv(struct assay_rec *r, u64 argv)
 }
 
 /* Reads two user strings back to back (two-path syscalls): the first
- * NUL-terminated (an unreadable one is stored empty), the second after it. */
+ * NUL-terminated (an unreadable or NULL one is stored empty), the second after it. */
 static __always_inline void rec_str2(struct assay_rec *r, u64 p1, u64 p2)
 {
     u32 trunc = 0;
@@ -219,7 +238,8 @@ static __always_inline void rec_str2(struct assay_rec *r, u64 p1, u64 p2)
     if (n <= 0) {
         r->data[0] = 0;
         n = 1;
-        trunc |= TRUNC_UNREAD;
+        if (p1)
+            trunc |= TRUNC_UNREAD;
     } else if (n >= ASSAY_DATA_MAX && !ends_at_max(p1)) {
         trunc |= TRUNC_FIRST;
     }
@@ -234,7 +254,7 @@ static __always_inline void rec_str2(struct assay_rec *r, u64 p1, u64 p2)
         trunc |= TRUNC_SECOND;
     }
     r->h.data_len = off + m;
-    r->h.truncated = trunc;
+    r->h.truncated |= trunc;
 }
 
 /* Reads a user sockaddr of `len` bytes (capped at 128) into the payload. */
@@ -245,8 +265,12 @@ static __always_inline void rec_sockaddr(struct assay_rec *r, u64 ptr, s64 len)
         n = 128;
     /* keep clang from folding the bound away before the verifier sees it */
     asm volatile("%0 &= 255" : "+r"(n));
-    if (n && bpf_probe_read_user(r->data, n, (void *)ptr) == 0)
+    if (!n)
+        return;
+    if (bpf_probe_read_user(r->data, n, (void *)ptr) == 0)
         r->h.data_len = n;
+    else
+        r->h.truncated |= TRUNC_UNREAD;
 }
 
 /* Saves a syscall's enter arguments in the task's slot, for its exit. */
@@ -267,6 +291,82 @@ static __always_inline void save(struct task_t *t, u32 hook, u64 ptr, s64 a0, s6
     save2(t, hook, ptr, 0, a0, a1, a2, a3);
 }
 
+#define ERESTART_LAST_ -512 /* -ERESTARTSYS; -ERESTARTNOINTR .. -ERESTART_RESTARTBLOCK follow */
+#define ERESTART_FIRST_ -516
+#define EINTR_ -4
+
+/* An argument struct that could not be read at enter (page not resident),
+ * read again at exit, when the kernel has faulted it in: openat2's `how`
+ * (`ptr2`), sendmsg's msghdr (`ptr2`, then `ptr` is msg_name). Returns the
+ * TRUNC_ARGS bit when it still cannot be read, -1 when there is nothing to
+ * record (a sendmsg without an address). */
+static __always_inline int reread_args(struct task_t *s)
+{
+    u64 ptr = s->ptr2;
+    s->ptr2 = 0;
+    if (s->hook == HOOK_OPEN) {
+        struct open_how_t how = {};
+        if (bpf_probe_read_user(&how, sizeof(how), (void *)ptr) != 0)
+            return TRUNC_ARGS; /* a1 stays O_ACCMODE: access unknown */
+        s->a1 = how.flags;
+        s->a2 = how.mode;
+        s->a3 = how.resolve;
+    } else {
+        struct user_msghdr_head_t m = {};
+        if (bpf_probe_read_user(&m, sizeof(m), (void *)ptr) != 0)
+            return TRUNC_ARGS;
+        if (!m.name)
+            return -1;
+        s->ptr = m.name;
+        s->a1 = m.namelen;
+    }
+    return 0;
+}
+
+/* Writes the record of a joined syscall from its saved arguments `s`. */
+static __always_inline void emit(struct task_t *s, s64 ret, u32 flags)
+{
+    if (s->ptr2 && (s->hook == HOOK_OPEN || s->hook == HOOK_SENDMSG)) {
+        int got = reread_args(s);
+        if (got < 0)
+            return;
+        flags |= got;
+    }
+    struct assay_rec *r = rec_begin(s->hook, ret, s->run);
+    if (!r)
+        return;
+    r->h.a0 = s->a0;
+    r->h.a1 = s->a1;
+    r->h.a2 = s->a2;
+    r->h.a3 = s->a3;
+    r->h.truncated = flags;
+    if (s->hook == HOOK_CONNECT || s->hook == HOOK_SENDTO || s->hook == HOOK_SENDMSG
+        || s->hook == HOOK_BIND)
+        rec_sockaddr(r, s->ptr, s->a1);
+    else if (s->ptr2)
+        rec_str2(r, s->ptr, s->ptr2);
+    else if (s->ptr)
+        rec_str(r, s->ptr);
+    rec_submit(r);
+}
+
+/* The call `t` holds since it was interrupted: dropped when `now` is its
+ * restart (the same call again: the restart is the one record), else written
+ * as interrupted. `now` is null when the task ends. */
+static __always_inline void settle_held(struct task_t *t, u32 tid, struct task_t *now)
+{
+    t->interrupted = 0;
+    struct task_t *h = held.lookup(&tid);
+    if (!h)
+        return;
+    struct task_t was = *h;
+    held.delete(&tid);
+    if (now && now->hook == was.hook && now->ptr == was.ptr && now->ptr2 == was.ptr2
+        && now->a0 == was.a0 && now->a1 == was.a1)
+        return;
+    emit(&was, EINTR_, RET_INTERRUPTED);
+}
+
 /* Joins a syscall exit with its saved enter arguments and emits one record. */
 static __always_inline void finish(s64 ret)
 {
@@ -278,22 +378,24 @@ static __always_inline void finish(s64 ret)
     /* Mark consumed: the slot is reused by the thread's next syscall and
      * deleted when the thread exits (sched_process_exit below). */
     t->hook = 0;
+    if (s.interrupted)
+        settle_held(t, tid, &s);
+    if (ret >= ERESTART_FIRST_ && ret <= ERESTART_LAST_) {
+        /* Interrupted: the kernel restarts it or returns -EINTR after this
+         * tracepoint, so wait for the task's next call to know which. */
+        s.interrupted = 0;
+        if (held.update(&tid, &s) == 0) {
+            t->interrupted = 1;
+        } else {
+            struct run_counts *c = counts_of(s.run);
+            if (c && s.hook < HOOK_MAX)
+                c->drops[s.hook]++;
+        }
+        return;
+    }
     if (s.hook == HOOK_EXECVE && ret == 0)
         return; /* success: sched_process_exec said so, and the path is gone */
-    struct assay_rec *r = rec_begin(s.hook, ret, s.run);
-    if (!r)
-        return;
-    r->h.a0 = s.a0;
-    r->h.a1 = s.a1;
-    r->h.a2 = s.a2;
-    r->h.a3 = s.a3;
-    if (s.hook == HOOK_CONNECT || s.hook == HOOK_SENDTO || s.hook == HOOK_SENDMSG)
-        rec_sockaddr(r, s.ptr, s.a1);
-    else if (s.ptr2)
-        rec_str2(r, s.ptr, s.ptr2);
-    else if (s.ptr)
-        rec_str(r, s.ptr);
-    rec_submit(r);
+    emit(&s, ret, 0);
 }
 
 /* One program for every traced sys_exit_* tracepoint (ebpf/monitor.py
@@ -324,8 +426,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
     if (!t)
         return 0;
     struct open_how_t how = {};
-    bpf_probe_read_user(&how, sizeof(how), (void *)args->how);
-    save(t, HOOK_OPEN, (u64)args->filename, args->dfd, how.flags, how.mode, how.resolve);
+    if (bpf_probe_read_user(&how, sizeof(how), (void *)args->how) == 0)
+        save(t, HOOK_OPEN, (u64)args->filename, args->dfd, how.flags, how.mode, how.resolve);
+    else /* read again at exit (reread_args); access unknown until then */
+        save2(t, HOOK_OPEN, (u64)args->filename, (u64)args->how, args->dfd, 03 /* O_ACCMODE */, 0, 0);
     return 0;
 }
 
@@ -374,9 +478,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
     if (!t)
         return 0;
     struct user_msghdr_head_t m = {};
-    if (bpf_probe_read_user(&m, sizeof(m), (void *)args->msg) != 0 || !m.name)
-        return 0;
-    save(t, HOOK_SENDMSG, m.name, args->fd, m.namelen, 0, 0);
+    if (bpf_probe_read_user(&m, sizeof(m), (void *)args->msg) != 0)
+        save2(t, HOOK_SENDMSG, 0, (u64)args->msg, args->fd, 0, 0, 0); /* read again at exit */
+    else if (m.name)
+        save(t, HOOK_SENDMSG, m.name, args->fd, m.namelen, 0, 0);
     return 0;
 }
 
@@ -408,7 +513,10 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
     u16 off = args->data_loc_filename & 0xFFFF;
     long n = bpf_probe_read_kernel_str(r->data, ASSAY_DATA_MAX, (void *)args + off);
     r->h.data_len = n < 0 ? 0 : n;
-    r->h.truncated = n >= ASSAY_DATA_MAX ? TRUNC_FIRST : 0;
+    if (n < 0)
+        r->h.truncated = TRUNC_UNREAD;
+    else if (n >= ASSAY_DATA_MAX && !ends_at_max_kernel((void *)args + off))
+        r->h.truncated = TRUNC_FIRST;
     rec_submit(r);
     return 0;
 }
@@ -420,6 +528,8 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     struct task_t *t = tasks.lookup(&tid);
     if (!t)
         return 0;
+    if (t->interrupted)
+        settle_held(t, tid, 0);
     if (args->group_dead) {
         struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0, t->run);
         if (r)
@@ -826,5 +936,234 @@ TRACEPOINT_PROBE(syscalls, sys_enter_open_by_handle_at)
     struct task_t *t = tracked();
     if (t)
         save(t, HOOK_OPEN_BY_HANDLE, 0, args->mountdirfd, args->flags, 0, 0);
+    return 0;
+}
+
+/* ---- namespaces and mounts: after these, paths may not be host paths ------
+ * (clone/clone3 namespace flags are task_newtask's clone flags.) */
+
+TRACEPOINT_PROBE(syscalls, sys_enter_unshare)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_UNSHARE, 0, args->unshare_flags, 0, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_setns)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_SETNS, 0, args->fd, args->flags, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_mount)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_MOUNT, (u64)args->dev_name, (u64)args->dir_name, args->flags, 0, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_umount)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_UMOUNT, (u64)args->name, AT_FDCWD_, args->flags, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_pivot_root)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_PIVOT_ROOT, (u64)args->new_root, (u64)args->put_old, AT_FDCWD_, AT_FDCWD_, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_chroot)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_CHROOT, (u64)args->filename, AT_FDCWD_, 0, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_open_tree)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_OPEN_TREE, (u64)args->filename, args->dfd, args->flags, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_move_mount)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_MOVE_MOUNT, (u64)args->from_pathname, (u64)args->to_pathname, args->from_dfd,
+              args->to_dfd, args->flags, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fsmount)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_FSMOUNT, 0, args->fs_fd, args->flags, args->attr_flags, 0);
+    return 0;
+}
+
+/* ---- the rest of the change surface: owners, times, xattrs, sockets, memfds */
+
+#define AT_EMPTY_PATH_ 0x1000
+#define AT_SYMLINK_NOFOLLOW_ 0x100
+
+TRACEPOINT_PROBE(syscalls, sys_enter_chown)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_CHOWN, (u64)args->filename, AT_FDCWD_, args->user, args->group, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_lchown)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_CHOWN, (u64)args->filename, AT_FDCWD_, args->user, args->group, AT_SYMLINK_NOFOLLOW_);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fchownat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_CHOWN, (u64)args->filename, args->dfd, args->user, args->group, args->flag);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fchown)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_CHOWN, 0, args->fd, args->user, args->group, AT_EMPTY_PATH_);
+    return 0;
+}
+
+/* The times asked for: a2 the mtime seconds, a3 0 (now: no times), 1 (given), 2 (unreadable).
+ * `stride`: bytes from atime to mtime (16: timespec, timeval; 8: utimbuf). */
+#define UTIME_NOW_ ((1l << 30) - 1)
+static __always_inline void save_utimes(struct task_t *t, u64 path, s64 dirfd, s64 flags, u64 times,
+                                        u32 stride, int nsec)
+{
+    s64 mtime = 0, kind = 0;
+    if (times) {
+        s64 v[4] = {};
+        if (bpf_probe_read_user(v, stride == 16 ? 32 : 16, (void *)times) != 0) {
+            kind = 2;
+        } else {
+            mtime = stride == 16 ? v[2] : v[1];
+            kind = (nsec && v[1] == UTIME_NOW_ && v[3] == UTIME_NOW_) ? 0 : 1;
+        }
+    }
+    save(t, HOOK_UTIMES, path, dirfd, flags, mtime, kind);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_utimensat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save_utimes(t, (u64)args->filename, args->dfd, args->flags, (u64)args->utimes, 16, 1);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_futimesat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save_utimes(t, (u64)args->filename, args->dfd, 0, (u64)args->utimes, 16, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_utimes)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save_utimes(t, (u64)args->filename, AT_FDCWD_, 0, (u64)args->utimes, 16, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_utime)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save_utimes(t, (u64)args->filename, AT_FDCWD_, 0, (u64)args->times, 8, 0);
+    return 0;
+}
+
+/* xattrs: path (none by fd) and the attribute's name, a1 0 set / 1 remove. */
+TRACEPOINT_PROBE(syscalls, sys_enter_setxattr)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_XATTR, (u64)args->pathname, (u64)args->name, AT_FDCWD_, 0, args->size, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_lsetxattr)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_XATTR, (u64)args->pathname, (u64)args->name, AT_FDCWD_, 0, args->size, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fsetxattr)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_XATTR, 0, (u64)args->name, args->fd, 0, args->size, 1);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_removexattr)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_XATTR, (u64)args->pathname, (u64)args->name, AT_FDCWD_, 1, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_lremovexattr)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_XATTR, (u64)args->pathname, (u64)args->name, AT_FDCWD_, 1, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_fremovexattr)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_XATTR, 0, (u64)args->name, args->fd, 1, 0, 1);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_bind)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_BIND, (u64)args->umyaddr, args->fd, args->addrlen, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_memfd_create)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_MEMFD, (u64)args->uname, args->flags, 0, 0, 0);
     return 0;
 }

@@ -51,11 +51,17 @@ JOINED_SYSCALLS = (
     "execve", "execveat", "unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2",
     "mkdir", "mkdirat", "mknod", "mknodat", "symlink", "symlinkat", "link", "linkat", "truncate",
     "chmod", "fchmodat", "fchmodat2", "fchmod", "dup", "dup2", "dup3", "fcntl", "open_by_handle_at",
+    "unshare", "setns", "mount", "umount", "pivot_root", "chroot", "open_tree", "move_mount", "fsmount",
+    "chown", "lchown", "fchownat", "fchown", "utimensat", "futimesat", "utimes", "utime",
+    "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr", "bind",
+    "memfd_create",
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TASKS_MAX = 32768
 """Live tasks the lineage map can track at once; more are counted as untracked."""
+HELD_MAX = 1024
+"""Interrupted calls waiting for their task's next call (ebpf/monitor.c `held`); more are drops."""
 RUN_KEY = 1
 """Direct mode's one run (the daemon gives each run its own key)."""
 RUN_CGROUP_LEVEL = 2
@@ -165,6 +171,7 @@ def monitor_object(config: MonitorConfig) -> tuple[BpfObject, bool]:
     cflags = [
         f"-I{SOURCE_DIR}",
         f"-DTASKS_MAX={config.tasks_max}",
+        f"-DHELD_MAX={HELD_MAX}",
         f"-DRINGBUF_PAGES={config.ringbuf_pages}",
         f"-DWAKE_EVERY={config.wake_every}",
         f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
