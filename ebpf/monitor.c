@@ -56,9 +56,15 @@ BPF_HASH(tasks, u32, struct task_t, TASKS_MAX);
 BPF_HASH(run_cgroups, u64, u32, RUN_SLOTS); /* cgroup v2 id -> run key */
 /* A syscall that exited with -ERESTART* (a signal interrupted it), by host
  * tid, until the task's next joined syscall exits: a restart (the same call
- * again) replaces it, anything else writes it as interrupted (-EINTR). Rare,
- * so it lives apart from `tasks` and costs the hot path one flag test. */
-BPF_HASH(held, u32, struct task_t, HELD_MAX);
+ * again) replaces it, anything else writes its record, made at the
+ * interruption and marked RET_INTERRUPTED with -EINTR. Rare, so it lives
+ * apart from `tasks` and costs the hot path one flag test. */
+struct held_t {
+    struct task_t args;
+    struct assay_rec rec;
+};
+BPF_HASH(held, u32, struct held_t, HELD_MAX);
+BPF_PERCPU_ARRAY(held_scratch, struct held_t, 1);
 /* Counters per run slot (key % RUN_SLOTS; slot 0: the run could not be known):
  * ring writes that failed and succeeded per hook, and tasks the full `tasks`
  * map could not take. One entry per slot, so user space reads a run's
@@ -108,13 +114,9 @@ static __always_inline void track(u32 tid, u32 run)
         count_untracked(run);
 }
 
-/* Starts a record in the per-CPU scratch slot; `run` is the run key it belongs to. */
-static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
+/* Starts record `r`; `run` is the run key it belongs to. */
+static __always_inline struct assay_rec *rec_begin_in(struct assay_rec *r, u32 hook, s64 ret, u32 run)
 {
-    u32 zero = 0;
-    struct assay_rec *r = scratch.lookup(&zero);
-    if (!r)
-        return 0;
     u64 id = bpf_get_current_pid_tgid();
     r->h.ts = bpf_ktime_get_ns();
     r->h.tgid = id >> 32;
@@ -129,6 +131,14 @@ static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
     r->h.a2 = 0;
     r->h.a3 = 0;
     return r;
+}
+
+/* Starts a record in the per-CPU scratch slot. */
+static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
+{
+    u32 zero = 0;
+    struct assay_rec *r = scratch.lookup(&zero);
+    return r ? rec_begin_in(r, hook, ret, run) : 0;
 }
 
 static __always_inline void rec_submit(struct assay_rec *r)
@@ -323,18 +333,17 @@ static __always_inline int reread_args(struct task_t *s)
     return 0;
 }
 
-/* Writes the record of a joined syscall from its saved arguments `s`. */
-static __always_inline void emit(struct task_t *s, s64 ret, u32 flags)
+/* Fills `r` with the record of a joined syscall from its saved arguments
+ * `s`; returns nonzero when there is nothing to record. */
+static __always_inline int fill(struct assay_rec *r, struct task_t *s, s64 ret, u32 flags)
 {
     if (s->ptr2 && (s->hook == HOOK_OPEN || s->hook == HOOK_SENDMSG)) {
         int got = reread_args(s);
         if (got < 0)
-            return;
+            return 1;
         flags |= got;
     }
-    struct assay_rec *r = rec_begin(s->hook, ret, s->run);
-    if (!r)
-        return;
+    rec_begin_in(r, s->hook, ret, s->run);
     r->h.a0 = s->a0;
     r->h.a1 = s->a1;
     r->h.a2 = s->a2;
@@ -347,24 +356,45 @@ static __always_inline void emit(struct task_t *s, s64 ret, u32 flags)
         rec_str2(r, s->ptr, s->ptr2);
     else if (s->ptr)
         rec_str(r, s->ptr);
-    rec_submit(r);
+    return 0;
 }
 
-/* The call `t` holds since it was interrupted: dropped when `now` is its
+/* The interrupted call `t` holds (its record was made when it was
+ * interrupted, while its strings were still there): dropped when `now` is its
  * restart (the same call again: the restart is the one record), else written
  * as interrupted. `now` is null when the task ends. */
 static __always_inline void settle_held(struct task_t *t, u32 tid, struct task_t *now)
 {
     t->interrupted = 0;
-    struct task_t *h = held.lookup(&tid);
+    struct held_t *h = held.lookup(&tid);
     if (!h)
         return;
-    struct task_t was = *h;
+    struct task_t *was = &h->args;
+    if (!(now && now->hook == was->hook && now->ptr == was->ptr && now->ptr2 == was->ptr2
+          && now->a0 == was->a0 && now->a1 == was->a1))
+        rec_submit(&h->rec);
     held.delete(&tid);
-    if (now && now->hook == was.hook && now->ptr == was.ptr && now->ptr2 == was.ptr2
-        && now->a0 == was.a0 && now->a1 == was.a1)
+}
+
+/* Holds an interrupted call's record until the task's next call says whether
+ * the kernel restarted it; a full `held` map is a drop, never silent. */
+static __always_inline void hold(struct task_t *t, u32 tid, struct task_t *s)
+{
+    u32 zero = 0;
+    struct held_t *hs = held_scratch.lookup(&zero);
+    if (!hs)
         return;
-    emit(&was, EINTR_, RET_INTERRUPTED);
+    s->interrupted = 0;
+    hs->args = *s;
+    if (fill(&hs->rec, s, EINTR_, RET_INTERRUPTED) != 0)
+        return;
+    if (held.update(&tid, hs) == 0) {
+        t->interrupted = 1;
+        return;
+    }
+    struct run_counts *c = counts_of(s->run);
+    if (c && s->hook < HOOK_MAX)
+        c->drops[s->hook]++;
 }
 
 /* Joins a syscall exit with its saved enter arguments and emits one record. */
@@ -383,19 +413,15 @@ static __always_inline void finish(s64 ret)
     if (ret >= ERESTART_FIRST_ && ret <= ERESTART_LAST_) {
         /* Interrupted: the kernel restarts it or returns -EINTR after this
          * tracepoint, so wait for the task's next call to know which. */
-        s.interrupted = 0;
-        if (held.update(&tid, &s) == 0) {
-            t->interrupted = 1;
-        } else {
-            struct run_counts *c = counts_of(s.run);
-            if (c && s.hook < HOOK_MAX)
-                c->drops[s.hook]++;
-        }
+        hold(t, tid, &s);
         return;
     }
     if (s.hook == HOOK_EXECVE && ret == 0)
         return; /* success: sched_process_exec said so, and the path is gone */
-    emit(&s, ret, 0);
+    u32 zero = 0;
+    struct assay_rec *r = scratch.lookup(&zero);
+    if (r && fill(r, &s, ret, 0) == 0)
+        rec_submit(r);
 }
 
 /* One program for every traced sys_exit_* tracepoint (ebpf/monitor.py

@@ -60,8 +60,8 @@ JOINED_SYSCALLS = (
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TASKS_MAX = 32768
 """Live tasks the lineage map can track at once; more are counted as untracked."""
-HELD_MAX = 1024
-"""Interrupted calls waiting for their task's next call (ebpf/monitor.c `held`); more are drops."""
+HELD_MAX = 128
+"""Interrupted calls waiting for their task's next call (monitor.c `held`, 8 KiB each); more are drops."""
 RUN_KEY = 1
 """Direct mode's one run (the daemon gives each run its own key)."""
 RUN_CGROUP_LEVEL = 2
