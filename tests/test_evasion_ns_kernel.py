@@ -8,11 +8,14 @@ kernel line of its own (+100).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from evasion_support import USERS, evade, lines, not_passing_because_paths, work
 from support import assay
+
+from runner.review.view import NOT_HOST_PATHS
 
 pytestmark = pytest.mark.kernel
 __all__ = ["work"]
@@ -30,6 +33,9 @@ def test_unshare_and_bind_mount_alias_is_not_passing(tmp_path: Path, work: Path,
     note = not_passing_because_paths(archive)
     assert "processes=1 " in note and "mount_changes=2 " in note, note
     assert assay("validate", archive.path).returncode == 0
+    view = json.loads(assay("show", archive.path, "--json").stdout)
+    assert [p["pid"] for p in view["processes"] if p["paths_not_host"]] == [1]
+    assert NOT_HOST_PATHS in assay("show", archive.path).stdout
 
 
 @pytest.mark.parametrize("user", USERS)
