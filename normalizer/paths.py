@@ -13,7 +13,9 @@ keeps `value: null` and is counted in health notes.
 A reopen through `/proc/self/fd/N`, `/proc/thread-self/fd/N`,
 `/proc/<pid>/fd/N` (host pids: the command sees the host's /proc) or
 `/dev/fd/N` resolves to the path fd N was opened with, so it carries the
-target with the reopen's own access mode (normalizer/reopen.py).
+target with the reopen's own access mode (normalizer/reopen.py). An exec
+of such a path (fexecve: the kernel names it `/dev/fd/N`) is the fd's path
+too; a memfd_create fd stands for `memfd:NAME`, an open_tree fd for its path.
 Paths are normalized lexically (`a/./b/../c` -> `a/c`), never by reading the
 host filesystem, so normalization stays pure.
 """
