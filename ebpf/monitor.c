@@ -521,6 +521,8 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
         /* A non-leader thread exec'd and took the leader's id: its slot moves. */
         struct task_t *o = tasks.lookup(&old);
         if (o) {
+            if (o->interrupted) /* `held` is by tid: settle it before the id changes */
+                settle_held(o, old, 0);
             struct task_t moved = *o;
             moved.hook = 0;
             if (tasks.update(&tid, &moved) != 0)
@@ -1177,6 +1179,29 @@ TRACEPOINT_PROBE(syscalls, sys_enter_fremovexattr)
         save2(t, HOOK_XATTR, 0, (u64)args->name, args->fd, 1, 0, 1);
     return 0;
 }
+
+/* The *at forms (Linux 6.13), where this kernel has them (ebpf/monitor.py). */
+#ifdef HAVE_SYS_SETXATTRAT
+TRACEPOINT_PROBE(syscalls, sys_enter_setxattrat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_XATTR, (u64)args->pathname, (u64)args->name, args->dfd, 0, 0,
+              (args->at_flags & AT_EMPTY_PATH_) ? 1 : 0);
+    return 0;
+}
+#endif
+
+#ifdef HAVE_SYS_REMOVEXATTRAT
+TRACEPOINT_PROBE(syscalls, sys_enter_removexattrat)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save2(t, HOOK_XATTR, (u64)args->pathname, (u64)args->name, args->dfd, 1, 0,
+              (args->at_flags & AT_EMPTY_PATH_) ? 1 : 0);
+    return 0;
+}
+#endif
 
 TRACEPOINT_PROBE(syscalls, sys_enter_bind)
 {

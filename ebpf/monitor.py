@@ -57,6 +57,14 @@ JOINED_SYSCALLS = (
     "memfd_create",
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
+OPTIONAL_SYSCALLS = ("setxattrat", "removexattrat")
+"""Joined syscalls newer than the kernels we support: compiled in (`-DHAVE_SYS_<NAME>`) and
+attached only where tracefs has them."""
+
+
+def optional_syscalls(events: Path = TRACEFS_EVENTS) -> tuple[str, ...]:
+    """The OPTIONAL_SYSCALLS this kernel has tracepoints for."""
+    return tuple(n for n in OPTIONAL_SYSCALLS if (events / "syscalls" / f"sys_enter_{n}" / "format").exists())
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TASKS_MAX = 32768
 """Live tasks the lineage map can track at once; more are counted as untracked."""
@@ -177,6 +185,7 @@ def monitor_object(config: MonitorConfig) -> tuple[BpfObject, bool]:
         f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
         f"-DRUN_CGROUP_LEVEL={config.run_level}",
         f"-DNET_RULES_MAX={NET_RULES_MAX}",
+        *(f"-DHAVE_SYS_{name.upper()}" for name in optional_syscalls()),
         "-Wno-ignored-attributes",
         "-Wno-macro-redefined",
         "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
@@ -211,7 +220,7 @@ class Monitor:
                 if name.startswith(AUTOLOAD_PREFIX):
                     category, event = name[len(AUTOLOAD_PREFIX):].split("__", 1)
                     self._obj.attach_tracepoint(category, event, name)
-            for name in JOINED_SYSCALLS:
+            for name in JOINED_SYSCALLS + optional_syscalls():
                 self._obj.attach_tracepoint("syscalls", f"sys_exit_{name}", "on_sys_exit")
         except (LoadError, OSError) as exc:
             self._obj.close()
@@ -249,6 +258,10 @@ class Monitor:
         for k in stale:
             with contextlib.suppress(KeyError):
                 del tasks[k]
+        held = self._obj.maps["held"]
+        for k in [k for k, v in held.items() if v.args.run == key]:
+            with contextlib.suppress(KeyError):
+                del held[k]
         return len(stale)
 
     def _set_net(self, slot: int, net: NetPolicySpec | None) -> None:

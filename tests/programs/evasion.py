@@ -24,7 +24,8 @@ libc.syscall.restype = ctypes.c_long
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
-SYS_OPENAT2, SYS_SETNS, SYS_PIVOT_ROOT, SYS_EXECVE = 437, 308, 155, 59
+SYS_OPENAT2, SYS_SETNS, SYS_EXECVE = 437, 308, 59
+SYS_SETXATTRAT, SYS_REMOVEXATTRAT = 463, 466
 AT_FDCWD = -100
 
 
@@ -122,7 +123,8 @@ def utimes(d: str) -> None:
 
 
 def xattrs(d: str) -> None:
-    """A user xattr set by path and by fd, then removed; the name holds a control byte."""
+    """A user xattr set by path and by fd, then removed; the name holds a control byte. Then
+    setxattrat and removexattrat relative to a dirfd (ENOSYS before Linux 6.13)."""
     path = f"{d}/tagged"
     with open(path, "w") as f:
         f.write("x")
@@ -131,6 +133,13 @@ def xattrs(d: str) -> None:
     os.setxattr(fd, "user.byfd", b"w")
     os.close(fd)
     os.removexattr(path, "user.evil\x01name")
+    value = ctypes.create_string_buffer(b"at")
+    args = ctypes.create_string_buffer(  # struct xattr_args: value, size, flags
+        ctypes.addressof(value).to_bytes(8, "little") + (2).to_bytes(4, "little") + bytes(4))
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    libc.syscall(SYS_SETXATTRAT, dfd, b"tagged", 0, b"user.at", args, 16)
+    libc.syscall(SYS_REMOVEXATTRAT, dfd, b"tagged", 0, b"user.at")
+    os.close(dfd)
 
 
 def unix_bind(d: str) -> None:
