@@ -68,3 +68,23 @@ def test_chroot(tmp_path: Path, work: Path, user: str) -> None:
         assert "/notes.txt" in archive.values("openat")  # as the jailed process named it
     else:
         assert lines(archive, 268) == [(268, f"{work}/jail")]
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_new_mount_api_alias_is_not_passing(tmp_path: Path, work: Path, user: str) -> None:
+    archive = evade(tmp_path, work, "new_mount_api", user)
+    assert lines(archive, 169, 170, 171, 172) == [
+        (169, f"{work}/home"), (170, f"{work}/home"), (171, f"{work}/doc"),  # open_tree's fd is its path
+        (172, None), (170, None), (171, f"{work}/mnt")]  # a new filesystem has no host path
+    note = not_passing_because_paths(archive)
+    assert "processes=1 " in note and "mount_changes=3 " in note, note
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_pivot_root(tmp_path: Path, work: Path, user: str) -> None:
+    archive = evade(tmp_path, work, "pivot_root", user)
+    assert lines(archive, 166, 167) == [(166, f"{work}/home"), (167, f"{work}/home/old")]
+    note = not_passing_because_paths(archive)
+    assert "processes=1 " in note, note  # the child (its parent never moved)
+    view = json.loads(assay("show", archive.path, "--json").stdout)
+    assert [p["pid"] for p in view["processes"] if p["paths_not_host"]] == [2]

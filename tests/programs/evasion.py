@@ -26,6 +26,9 @@ CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 SYS_OPENAT2, SYS_SETNS, SYS_EXECVE = 437, 308, 59
 SYS_SETXATTRAT, SYS_REMOVEXATTRAT = 463, 466
+SYS_PIVOT_ROOT, SYS_OPEN_TREE, SYS_MOVE_MOUNT = 155, 428, 429
+SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 430, 431, 432
+OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY_PATH, FSCONFIG_CMD_CREATE = 1, 4, 6
 AT_FDCWD = -100
 
 
@@ -45,8 +48,9 @@ def touch_files(d: str, sub: str) -> None:
         f.write("hidden")
 
 
-def unshare_bind(d: str) -> None:
-    """A private mount namespace (a user namespace too when unprivileged), d/home bound over d/doc."""
+def private_namespace(d: str) -> None:
+    """d/home (with a secret), d/doc; a private mount namespace (a user namespace too when
+    unprivileged) from which nothing propagates back to the host."""
     os.makedirs(f"{d}/home", exist_ok=True)
     os.makedirs(f"{d}/doc", exist_ok=True)
     with open(f"{d}/home/secret.txt", "w") as f:
@@ -54,11 +58,58 @@ def unshare_bind(d: str) -> None:
     flags = CLONE_NEWNS if os.geteuid() == 0 else CLONE_NEWNS | CLONE_NEWUSER
     if libc.unshare(flags) != 0:
         raise OSError(ctypes.get_errno(), "unshare")
-    if mount(None, "/", None, MS_REC | MS_PRIVATE) != 0:  # nothing propagates back to the host
+    if mount(None, "/", None, MS_REC | MS_PRIVATE) != 0:
         raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        raise OSError(ctypes.get_errno(), what)
+    return ret
+
+
+def unshare_bind(d: str) -> None:
+    """d/home bound over d/doc in a private mount namespace, then doc/ used."""
+    private_namespace(d)
     if mount(f"{d}/home", f"{d}/doc", None, MS_BIND) != 0:
         raise OSError(ctypes.get_errno(), "mount --bind")
     touch_files(d, "doc")
+
+
+def new_mount_api(d: str) -> None:
+    """The same alias with open_tree + move_mount, and a tmpfs made with fsopen/fsmount."""
+    private_namespace(d)
+    tree = _check(libc.syscall(SYS_OPEN_TREE, AT_FDCWD, f"{d}/home".encode(), OPEN_TREE_CLONE), "open_tree")
+    _check(libc.syscall(SYS_MOVE_MOUNT, tree, b"", AT_FDCWD, f"{d}/doc".encode(), MOVE_MOUNT_F_EMPTY_PATH),
+           "move_mount")
+    os.makedirs(f"{d}/mnt", exist_ok=True)
+    fs = _check(libc.syscall(SYS_FSOPEN, b"tmpfs", 0), "fsopen")
+    _check(libc.syscall(SYS_FSCONFIG, fs, FSCONFIG_CMD_CREATE, None, None, 0), "fsconfig")
+    mnt = _check(libc.syscall(SYS_FSMOUNT, fs, 0, 0), "fsmount")
+    _check(libc.syscall(SYS_MOVE_MOUNT, mnt, b"", AT_FDCWD, f"{d}/mnt".encode(), MOVE_MOUNT_F_EMPTY_PATH),
+           "move_mount")
+    touch_files(d, "doc")
+
+
+def pivot_root(d: str) -> None:
+    """A child pivots its root to d/home (bound on itself) in a private namespace, then writes."""
+    pid = os.fork()
+    if pid == 0:
+        private_namespace(d)
+        os.makedirs(f"{d}/home/old", exist_ok=True)
+        code = 0
+        try:
+            if mount(f"{d}/home", f"{d}/home", None, MS_BIND) != 0:
+                raise OSError(ctypes.get_errno(), "bind")
+            _check(libc.syscall(SYS_PIVOT_ROOT, f"{d}/home".encode(), f"{d}/home/old".encode()), "pivot_root")
+            os.chdir("/")
+            touch_files("", ".")
+        except OSError:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if status:
+        raise RuntimeError(f"pivot_root child: {status:#x}")
 
 
 def setns(d: str) -> None:
@@ -267,7 +318,8 @@ def interrupted_eintr(d: str) -> None:
 
 
 TECHNIQUES = {f.__name__: f for f in (
-    unshare_bind, setns, mount_tmpfs, chroot, chown, utimes, xattrs, unix_bind, mknod, memfd_exec,
+    unshare_bind, new_mount_api, pivot_root, setns, mount_tmpfs, chroot, chown, utimes, xattrs, unix_bind,
+    mknod, memfd_exec,
     unread_how, unread_argv, unread_msghdr, interrupted_restarted, interrupted_eintr)}
 
 if __name__ == "__main__":
