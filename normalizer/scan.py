@@ -330,8 +330,7 @@ class Scan:
             c = self.escapes.classify(r, order)
             lines = self.namespaces.spawned(r, order) if hook == HOOK_NEWTASK else []
             return lines if c is None else [c, *lines]
-        else:
-            c = classify(r, order, self.judge.blocked_access(r))
+        c = classify(r, order, self.judge.blocked_access(r))
         return [] if c is None else [c]
 
     def facts(self, trailer: SpoolTrailer, platform: str) -> CaptureFacts:
