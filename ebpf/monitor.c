@@ -12,6 +12,8 @@
  *   RINGBUF_PAGES                    ring buffer size in pages
  *   WAKE_EVERY                       records per CPU between reader wakeups
  *   SYS_EXIT_RET_OFFSET              offset of `ret` in sys_exit_* records
+ *   HELD_MAX                         interrupted calls held at once (`held`)
+ *   HAVE_SYS_<NAME>                  the kernel has that optional syscall's tracepoints
  * With a network policy, ebpf/netpolicy.c is appended to this source (BCC
  * only exports programs defined in the main file), sharing its ring buffer.
  *
