@@ -130,7 +130,8 @@ class NamespaceWatch:
             return True
         if e.hook == HOOK_UNSHARE:
             return bool(e.a0 & CLONE_NEWNS)
-        return e.hook == HOOK_SETNS and (e.a1 & 0xFFFFFFFF) in (0, CLONE_NEWNS)  # 0: any kind
+        # nstype 0: whatever the fd is; a pidfd's flags name every namespace joined
+        return e.hook == HOOK_SETNS and (not e.a1 & 0xFFFFFFFF or bool(e.a1 & CLONE_NEWNS))
 
     def lines(self, r: Resolved, order: int) -> list[Classified]:
         """The kernel lines of one NS_HOOKS record (a failure: +100)."""

@@ -52,8 +52,11 @@ def test_a_moved_process_and_its_later_children_are_counted() -> None:
 def test_clone_with_newns_moves_the_child_only_and_setns_0_counts() -> None:
     watch, lines = _watch(_raw(HOOK_NEWTASK, CMD, a0=12, a1=0x20000 | 17))
     assert lines == [("event_162", "CLONE_NEWNS")] and len(watch.moved) == 1
-    watch, lines = _watch(_raw(HOOK_SETNS, CMD, a0=3, a1=0))
-    assert lines == [("event_161", None)] and len(watch.moved) == 1
+    for nstype in (0, 0x20000 | 0x10000000):  # any kind; a pidfd with NEWNS among others
+        watch, lines = _watch(_raw(HOOK_SETNS, CMD, a0=3, a1=nstype))
+        assert lines == [("event_161", None)] and len(watch.moved) == 1
+    watch, _ = _watch(_raw(HOOK_SETNS, CMD, a0=3, a1=0x40000000))  # a network namespace only
+    assert not watch.moved
 
 
 def test_backdating_is_its_own_line() -> None:
