@@ -35,9 +35,10 @@ def test_unreadable_argv_pointer_is_counted(tmp_path: Path, work: Path) -> None:
     assert "exec_argv=1" in _unread(archive).split()
 
 
-def test_msghdr_off_its_page_still_gives_the_peer(tmp_path: Path, work: Path) -> None:
+def test_msghdr_off_its_page_gives_the_peer_and_a_bad_one_counts(tmp_path: Path, work: Path) -> None:
     archive = evade(tmp_path, work, "unread_msghdr", "nobody")
-    assert archive.values("event_7") == [f"unix:{work}/peer"]
+    assert archive.values("event_7") == [f"unix:{work}/peer", None]  # the bad header: peer unknown
+    assert "sendmsg=1" in _unread(archive).split()
 
 
 def test_restarted_open_is_one_line(tmp_path: Path, work: Path) -> None:

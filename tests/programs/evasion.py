@@ -265,7 +265,8 @@ def unread_argv(d: str) -> None:
 
 
 def unread_msghdr(d: str) -> None:
-    """sendmsg to a unix datagram peer, its msghdr on a page not yet faulted in."""
+    """sendmsg to a unix datagram peer, its msghdr on a page not yet faulted in; then one whose
+    msghdr pointer is bad."""
     peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     peer.bind(f"{d}/peer")
     name = ctypes.create_string_buffer(b"\x01\x00" + f"{d}/peer".encode() + b"\0")
@@ -278,6 +279,7 @@ def unread_msghdr(d: str) -> None:
         sent = libc.sendmsg(s.fileno(), ctypes.c_void_p(addr), 0)
         if sent != 4:
             raise OSError(ctypes.get_errno(), "sendmsg")
+        libc.sendmsg(s.fileno(), ctypes.c_void_p(8), 0)  # EFAULT: no header at all
     m.close()
     peer.close()
 
