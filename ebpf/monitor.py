@@ -1,6 +1,6 @@
 """The sensor: load and attach the kernel monitor, once.
 
-`ebpf/monitor.c` (+ `netpolicy.c`) is compiled by BCC only the first time
+`ebpf/monitor.c` (+ `changes.c`, `netpolicy.c`) is compiled by BCC only the first time
 for a given source, flags, kernel and BCC (about 1.4 CPU seconds of clang
 and LLVM); the compiled object is cached (ebpf/bpfobject.py) and loaded by
 our own loader (ebpf/loader.py) in about 0.06 s, without importing BCC.
@@ -190,7 +190,7 @@ def monitor_object(config: MonitorConfig) -> tuple[BpfObject, bool]:
         "-Wno-macro-redefined",
         "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
     ]
-    source = (SOURCE_DIR / "monitor.c").read_text() + (SOURCE_DIR / "netpolicy.c").read_text()
+    source = "".join((SOURCE_DIR / name).read_text() for name in ("monitor.c", "changes.c", "netpolicy.c"))
     return compiled(source, cflags, sorted(SOURCE_DIR.glob("*.h")))
 
 
