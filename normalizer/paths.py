@@ -13,7 +13,9 @@ keeps `value: null` and is counted in health notes.
 A reopen through `/proc/self/fd/N`, `/proc/thread-self/fd/N`,
 `/proc/<pid>/fd/N` (host pids: the command sees the host's /proc) or
 `/dev/fd/N` resolves to the path fd N was opened with, so it carries the
-target with the reopen's own access mode (normalizer/reopen.py).
+target with the reopen's own access mode (normalizer/reopen.py). An exec
+of such a path (fexecve: the kernel names it `/dev/fd/N`) is the fd's path
+too; a memfd_create fd stands for `memfd:NAME`, an open_tree fd for its path.
 Paths are normalized lexically (`a/./b/../c` -> `a/c`), never by reading the
 host filesystem, so normalization stays pure.
 """
@@ -29,22 +31,34 @@ import msgspec
 from ebpf.wire import (
     HOOK_CHDIR,
     HOOK_CHMOD,
+    HOOK_CHOWN,
+    HOOK_CHROOT,
     HOOK_CLOSE,
     HOOK_CLOSE_RANGE,
     HOOK_DUP,
     HOOK_EXEC,
     HOOK_EXECVE,
     HOOK_FCHDIR,
+    HOOK_FSMOUNT,
     HOOK_LINK,
+    HOOK_MEMFD,
     HOOK_MKDIR,
     HOOK_MKNOD,
+    HOOK_MOUNT,
+    HOOK_MOVE_MOUNT,
     HOOK_NEWTASK,
     HOOK_OPEN,
     HOOK_OPEN_BY_HANDLE,
+    HOOK_OPEN_TREE,
+    HOOK_PIVOT_ROOT,
     HOOK_RENAME,
+    HOOK_SETNS,
     HOOK_SYMLINK,
     HOOK_TRUNCATE,
+    HOOK_UMOUNT,
     HOOK_UNLINK,
+    HOOK_UTIMES,
+    HOOK_XATTR,
     TRUNC_FIRST,
     TRUNC_SECOND,
 )
@@ -60,7 +74,26 @@ CLOSE_RANGE_CLOEXEC = 4
 FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP, HOOK_OPEN_BY_HANDLE})
 JOIN_MEMO = 1 << 12
 """Distinct (base, payload) joins remembered at once."""
-ONE_PATH_HOOKS = frozenset({HOOK_UNLINK, HOOK_MKDIR, HOOK_MKNOD, HOOK_TRUNCATE, HOOK_CHMOD})
+ONE_PATH_HOOKS = frozenset({HOOK_UNLINK, HOOK_MKDIR, HOOK_MKNOD, HOOK_TRUNCATE, HOOK_CHMOD, HOOK_CHOWN,
+                            HOOK_UTIMES, HOOK_UMOUNT, HOOK_CHROOT, HOOK_OPEN_TREE})
+MS_BIND, MS_MOVE = 0x1000, 0x2000
+MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
+MOUNT_TWO_PATH_HOOKS = frozenset({HOOK_MOUNT, HOOK_PIVOT_ROOT, HOOK_MOVE_MOUNT})
+MFD_CLOEXEC = FSMOUNT_CLOEXEC = 1
+MEMFD_PREFIX = "memfd:"
+"""The path a memfd_create fd stands for in the fd table: `memfd:NAME` (lossless, as any path)."""
+
+
+def empty_path_is_fd(e: RawEvent) -> bool:
+    """Does an empty path of this one-path record name its dirfd itself (AT_EMPTY_PATH,
+    fchmod, fchown, utimensat(fd, NULL))?"""
+    if e.hook == HOOK_CHMOD:
+        return bool(e.a3 == 1 or e.a2 & AT_EMPTY_PATH)
+    if e.hook == HOOK_CHOWN:
+        return bool(e.a3 & AT_EMPTY_PATH)
+    if e.hook == HOOK_OPEN_TREE:
+        return bool(e.a1 & AT_EMPTY_PATH)
+    return e.hook == HOOK_UTIMES
 
 
 def c_string(data: bytes, truncated: bool = False) -> str | None:
@@ -225,9 +258,12 @@ class PathResolver:
             if e.ret == 0:
                 state.cwd = state.fd_path(to_int32(e.a0))
             return Resolved(item, None)
-        if e.hook == HOOK_EXEC:
+        if e.hook == HOOK_EXEC:  # a memfd or any fd exec'd by /dev/fd/N: the fd's path
+            path = self._join(state, AT_FDCWD, e.data, first_cut(e))
+            if path is not None and path.startswith(PROC_FD_PREFIXES):
+                path = self._reopen(item.thread, path)
             state.fds = {fd: v for fd, v in state.fds.items() if not v[1]}
-            return Resolved(item, self._join(state, AT_FDCWD, e.data, first_cut(e)))
+            return Resolved(item, path)
         if e.hook == HOOK_EXECVE:  # a failed exec: the path it asked for
             by_fd = bool(e.a1 & AT_EMPTY_PATH)
             return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
@@ -237,18 +273,57 @@ class PathResolver:
                 state.cwd = path
             return Resolved(item, path)
         if e.hook in ONE_PATH_HOOKS:
-            by_fd = e.hook == HOOK_CHMOD and bool(e.a3 == 1 or e.a2 & AT_EMPTY_PATH)
-            return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
+            path = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), empty_path_is_fd(e))
+            if e.hook == HOOK_OPEN_TREE and e.ret >= 0:
+                state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
+            return Resolved(item, path)
         if e.hook in (HOOK_RENAME, HOOK_LINK):
             by_fd = e.hook == HOOK_LINK and bool(e.a2 & AT_EMPTY_PATH)
             old = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd)
             new = self.path_at(item, to_int32(e.a1), second_string(e.data), second_cut(e))
             return Resolved(item, old, new)
+        if e.hook in MOUNT_TWO_PATH_HOOKS:
+            return self._mount_paths(item)
+        if e.hook == HOOK_XATTR:  # the path (the fd's by fd); the attribute name as written
+            path = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), e.a3 == 1)
+            self.truncated += second_cut(e)
+            return Resolved(item, path, c_string(second_string(e.data), second_cut(e)))
+        if e.hook == HOOK_MEMFD:
+            self.truncated += first_cut(e)
+            path = MEMFD_PREFIX + (c_string(e.data, first_cut(e)) or "")
+            if e.ret >= 0:
+                state.fds[e.ret] = (path, bool(e.a0 & MFD_CLOEXEC))
+            return Resolved(item, path)
+        if e.hook == HOOK_SETNS:
+            return Resolved(item, state.fd_path(to_int32(e.a0)))
+        if e.hook == HOOK_FSMOUNT and e.ret >= 0:
+            state.fds[e.ret] = (None, bool(e.a1 & FSMOUNT_CLOEXEC))  # a new mount: no path yet
         if e.hook == HOOK_SYMLINK:  # the link path; the target text as written
             link = self.path_at(item, to_int32(e.a0), second_string(e.data), second_cut(e))
             self.truncated += first_cut(e)
             return Resolved(item, link, c_string(e.data, first_cut(e)))
         return Resolved(item, None)
+
+    def _mount_paths(self, item: Attributed) -> Resolved:
+        """mount (source: a path for a bind or move, else the text as written), pivot_root and
+        move_mount (each side by its dirfd, or the dirfd itself with its EMPTY_PATH flag)."""
+        e = item.event
+        first, second = e.data, second_string(e.data)
+        if e.hook == HOOK_MOUNT:
+            if e.a0 & (MS_BIND | MS_MOVE):
+                source = self.path_at(item, AT_FDCWD, first, first_cut(e))
+            else:
+                self.truncated += first_cut(e)
+                source = c_string(first, first_cut(e))
+            return Resolved(item, source, self.path_at(item, AT_FDCWD, second, second_cut(e)))
+        if e.hook == HOOK_PIVOT_ROOT:
+            return Resolved(item, self.path_at(item, AT_FDCWD, first, first_cut(e)),
+                            self.path_at(item, AT_FDCWD, second, second_cut(e)))
+        return Resolved(item,
+                        self.path_at(item, to_int32(e.a0), first, first_cut(e),
+                                     bool(e.a2 & MOVE_MOUNT_F_EMPTY_PATH)),
+                        self.path_at(item, to_int32(e.a1), second, second_cut(e),
+                                     bool(e.a2 & MOVE_MOUNT_T_EMPTY_PATH)))
 
     def path_at(self, item: Attributed, dirfd: int, data: bytes, cut: bool,
                 empty_path_fd: bool = False) -> str | None:
