@@ -165,7 +165,14 @@ def _mirror(sock: socket.socket) -> int:
         with contextlib.suppress(OSError):
             protocol.send(sock, protocol.Interrupt())
 
-    old = signal.signal(signal.SIGINT, on_sigint)
+    def on_end(signum: int, _frame: object) -> None:
+        """SIGTERM/SIGHUP end the client (the daemon then ends the run): the terminal is given back first."""
+        status.clear()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    old = {signal.SIGINT: signal.signal(signal.SIGINT, on_sigint),
+           **{s: signal.signal(s, on_end) for s in (signal.SIGTERM, signal.SIGHUP)}}
     reader = protocol.FrameReader(max_fds=0)
     try:
         while True:
@@ -184,7 +191,9 @@ def _mirror(sock: socket.socket) -> int:
                 status.clear()
                 raise RunnerError(msg.message, msg.exit_code)
     finally:
-        signal.signal(signal.SIGINT, old)
+        status.clear()
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
         sock.close()
 
 
