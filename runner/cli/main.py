@@ -47,7 +47,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
-    parser = build_parser(_chosen_command(sys.argv[1:] if argv is None else argv))
+    chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(chosen)
+    if chosen == "run":  # unrecognized arguments are the top parser's to report: one line, 125 too
+        from runner.cli.cmd_run import bad_usage
+        parser.error = bad_usage  # type: ignore[method-assign]
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
