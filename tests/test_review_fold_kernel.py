@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support import assay, run_observed, runner_env, unique_run_id
+from support import Archive, assay, run_observed, runner_env, unique_run_id
 
 pytestmark = pytest.mark.kernel
 
@@ -123,3 +123,27 @@ def test_show_of_a_git_and_python_job_is_three_times_shorter_and_loses_nothing(t
     head = folded.splitlines()[:10]
     assert head[2].startswith("health: PASSING") and head[3] == "capabilities:"
     assert any(line.startswith("  programs run (") and "/usr/bin/git" in line for line in head)
+
+
+def test_the_summary_and_show_agree_and_an_o_tmpfile_directory_is_not_a_file_written(tmp_path: Path) -> None:
+    """`tempfile.TemporaryFile()` opens /tmp itself with O_TMPFILE for writing: that names the directory of
+    an unnamed file, not a file written. And the run length is the command's, in both places."""
+    run_id = unique_run_id("tmpfile")
+    script = ("import tempfile, time; tempfile.TemporaryFile().write(b'x'); open('real.txt', 'w'); "
+              "time.sleep(0.3)")
+    proc = run_observed(tmp_path / "out", run_id, "/usr/bin/python3", "-c", script, workdir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    archive = tmp_path / "out" / f"{run_id}.tar.gz"
+    kernel = [json.loads(line) for line in Archive(archive).members["layers/kernel.ndjson"].splitlines()]
+    assert any(e["kind"] == "openat" and e["value"] == "/tmp" and e["access_mode"] == "read_write"
+               for e in kernel), "the O_TMPFILE open is in the evidence"
+    written = re.search(r"files written: +(\d+): (.*)", proc.stderr)
+    # (tempfile also writes and removes a probe file in /tmp first: a transient name, /tmp/~1)
+    assert written and f"{tmp_path}/real.txt" in written[2].split(", "), proc.stderr
+    assert "/tmp" not in written[2].split(", "), proc.stderr
+    view = json.loads(assay("show", "--json", archive).stdout)
+    assert f"{tmp_path}/real.txt" in view["summary"]["files_written"]
+    assert "/tmp" not in view["summary"]["files_written"]
+    length = re.search(r"command exited 0 after ([\d.]+)s", proc.stderr)
+    assert length and float(length[1]) >= 0.3
+    assert f"command ran {length[1]}s" in assay("show", archive).stdout

@@ -102,6 +102,8 @@ class RunResult:
     spool: Path
     normalized: NormalizedRun
     elapsed: float
+    """The command's run length: the spool's `run_started` to `command_exited` stamps, the length
+    `show` gives too (the runner's own set-up and publishing are in the `run.after_exit` log)."""
 
 
 def execute(req: RunRequest) -> RunResult:
@@ -112,7 +114,6 @@ def execute(req: RunRequest) -> RunResult:
     during the run changes nothing the runner writes. SIGINT, SIGTERM and
     SIGHUP are handled from the first step to the last (interrupt.py).
     """
-    started = time.monotonic()
     with Interruptions(req.forward_first_signal, final=req.exit_after) as interrupts:
         enforcement = enforce.prepare(req.policy)  # fails before anything exists
         out_fd = open_dir(req.out_dir)
@@ -139,7 +140,7 @@ def execute(req: RunRequest) -> RunResult:
             for pass_ in live:
                 pass_.close()
             os.close(out_fd)
-    return RunResult(code, req.archive_path, req.spool_path, normalized, time.monotonic() - started)
+    return RunResult(code, req.archive_path, req.spool_path, normalized, marks["exited"] - marks["started"])
 
 
 def _normalized(req: RunRequest, out_fd: int, spool_name: str,
@@ -224,6 +225,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         for pass_ in live:
             pass_.hurry()
             marks["live_behind"] = spooler.records - pass_.records_read
+        marks["started"] = spooler.stamps["run_started"] / 1e9
         marks["exited"] = spooler.stamps["command_exited"] / 1e9
         marks["drained"] = time.monotonic()
         counters = source.counters()

@@ -33,9 +33,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"assay-runner {__version__}")
     parser.add_argument(
         "--log-format",
-        choices=("auto", "console", "json"),
-        default="auto",
-        help="runner log format on stderr (auto: console on a terminal, JSON otherwise or in CI)",
+        choices=("console", "json"),
+        default="console",
+        help="runner log format on stderr: text lines (default; warnings only unless -v) or JSON lines "
+             "(info too)",
     )
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show the runner's info logs on a terminal too")

@@ -89,7 +89,8 @@ def label_rows(labels: list[tuple[float, str]]) -> list[int]:
 
 def _overview(view: RunView) -> str:
     """The whole run: phases as lines, tool-call windows as marks, on one axis; no two labels overlap."""
-    span = max(view.summary.duration_ms or 0.0, 1e-3)
+    ends = [ph.offset_ms for ph in view.phases if ph.offset_ms is not None]
+    span = max([*ends, *(b.end_ms for b in view.bindings if b.end_ms is not None), 1e-3])
 
     def x(ms: float) -> float:
         return 10 + (WIDTH - 20) * ms / span
@@ -175,7 +176,7 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 def _capabilities(view: RunView) -> str:
     """What the command did that matters, first."""
     c = capabilities(view)
-    written = ", ".join(f"<code>{esc(d)}/</code> ({n})" for d, n in c.written.items())
+    written = ", ".join(f"<code>{esc(d.rstrip('/'))}/</code> ({n})" for d, n in c.written.items())
     rows = [
         ("programs run", len(c.programs), ", ".join(f"<code>{esc(x)}</code>" for x in c.programs)),
         ("files written", sum(c.written.values()), written),

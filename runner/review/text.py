@@ -55,7 +55,7 @@ def _binding(b: BindingEntry) -> list[str]:
 def _capabilities(view: RunView) -> list[str]:
     """What the command did that matters, first: programs, writes, reads, network, blocks."""
     c = capabilities(view)
-    written = ", ".join(f"{p(d)}/ ({n})" for d, n in c.written.items())
+    written = ", ".join(f"{p(d.rstrip('/'))}/ ({n})" for d, n in c.written.items())
     return [
         "capabilities:",
         f"  programs run ({len(c.programs)}): " + (", ".join(p(x) for x in c.programs) or "none"),
@@ -80,7 +80,7 @@ def render(view: RunView, fold: bool = True) -> str:
         "",
         f"{s.kernel_events} kernel events, {s.processes} processes, {s.files} files, "
         f"{s.endpoints} endpoints, {s.blocks} blocks, {s.tool_calls} tool calls"
-        + (f", {_ms(s.duration_ms)}" if s.duration_ms is not None else ""),
+        + (f", command ran {s.duration_ms / 1000:.2f}s" if s.duration_ms is not None else ""),
         f"  correlation: {s.correlation}" + (f" ({', '.join(p(a) for a in s.ambiguities)})"
                                              if s.ambiguities else ""),
         f"  timeline: {view.timeline}",
