@@ -46,10 +46,14 @@ def _controlling(follower: int) -> Callable[[], None]:
     return setup
 
 
+Action = bytes | tuple[int, int] | None
+"""What a test does on seeing a screen: type bytes, resize the terminal to (rows, cols), or nothing."""
+
+
 def run(argv: list[str], cwd: Path, env: dict[str, str],
-        keys: Callable[[list[str]], bytes | None] | None = None, timeout: float = 120) -> Session:
+        keys: Callable[[list[str]], Action] | None = None, timeout: float = 120) -> Session:
     """Run `argv` with a new session whose controlling terminal is a ROWSxCOLS pty; `keys` sees each new
-    screen and returns what to type (or None)."""
+    screen and says what to do (a resize is the kernel's: SIGWINCH to the foreground group)."""
     leader, follower = os.openpty()
     fcntl.ioctl(leader, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=follower, stdout=follower, stderr=follower,
@@ -74,8 +78,12 @@ def run(argv: list[str], cwd: Path, env: dict[str, str],
         session.data += chunk
         stream.feed(chunk)
         session.screens.append(list(screen.display))
-        if keys is not None and (typed := keys(session.screens[-1])):
-            os.write(leader, typed)
+        action = keys(session.screens[-1]) if keys is not None else None
+        if isinstance(action, bytes):
+            os.write(leader, action)
+        elif action is not None:
+            screen.resize(*action)
+            fcntl.ioctl(leader, termios.TIOCSWINSZ, struct.pack("HHHH", *action, 0, 0))
     session.rows_after = struct.unpack("HHHH", fcntl.ioctl(leader, termios.TIOCGWINSZ, bytes(8)))[0]
     os.close(leader)
     session.code = proc.wait(timeout=30)

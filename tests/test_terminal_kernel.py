@@ -53,7 +53,7 @@ def _modes(service: Path) -> dict[str, list[str]]:
 
 
 def _run(tmp_path: Path, prefix: list[str], script: str,
-         keys: Callable[[list[str]], bytes | None] | None = None) -> pty_screen.Session:
+         keys: Callable[[list[str]], pty_screen.Action] | None = None) -> pty_screen.Session:
     argv = [*prefix, "--out", str(tmp_path / "out"), "--run-id", unique_run_id("tty"), "--force",
             "--", "sh", "-c", script]
     return pty_screen.run(argv, tmp_path, _env(), keys)
@@ -97,7 +97,7 @@ def test_a_full_screen_program_and_the_status_row(tmp_path: Path, service: Path,
     script = f"echo before-less; sleep 0.6; less {page}; {vim}; echo after-less; sleep 0.6"
     typed = []
 
-    def keys(screen: list[str]) -> bytes | None:
+    def keys(screen: list[str]) -> pty_screen.Action:
         if not typed and any("(END)" in line for line in screen):
             typed.append(True)
             return b"q"
@@ -119,7 +119,7 @@ def test_a_full_screen_program_and_the_status_row(tmp_path: Path, service: Path,
 def test_ctrl_c_leaves_the_terminal_whole(tmp_path: Path, service: Path, mode: str) -> None:
     typed = []
 
-    def keys(screen: list[str]) -> bytes | None:
+    def keys(screen: list[str]) -> pty_screen.Action:
         if not typed and STATUS.match(screen[ROWS - 1].rstrip()) and "started" in map(str.rstrip, screen):
             typed.append(True)
             return b"\x03"
@@ -132,6 +132,31 @@ def test_ctrl_c_leaves_the_terminal_whole(tmp_path: Path, service: Path, mode: s
     assert "started" in lines and any(line.startswith("half a line") for line in lines)
     assert not any(STATUS.match(line) for line in lines)
     assert session.rows_after == ROWS
+
+
+@pytest.mark.parametrize("mode", ["direct", "fast-client"])
+def test_the_status_row_follows_a_resize(tmp_path: Path, service: Path, mode: str) -> None:
+    """The terminal grows to 30 rows while the command runs: the status moves to the new last row, the
+    command's lines stay, and the kernel's size is given back as the new one."""
+    rows = 30
+    resized = []
+
+    def keys(screen: list[str]) -> pty_screen.Action:
+        if not resized and STATUS.match(screen[-1].rstrip()):
+            resized.append(True)
+            return (rows, 80)
+        return None
+
+    script = "seq 30; sleep 1; echo after-resize; sleep 0.6"
+    session = _run(tmp_path, _modes(service)[mode], script, keys)
+    assert session.code == 0 and resized, session.data[-2000:]
+    later = session.screens[next(i for i, s in enumerate(session.screens) if len(s) == rows):]
+    assert any(STATUS.match(s[rows - 1].rstrip()) for s in later), later[-1]
+    assert not any(STATUS.match(s[ROWS - 1].rstrip()) for s in later[-1:])  # not left at the old last row
+    lines = session.lines
+    assert "after-resize" in lines and "30" in lines
+    assert not any(STATUS.match(line) for line in lines)
+    assert session.rows_after == rows
 
 
 def test_no_live_line_on_a_dumb_terminal(tmp_path: Path) -> None:
