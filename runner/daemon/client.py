@@ -23,6 +23,7 @@ from pathlib import Path
 from policy.load import PolicyFileError, load_policy, load_preset
 from policy.model import Policy
 from runner.capture.status import LiveStatus
+from runner.capture.terminal import capable
 from runner.daemon import protocol
 from runner.daemon.address import unix_address
 from runner.errors import RunnerError
@@ -130,7 +131,7 @@ def run_via_daemon(args: argparse.Namespace) -> int:
         env={os.fsencode(k): os.fsencode(v) for k, v in env.items()}, workdir=os.fsencode(str(workdir)),
         out_display=str(args.out.resolve()), ringbuf_pages=args.ringbuf_pages,
         isolate_net=args.net == "isolated", user=_user_id(args.user), policy=policy_document(args),
-        status_line=sys.stderr.isatty(), umask=_umask(), rlimits=_rlimits(),
+        status_line=capable(2), umask=_umask(), rlimits=_rlimits(),
     )
     sock = connect(socket_path(args))  # before --out is created: no daemon, nothing left behind
     out_existed = os.path.isdir(args.out)

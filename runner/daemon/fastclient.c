@@ -57,6 +57,7 @@ static const char DEFAULT_OUT[] = "/var/lib/assay-runner/runs";
 static const char FALLBACK[] = "assay-runner-py";
 
 static char **g_argv;
+static int status_capable(void); /* the status row (below): also whether the daemon sends progress */
 
 /* --- falling back to the Python CLI ------------------------------------------------------- */
 
@@ -586,7 +587,7 @@ static void encode_request(buf_t *b, const options_t *o, const char *run_id, con
     mp_str(b, "isolate_net"); put_byte(b, o->net && strcmp(o->net, "isolated") == 0 ? 0xc3 : 0xc2);
     mp_str(b, "user"); put_byte(b, 0xc0);
     mp_str(b, "policy"); put_byte(b, 0xc0);
-    mp_str(b, "status_line"); put_byte(b, isatty(2) ? 0xc3 : 0xc2);
+    mp_str(b, "status_line"); put_byte(b, status_capable() ? 0xc3 : 0xc2);
     mp_str(b, "umask"); mp_int(b, mask);
     mp_str(b, "rlimits"); mp_array(b, RLIMITS - 1);
     for (int r = 0; r < RLIMITS; r++) {
