@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ebpf.bpfobject import BpfObject, CompileError, compiled
+from ebpf.holder import keep_only_kernel_objects
 from ebpf.loader import (
     PROG_CGROUP_SOCK_ADDR,
     TRACEFS_EVENTS,
@@ -268,11 +269,11 @@ class Monitor:
     def attach_net(self, cgroup_path: str | Path, *, link: bool = False) -> None:
         """Attach the connect/sendmsg programs to a cgroup (they police the runs below it).
 
-        `link` (the daemon, at the runs' parent): a BPF link, which the
-        kernel detaches when this process's fd closes, however it exits, and
-        which leaves other programs in the subtree alone (multi-attach).
-        Without (direct mode, at the run's own cgroup, removed with it): a
-        plain attach.
+        `link` (direct mode and the daemon, at the cgroup v2 root): a BPF
+        link, which the kernel detaches when this process's fd closes,
+        however it exits, and which leaves other programs in the subtree
+        alone (multi-attach). Without (bench/netpolicy.py's per-run design,
+        at a run's own cgroup, removed with it): a plain attach.
         """
         fd = os.open(cgroup_path, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -350,7 +351,8 @@ class Monitor:
         about 70 ms each, 1.4 s for our 20 hooks. A detached grandchild holds
         the last references and releases them in the background; the
         caller's own closes then only drop references and return at once.
-        Nothing of the run's can match afterwards: its cgroup is gone.
+        It keeps nothing else of ours open (ebpf/holder.py). Nothing of the
+        run's can match afterwards: its cgroup is gone.
         """
         done_r, done_w = os.pipe()
         child = os.fork()
@@ -358,12 +360,9 @@ class Monitor:
             try:
                 os.setsid()
                 if os.fork() == 0:
-                    devnull = os.open(os.devnull, os.O_RDWR)
-                    for fd in (0, 1, 2):  # never hold the caller's pipes open
-                        os.dup2(devnull, fd)
                     os.close(done_w)
+                    keep_only_kernel_objects((done_r,))
                     os.read(done_r, 1)  # EOF once the caller dropped its references
-                    self._obj.close()
             finally:
                 os._exit(0)
         os.close(done_r)

@@ -130,7 +130,8 @@ def run_via_daemon(args: argparse.Namespace) -> int:
         version=protocol.VERSION, run_id=run_id, exe=os.fsencode(exe), argv=[os.fsencode(a) for a in cmd],
         env={os.fsencode(k): os.fsencode(v) for k, v in env.items()}, workdir=os.fsencode(str(workdir)),
         out_display=str(args.out.resolve()), ringbuf_pages=args.ringbuf_pages,
-        isolate_net=args.net == "isolated", user=_user_id(args.user), policy=policy_document(args),
+        isolate_net=args.net == "isolated", allow_compat_syscalls=args.allow_compat_syscalls,
+        user=_user_id(args.user), policy=policy_document(args),
         status_line=capable(2), umask=_umask(), rlimits=_rlimits(),
     )
     sock = connect(socket_path(args))  # before --out is created: no daemon, nothing left behind

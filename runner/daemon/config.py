@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import grp
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -36,6 +36,8 @@ from policy.load import PolicyFileError, decode_toml, load_policy
 from policy.model import Policy, PolicyError
 from runner.capture.limits import CgroupLimits
 from runner.errors import RunnerError
+from runner.ship.oci import Reference
+from runner.ship.queue import DEFAULT_QUEUE
 
 DEFAULT_SOCKET = "/run/assay-runner/runner.sock"
 DEFAULT_CONFIG = Path("/etc/assay-runner/daemon.toml")
@@ -75,6 +77,13 @@ class SensorSection(_Section):
     ringbuf_pages: int = DAEMON_RINGBUF_PAGES
 
 
+class ShipSection(_Section):
+    ref: str | None = None
+    """REGISTRY/REPOSITORY that every finished archive is pushed to as `REF:<run id>` (runner/ship/)."""
+    queue_dir: str = str(DEFAULT_QUEUE)
+    plain_http: bool | None = None
+
+
 class ConfigDocument(_Section):
     version: Literal[1] = 1
     socket: SocketSection = SocketSection()
@@ -82,6 +91,7 @@ class ConfigDocument(_Section):
     limits: LimitsSection = LimitsSection()
     floor: FloorSection = FloorSection()
     sensor: SensorSection = SensorSection()
+    ship: ShipSection = ShipSection()
 
 
 @dataclass(frozen=True)
@@ -96,6 +106,7 @@ class DaemonConfig:
     limits: CgroupLimits
     floor: Policy | None
     ringbuf_pages: int = DAEMON_RINGBUF_PAGES
+    ship: ShipSection = field(default_factory=ShipSection)
 
 
 def _gid(name: str, loc: tuple[str | int, ...]) -> int:
@@ -134,6 +145,15 @@ def _validate(doc: ConfigDocument) -> None:
     if doc.limits.pids_max is not None and doc.limits.pids_max < 1:
         raise PolicyError(("limits", "pids_max"), "expected at least 1")
     memory_bytes(doc.limits.memory_max)
+    if doc.ship.ref is not None:
+        try:
+            ref = Reference.parse(doc.ship.ref)
+        except RunnerError as exc:
+            raise PolicyError(("ship", "ref"), str(exc)) from None
+        if ref.tag or ref.digest:
+            raise PolicyError(("ship", "ref"), "name a repository, no tag: runs are pushed as REF:<run id>")
+    if not doc.ship.queue_dir.startswith("/"):
+        raise PolicyError(("ship", "queue_dir"), f"expected an absolute path, not {doc.ship.queue_dir!r}")
     if doc.floor.policy is not None and not doc.floor.policy.startswith("/"):
         raise PolicyError(("floor", "policy"), f"expected an absolute path, got {doc.floor.policy!r}")
 
@@ -155,6 +175,7 @@ def load_config(path: Path | None) -> DaemonConfig:
         limits=CgroupLimits(pids_max=doc.limits.pids_max, memory_max=memory_bytes(doc.limits.memory_max)),
         floor=floor,
         ringbuf_pages=doc.sensor.ringbuf_pages,
+        ship=doc.ship,
     )
 
 

@@ -145,7 +145,7 @@ class _Sensor:
         parent = RunCgroup.parent_path()
         parent.mkdir(parents=True, exist_ok=True)
         self.monitor = Monitor(MonitorConfig(ringbuf_pages), lambda _record: None)
-        self.monitor.attach_net(parent, link=True)
+        self.monitor.attach_net(RunCgroup.root_path(), link=True)
         consumer = ring_consumer()
         self.observer: Observer | BatchObserver = (
             BatchObserver(self.monitor) if consumer == "c" else Observer(self.monitor))

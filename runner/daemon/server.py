@@ -36,11 +36,13 @@ from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
 from runner.daemon.address import unix_address
 from runner.daemon.config import DaemonConfig
+from runner.daemon.orphan import Held, recover_killed, remove_leftovers
 from runner.daemon.peer import Peer, peer_of, refusal
 from runner.daemon.sensor import SensorHandle, SharedSensor
 from runner.daemon.spare import Spare, fork_spare
 from runner.errors import RunnerError
 from runner.logs import get_logger
+from runner.ship.queue import Shipper, ShipQueue
 
 BACKLOG = 64
 MAX_PENDING = 64
@@ -64,6 +66,8 @@ class ActiveRun:
     started: float
     key: int
     """The run's key in the sensor's maps."""
+    held: Held
+    """The caller's `--out` and connection, to reach it if the worker is killed (orphan.py)."""
     events: int = 0
     drops: int = 0
 
@@ -82,6 +86,8 @@ class Daemon:
         self.spare: Spare | None = None
         """The next run's worker, forked ahead (runner/daemon/spare.py)."""
         self.wake_w: socket.socket | None = None
+        self.shipper: Shipper | None = None
+        """Pushes finished archives to `[ship] ref` (runner/ship/queue.py), when configured."""
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -103,9 +109,14 @@ class Daemon:
                 signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
             self.listener, self.owns_socket = listen(self.config)
             sweep()  # cgroups of workers (or a daemon) that died: logged as stale.cleaned
+            remove_leftovers()  # their staging directories: no one is left to deliver them
             self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
             self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
             self._new_spare()
+            if self.config.ship.ref:
+                self.shipper = Shipper(ShipQueue(Path(self.config.ship.queue_dir)), self.config.ship.ref,
+                                       self.config.ship.plain_http)
+                self.shipper.start()
             log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
                      max_concurrent_runs=self.config.max_concurrent_runs,
                      floor=self.config.floor.name if self.config.floor else None)
@@ -113,6 +124,8 @@ class Daemon:
                 for key, _ in self.sel.select(timeout=1.0):
                     key.data(key.fileobj)
         finally:
+            if self.shipper is not None:
+                self.shipper.stop()
             if self.spare is not None:
                 self.spare.close()
             sensor.close()
@@ -175,8 +188,9 @@ class Daemon:
                 log.info("run.ended", run_id=run.run_id, uid=run.peer.uid, worker=pid,
                          status=os.waitstatus_to_exitcode(status),
                          seconds=round(time.monotonic() - run.started, 3))
-                if os.WIFSIGNALED(status):
-                    sweep()  # a killed worker cannot remove its run cgroup: do it now, not at restart
+                if os.WIFSIGNALED(status):  # it could not remove its cgroup nor deliver: done here
+                    recover_killed(run.run_id, pid, status, run.held)
+                run.held.close()
 
     # --- connections ---------------------------------------------------------------------------
 
@@ -249,6 +263,10 @@ class Daemon:
                   for r in sorted(self.runs.values(), key=lambda r: r.started)],
             bpf_programs=len(set().union(*map(_bpf_programs, pids))), rss_bytes=sum(map(_rss_bytes, pids)),
             max_concurrent_runs=self.config.max_concurrent_runs,
+            ship_ref=self.config.ship.ref,
+            ship_queue=[protocol.ShipInfo(p.run_id, p.path, p.attempts, p.last_error)
+                        for p in (self.shipper.pending() if self.shipper else [])],
+            shipped=self.shipper.pushed if self.shipper else 0,
         )
         _reply(pending.conn, reply)
         self._drop(pending.conn.fileno())
@@ -288,22 +306,26 @@ class Daemon:
                 os.close(fd)
             self._refuse(pending, problem)
             return
-        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        report_r, report_w = (s.detach() for s in socket.socketpair())  # the worker's reports, our acks
         os.set_blocking(report_w, False)
         spare = self._take_spare(pending.conn, msg, fds, worker_end, report_w)
         os.close(report_w)
         worker_end.close()
+        out_fd = fds[protocol.RUN_FDS.index("out_dir")]
         for fd in fds:
-            os.close(fd)
+            if fd != out_fd:
+                os.close(fd)
         if spare is None:
+            os.close(out_fd)
             os.close(report_r)
             self.sensor.end_run(key)
             self._refuse(pending, "the daemon's spare worker died before it could take this run; try again")
             return
+        held = _held(pending, msg, out_fd)
         self._drop(pending.conn.fileno())  # the worker has the connection now
         pid = spare.pid
         self.runs[pid] = ActiveRun(run_id=msg.run_id, peer=pending.peer, worker_pid=pid,
-                                   report_fd=report_r, started=time.monotonic(), key=key)
+                                   report_fd=report_r, started=time.monotonic(), key=key, held=held)
         self.sel.register(report_r, selectors.EVENT_READ, lambda _fd, r=self.runs[pid]: self._read_report(r))
         log.info("run.accepted", run_id=msg.run_id, uid=pending.peer.uid, caller_pid=pending.peer.pid,
                  worker=pid, active_runs=len(self.runs))
@@ -361,6 +383,8 @@ class Daemon:
             self.wake_w.close()
         for pending in self.pending.values():
             pending.reader.close()
+        for run in self.runs.values():  # other callers' descriptors, held for their delivery
+            run.held.close()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         for key in list(self.sel.get_map().values()):
@@ -375,9 +399,21 @@ class Daemon:
         with contextlib.suppress(BlockingIOError, OSError):
             os.set_blocking(run.report_fd, False)
             data = os.read(run.report_fd, 64 * worker.REPORT.size)
-            if len(data) >= worker.REPORT.size:
-                end = len(data) - len(data) % worker.REPORT.size
-                run.events, run.drops = worker.REPORT.unpack(data[end - worker.REPORT.size:end])
+            for events, drops in worker.REPORT.iter_unpack(data[:len(data) - len(data) % worker.REPORT.size]):
+                if events == worker.LET_GO:  # delivered: the caller's --out is not ours to hold any more
+                    run.held.let_go()
+                    os.write(run.report_fd, worker.LET_GO_ACK)
+                else:
+                    run.events, run.drops = events, drops
+
+
+def _held(pending: Pending, msg: protocol.RunStart, out_fd: int) -> Held:
+    """What the daemon keeps of a run it hands to a worker (`out_fd` is its own from now on)."""
+    try:
+        creds = worker.command_credentials(msg, pending.peer)
+    except RunnerError:
+        creds = None  # the worker refuses the run: there will be nothing to deliver
+    return Held(out_fd=out_fd, conn=pending.conn.dup(), out_display=msg.out_display, creds=creds)
 
 
 def listen(config: DaemonConfig) -> tuple[socket.socket, bool]:

@@ -35,10 +35,13 @@ DELIVERED = (".spool", ".tar.gz")
 
 @contextlib.contextmanager
 def staging_dir(run_id: str, root: Path = STAGING) -> Iterator[Path]:
-    """A fresh root-only directory for one run, removed afterwards whatever happened."""
+    """A fresh root-only directory for one run, removed afterwards whatever happened.
+
+    Its name carries the worker's pid (`<run id>.<pid>.<random>`): if the worker is killed, the
+    daemon finds it and delivers what it holds (runner/daemon/orphan.py)."""
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(root, 0o700)
-    path = Path(tempfile.mkdtemp(prefix=f"{run_id}.", dir=root))
+    path = Path(tempfile.mkdtemp(prefix=f"{run_id}.{os.getpid()}.", dir=root))
     try:
         yield path
     finally:

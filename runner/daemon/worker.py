@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import os
 import pwd
+import select
 import signal
 import socket
 import stat
@@ -52,9 +53,15 @@ from runner.enforce import prepare as enforce
 from runner.errors import RunnerError
 from runner.evidence import publish
 from runner.logs import get_logger
+from runner.ship.queue import ShipQueue
 
 REPORT = struct.Struct(">QQ")
-"""events, drops: what the worker tells the daemon for `daemon status` (one atomic pipe write)."""
+"""events, drops: what the worker tells the daemon for `daemon status` (one write on the report socket)."""
+LET_GO = (1 << 64) - 1
+"""`events` of the report that says the run's evidence is delivered: the daemon closes its copy of the
+caller's `--out` descriptor and answers `LET_GO_ACK` (runner/daemon/orphan.py)."""
+LET_GO_ACK = b"k"
+LET_GO_TIMEOUT_S = 5.0
 FINISH_TIMEOUT_S = 30
 log = get_logger("daemon.worker")
 
@@ -153,7 +160,7 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     """The worker's whole life; returns its exit status (0 when the run itself went through)."""
     stdin, stdout, stderr, out_fd, cwd_fd = fds
     try:
-        creds = _command_credentials(msg, peer)
+        creds = command_credentials(msg, peer)
         os.setgroups(list(creds.groups))  # for the caller-identity file operations (peer.py)
         with staging_dir(check_run_id(msg.run_id)) as staging:
             req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd, staging)
@@ -167,10 +174,13 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
             finally:  # the spool reaches the caller even when the archive could not be made
                 delivery.finish()
             # Everything the caller waits for is in its --out: it is told now, and the staging
-            # directory is removed after (the client's wall time ends with this message).
+            # directory is removed after (the client's wall time ends with this message). Before
+            # that, nothing of the daemon's holds the caller's --out or working directory any more.
+            let_go(report_fd, out_fd, cwd_fd)
             archive = os.path.join(msg.out_display, f"{req.run_id}.tar.gz")
             text = summary(result.normalized, result.exit_code, result.elapsed, archive)
             control.finish(protocol.Finished(exit_code=result.exit_code, summary=text))
+            _enqueue_for_shipping(config, staging / f"{req.run_id}.tar.gz", req.run_id)
     except RunnerError as exc:
         log.warning("run.failed", error=str(exc), uid=peer.uid)
         finish(conn, protocol.refused(str(exc), exc.exit_code))
@@ -180,7 +190,35 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     return 0
 
 
-def _command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
+def _enqueue_for_shipping(config: DaemonConfig, archive: Path, run_id: str) -> None:
+    """With `[ship] ref`, a copy of the archive joins the daemon's shipping queue (runner/ship/)."""
+    if not config.ship.ref or not archive.is_file():
+        return
+    try:
+        entry = ShipQueue(Path(config.ship.queue_dir)).enqueue(archive, run_id)
+    except OSError as exc:
+        log.error("ship.enqueue_failed", run_id=run_id, error=str(exc))
+        return
+    log.info("ship.enqueued", run_id=run_id, entry=str(entry))
+
+
+def let_go(report_fd: int, *caller_dirs: int) -> None:
+    """Close the caller's directories and have the daemon close its copy of `--out`, waiting (bounded)
+    for its answer: once `run` returns, no process of the daemon's keeps them open."""
+    for fd in caller_dirs:
+        os.close(fd)
+    try:
+        os.set_blocking(report_fd, True)
+        os.write(report_fd, REPORT.pack(LET_GO, 0))
+        answer = select.poll()
+        answer.register(report_fd, select.POLLIN)
+        if not answer.poll(LET_GO_TIMEOUT_S * 1000) or os.read(report_fd, 1) != LET_GO_ACK:
+            log.warning("run.let_go_unanswered", hint="the daemon may still hold the caller's --out")
+    except OSError as exc:
+        log.warning("run.let_go_failed", error=str(exc))
+
+
+def command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
     """The caller's own ids; only a root caller may name another user (`--user`)."""
     if msg.user is None or msg.user == peer.uid:
         return peer.credentials
@@ -212,7 +250,7 @@ def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: Dae
         workdir=workdir, out_dir=staging, ringbuf_pages=config.ringbuf_pages, env=env,
         user=creds if creds.uid != 0 else None, isolate_net=msg.isolate_net, policy=policy,
         stdio=stdio, caller=CallerProcess(cwd_fd=cwd_fd, umask=msg.umask, rlimits=tuple(msg.rlimits)),
-        limits=config.limits, staged=True,
+        limits=config.limits, staged=True, allow_compat_syscalls=msg.allow_compat_syscalls,
     )
 
 
