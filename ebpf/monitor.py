@@ -110,6 +110,8 @@ class MonitorConfig:
     ringbuf_pages: int = DEFAULT_RINGBUF_PAGES
     tasks_max: int = TASKS_MAX
     run_level: int = RUN_CGROUP_LEVEL
+    tasks_per_run: int = TASKS_MAX
+    """A run slot's share of `tasks_max` (the daemon: an equal share per concurrent run)."""
 
     @property
     def wake_every(self) -> int:
@@ -166,6 +168,7 @@ def monitor_object(config: MonitorConfig) -> tuple[BpfObject, bool]:
     cflags = [
         f"-I{SOURCE_DIR}",
         f"-DTASKS_MAX={config.tasks_max}",
+        f"-DTASKS_PER_RUN={config.tasks_per_run}",
         f"-DRINGBUF_PAGES={config.ringbuf_pages}",
         f"-DWAKE_EVERY={config.wake_every}",
         f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
@@ -223,6 +226,7 @@ class Monitor:
         if not slot or key >= 1 << 16:
             raise MonitorError(f"run key {key} is not usable (0 < key < 65536, key % {RUN_SLOTS} != 0)")
         self._set_net(slot, net)
+        self._zero_live(slot)
         runs = self._obj.maps["run_cgroups"]
         runs[runs.Key(cgroup_id)] = runs.Leaf(key)
 
@@ -243,7 +247,13 @@ class Monitor:
         for k in stale:
             with contextlib.suppress(KeyError):
                 del tasks[k]
+        self._zero_live(key % RUN_SLOTS)
         return len(stale)
+
+    def _zero_live(self, slot: int) -> None:
+        """The slot's count of live tracked tasks starts (and ends) at zero."""
+        live = self._obj.maps["live_tasks"]
+        live[live.Key(slot)] = live.Leaf(0)
 
     def _set_net(self, slot: int, net: NetPolicySpec | None) -> None:
         """Write a slot's network rules and then its header (`enforce` last: never half a policy)."""

@@ -74,8 +74,9 @@ def world() -> Iterator[World]:
         stranger = accounts.user("str")
         (root / "floor.toml").write_text(FLOOR)
         config = (f'group = "{sock_group}"\n[access]\nallowed_groups = ["{allowed}"]\n'
-                  f'[limits]\nmax_concurrent_runs = 8\npids_max = 64\nmemory_max = "1G"\n'
-                  f'[floor]\npolicy = "{root / "floor.toml"}"\n')
+                  f'[limits]\nmax_concurrent_runs = 8\nmax_runs_per_user = 8\npids_max = 64\n'
+                  f'memory_max = "1G"\n'
+                  f'[floor]\npolicy = "{root / "floor.toml"}"\nworkspace_roots = ["{root}/*"]\n')
         with daemon(root, config) as service:
             yield World(root, accounts, member, outsider, stranger, service)
     finally:
@@ -465,7 +466,8 @@ def test_runs_beyond_the_limit_are_refused_not_queued(world: World) -> None:
     root.mkdir()
     root.chmod(0o755)
     group = world.accounts.groups[1]
-    config = f'[access]\nallowed_groups = ["{group}"]\n[limits]\nmax_concurrent_runs = 1\n'
+    config = (f'[access]\nallowed_groups = ["{group}"]\n[limits]\nmax_concurrent_runs = 1\n'
+              "max_runs_per_user = 2\n")
     with daemon(root, config) as service:
         os.chmod(service.socket, 0o666)
         work = user.workspace(world.root, "work-limit")

@@ -107,6 +107,9 @@ class RunResult:
     elapsed: float
     """The command's run length: the spool's `run_started` to `command_exited` stamps, the length
     `show` gives too (the runner's own set-up and publishing are in the `run.after_exit` log)."""
+    marks: dict[str, float] = field(default_factory=dict)
+    """Monotonic seconds of the run's steps (`started`, `exited`, ...) and its final counts
+    (`drops`, `untracked`): the daemon's metrics."""
 
 
 def execute(req: RunRequest) -> RunResult:
@@ -143,7 +146,8 @@ def execute(req: RunRequest) -> RunResult:
             for pass_ in live:
                 pass_.close()
             os.close(out_fd)
-    return RunResult(code, req.archive_path, req.spool_path, normalized, marks["exited"] - marks["started"])
+    return RunResult(code, req.archive_path, req.spool_path, normalized, marks["exited"] - marks["started"],
+                     marks)
 
 
 def _normalized(req: RunRequest, out_fd: int, spool_name: str,
@@ -238,6 +242,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         marks["exited"] = spooler.stamps["command_exited"] / 1e9
         marks["drained"] = time.monotonic()
         counters = source.counters()
+        marks["drops"], marks["untracked"] = sum(counters.drops.values()), counters.untracked
         trailer = SpoolTrailer(
             exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
             untracked_tasks=counters.untracked, ended_by=ended_by, limits=dict(limits.applied),

@@ -178,11 +178,7 @@ def _mirror(sock: socket.socket) -> int:
     reader = protocol.FrameReader(max_fds=0)
     try:
         while True:
-            body = protocol.receive(sock, reader)
-            if body is None:
-                raise RunnerError("the assay-runner daemon closed the connection before the run finished; "
-                                  "see its log (journalctl -u assay-runner)")
-            msg = protocol.decode_daemon(body)
+            msg = _next_reply(sock, reader, "before the run finished")
             if isinstance(msg, protocol.Progress):
                 status.update(msg.events, lambda m=msg: {"all": m.drops}, msg.elapsed_s)
             elif isinstance(msg, protocol.Finished):
@@ -199,14 +195,30 @@ def _mirror(sock: socket.socket) -> int:
         sock.close()
 
 
+def _next_reply(sock: socket.socket, reader: protocol.FrameReader, when: str) -> protocol.DaemonMessage:
+    """The daemon's next message; a lost connection or a garbled reply is one line, never a traceback
+    (a reset connection reads as a closed one, as in the C client)."""
+    try:
+        body = protocol.receive(sock, reader)
+    except OSError:
+        body = None
+    if body is None:
+        raise RunnerError(f"the assay-runner daemon closed the connection {when}; "
+                          "see its log (journalctl -u assay-runner)")
+    try:
+        return protocol.decode_daemon(body)
+    except protocol.ProtocolError as exc:
+        raise RunnerError(str(exc)) from None
+
+
 def daemon_status(path: Path) -> protocol.StatusReply:
     sock = connect(path)
     try:
-        protocol.send(sock, protocol.StatusQuery(version=protocol.VERSION))
-        body = protocol.receive(sock, protocol.FrameReader(max_fds=0))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused at once: read why
+            protocol.send(sock, protocol.StatusQuery(version=protocol.VERSION))
+        msg = _next_reply(sock, protocol.FrameReader(max_fds=0), "before it answered")
     finally:
         sock.close()
-    msg = protocol.decode_daemon(body) if body is not None else None
     if isinstance(msg, protocol.Refused):
         raise RunnerError(msg.message, msg.exit_code)
     if not isinstance(msg, protocol.StatusReply):

@@ -161,6 +161,8 @@ class StatusReply(_Msg, tag="status_reply"):
     ship_queue: list[ShipInfo] = msgspec.field(default_factory=list)
     shipped: int = 0
     """Archives pushed since the daemon started."""
+    metrics: dict[str, float] = {}
+    """The daemon's counters, as its metrics endpoint serves them (runner/daemon/metrics.py)."""
 
 
 DaemonMessage = Started | Progress | Finished | Refused | StatusReply

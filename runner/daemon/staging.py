@@ -27,6 +27,7 @@ from runner.capture.spawn import Credentials
 from runner.daemon.peer import filesystem_identity
 from runner.errors import RunnerError
 from runner.evidence.archive import write_streamed
+from spool.dirfd import FILE_MODE, SPOOL_MODE
 
 STAGING = Path("/var/lib/assay-runner/staging")
 DELIVERED = (".spool", ".tar.gz")
@@ -60,7 +61,8 @@ def deliver(staging: Path, run_id: str, out_fd: int, creds: Credentials,
     for name in names:
         with open(staging / name, "rb") as src, filesystem_identity(creds):  # this thread's fsuid only
             try:
-                write_streamed(Path(name), lambda f, s=src: shutil.copyfileobj(s, f, 1 << 20), out_fd)
+                write_streamed(Path(name), lambda f, s=src: shutil.copyfileobj(s, f, 1 << 20), out_fd,
+                               mode=SPOOL_MODE if name.endswith(".spool") else FILE_MODE)
             except OSError as exc:
                 raise RunnerError(f"cannot write {name} into --out: {exc.strerror or exc}") from exc
     return names
