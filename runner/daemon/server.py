@@ -40,6 +40,7 @@ from runner.daemon.orphan import Held, recover_killed, remove_leftovers
 from runner.daemon.peer import Peer, peer_of, refusal
 from runner.daemon.sensor import SensorHandle, SharedSensor
 from runner.daemon.spare import Spare, fork_spare
+from runner.daemon.status import RunView, status_reply
 from runner.daemon.workspace import remove_run_tmp, run_tmp_path
 from runner.errors import RunnerError
 from runner.logs import get_logger
@@ -318,23 +319,14 @@ class Daemon:
         self._drop(pending.conn.fileno())
 
     def _answer_status(self, pending: Pending) -> None:
-        now = time.monotonic()
         for run in self.runs.values():
             self._read_report(run)
+        now = time.monotonic()
+        runs = [RunView(r.run_id, r.peer.uid, r.peer.pid, now - r.started, r.events, r.drops, r.worker_pid)
+                for r in sorted(self.runs.values(), key=lambda r: r.started)]
         pids = [os.getpid(), *([self.sensor.pid] if self.sensor else []), *self.runs]
-        reply = protocol.StatusReply(
-            version=protocol.VERSION, pid=os.getpid(), uptime_s=round(now - self.started, 3),
-            runs=[protocol.RunInfo(run_id=r.run_id, caller_uid=r.peer.uid, caller_pid=r.peer.pid,
-                                   age_s=round(now - r.started, 3), events=r.events, drops=r.drops,
-                                   worker_pid=r.worker_pid)
-                  for r in sorted(self.runs.values(), key=lambda r: r.started)],
-            bpf_programs=len(set().union(*map(_bpf_programs, pids))), rss_bytes=sum(map(_rss_bytes, pids)),
-            max_concurrent_runs=self.config.max_concurrent_runs, metrics=self.metrics.snapshot(),
-            ship_ref=self.config.ship.ref,
-            ship_queue=[protocol.ShipInfo(p.run_id, p.path, p.attempts, p.last_error)
-                        for p in (self.shipper.pending() if self.shipper else [])],
-            shipped=self.shipper.pushed if self.shipper else 0,
-        )
+        snapshot = self.metrics.snapshot()
+        reply = status_reply(now - self.started, runs, pids, self.config, snapshot, self.shipper)
         _reply(pending.conn, reply)
         self._drop(pending.conn.fileno())
 
@@ -504,26 +496,6 @@ def _held(pending: Pending, msg: protocol.RunStart, out_fd: int) -> Held:
     except RunnerError:
         creds = None  # the worker refuses the run: there will be nothing to deliver
     return Held(out_fd=out_fd, conn=pending.conn.dup(), out_display=msg.out_display, creds=creds)
-
-
-def _bpf_programs(pid: int) -> set[int]:
-    """Ids of the BPF programs `pid` holds fds of (workers share the daemon's: counted once)."""
-    ids: set[int] = set()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(f"/proc/{pid}/fdinfo"):
-            with contextlib.suppress(OSError), open(entry.path) as f:
-                for line in f:
-                    if line.startswith("prog_id:"):
-                        ids.add(int(line.split()[1]))
-    return ids
-
-
-def _rss_bytes(pid: int) -> int:
-    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def _reply(conn: socket.socket, msg: protocol.Refused | protocol.StatusReply) -> None:
