@@ -125,7 +125,10 @@ def run_once(args: argparse.Namespace, tools: Tools, size: int, paths: str, rep:
     if exits is not None:
         exits.forget()
     with tempfile.NamedTemporaryFile("r") as rss:
-        done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, binary, "run", *runner.mode(),
+        # direct runs log their after-exit figures as JSON (the daemon's client logs nothing: its figures
+        # are the daemon's); a leading option would send the fast client to the Python one
+        logs = [] if runner.daemon else ["--log-format", "json"]
+        done = run_measured([GNU_TIME, "-f", "%M", "-o", rss.name, binary, *logs, "run", *runner.mode(),
                              "--out", str(out), "--run-id", run_id, "--force", "--", "sh", "-c", script,
                              tools.program("open_heavy"), str(args.scratch), str(size), str(PATHS[paths]),
                              tools.program("start_stamp")], env={**runner_env(), **runner.env})

@@ -18,7 +18,7 @@ from operator import attrgetter
 
 from normalizer import accel
 from normalizer.buckets import Ahead, Run, Spilled
-from normalizer.classify import Classified
+from normalizer.classify import O_TMPFILE_BIT, Classified
 from normalizer.correlate import END, Block
 from normalizer.kernel_lines import (
     LINES_PER_WRITE,
@@ -93,8 +93,9 @@ def routes(values: dict[str, set[str]]) -> dict[str, Route]:
 def collect_values(shapes: list[Classified], values: list[str | None], kinds: set[str],
                    routes: dict[str, Route], writes: tuple[str, ...]) -> None:
     """Gather the shapes' kinds, and each (final) value into its kind's route: the written set only
-    for an open that succeeded with an access mode in `writes` (the C accelerator has the same
-    function)."""
+    for an open that succeeded with an access mode in `writes`, not an O_TMPFILE one (its path is
+    the directory the unnamed file is made in: `/tmp` is not a file written; the C accelerator has
+    the same function)."""
     kinds.update(map(_KIND, shapes))
     for c, value in zip(shapes, values, strict=True):
         route = None if value is None else routes.get(c.kind)
@@ -105,7 +106,9 @@ def collect_values(shapes: list[Classified], values: list[str | None], kinds: se
             into.add(value)  # type: ignore[arg-type]
         if blocked is not None:
             blocked.add(value)  # type: ignore[arg-type]
-        if written is not None and (m := c.meta) is not None and m.status is None and m.access_mode in writes:
+        m = c.meta
+        if written is not None and m is not None and m.status is None and m.access_mode in writes \
+                and not m.flags & O_TMPFILE_BIT:  # O_TMPFILE names the directory of an unnamed file
             written.add(value)  # type: ignore[arg-type]
 
 

@@ -668,7 +668,7 @@ static PyObject *tails_of(PyObject *self, PyObject *const *args, Py_ssize_t narg
 }
 
 /* The attribute names stage B's functions read, interned on first use. -1 on error. */
-static PyObject *s_event_type, *s_kind, *s_meta, *s_status, *s_access_mode;
+static PyObject *s_event_type, *s_kind, *s_meta, *s_status, *s_flags, *s_access_mode;
 
 static int shape_names(void)
 {
@@ -678,7 +678,9 @@ static int shape_names(void)
     s_kind = PyUnicode_InternFromString("kind");
     s_meta = PyUnicode_InternFromString("meta");
     s_status = PyUnicode_InternFromString("status");
-    s_access_mode = s_event_type && s_kind && s_meta && s_status ? PyUnicode_InternFromString("access_mode") : NULL;
+    s_flags = PyUnicode_InternFromString("flags");
+    s_access_mode = s_event_type && s_kind && s_meta && s_status && s_flags
+                        ? PyUnicode_InternFromString("access_mode") : NULL;
     return s_access_mode != NULL ? 0 : -1;
 }
 
@@ -836,7 +838,10 @@ static int add_to(PyObject *into, PyObject *value)
     return into == Py_None ? 0 : PySet_Add(into, value);
 }
 
-/* Does `meta` describe a successful open for writing (status None, access mode in `writes`)? */
+#define O_TMPFILE_BIT 020000000L /* normalizer/classify.py O_TMPFILE_BIT */
+
+/* Does `meta` describe a successful open for writing (status None, access mode in `writes`, not an
+ * O_TMPFILE open, which names the directory of an unnamed file)? */
 static int opened_for_writing(PyObject *meta, PyObject *writes)
 {
     if (meta == Py_None)
@@ -847,6 +852,15 @@ static int opened_for_writing(PyObject *meta, PyObject *writes)
     int ok = status == Py_None;
     Py_DECREF(status);
     if (!ok)
+        return 0;
+    PyObject *flags = PyObject_GetAttr(meta, s_flags);
+    if (flags == NULL)
+        return -1;
+    long bits = PyLong_Check(flags) ? PyLong_AsLong(flags) : 0;
+    Py_DECREF(flags);
+    if (bits == -1 && PyErr_Occurred())
+        return -1;
+    if (bits & O_TMPFILE_BIT)
         return 0;
     PyObject *mode = PyObject_GetAttr(meta, s_access_mode);
     if (mode == NULL)

@@ -13,3 +13,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBES_DIR = ROOT / "probes"
+CHECKOUT_DATA = ("catalogs", "probes", "schema")
+"""What the harness reads from the checkout; a wheel does not carry it (the probes are the checkout's)."""
+
+
+def checkout_missing(command: str, needs: tuple[str, ...] = CHECKOUT_DATA) -> str | None:
+    """One line saying what `command` needs when this is not a checkout (a `pip install .`), else None."""
+    missing = [name for name in needs if not (ROOT / name).is_dir()]
+    if not missing:
+        return None
+    return (f"{command} needs an assay-runner checkout: {', '.join(f'{m}/' for m in missing)} not found "
+            f"beside the installed package ({ROOT}); run it from a clone after 'make setup'")

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from probe_harness import corroborate
+from probe_harness import checkout_missing, corroborate
 from probe_harness.contracts import ContractError, Contracts, load_contracts
 from probe_harness.execute import (
     Batch,
@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main() -> int:
     """Console script `probe`."""
     args = build_parser().parse_args()
+    if (needed := checkout_missing("probe")) is not None:
+        print(f"probe: error: {needed}", file=sys.stderr)
+        return 2
     try:
         if args.repeat < 1:
             raise UsageError("--repeat must be at least 1")

@@ -1,14 +1,15 @@
 """Runner logs through structlog, on stderr, never mixed into the command's output.
 
-Console rendering on a terminal; JSON lines when asked, when stderr is not a
-terminal, or when CI is set. Every string in a log line (argv, paths, error
+Text lines by default, on a terminal or not (in a container without `-t`,
+under CI, piped): a person reads them beside the summary. JSON lines only
+when asked (`--log-format json`: the daemon's unit, bench, the tests that
+read the logs). Colours only on a terminal. Every string in a log line (argv, paths, error
 text) goes through `runner.display.printable` first, whatever the renderer:
 the command under observation names its own files and programs.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -34,11 +35,11 @@ _settings: tuple[str, bool] | None = None
 _applied = False
 
 
-def configure_logging(fmt: str = "auto", verbose: bool = False) -> None:
-    """Choose the format ('auto', 'console' or 'json'); structlog is set up at the first log line.
+def configure_logging(fmt: str = "console", verbose: bool = False) -> None:
+    """Choose the format ('console' or 'json'); structlog is set up at the first log line.
 
-    On a terminal only warnings show unless `verbose`: the person is watching
-    their command's output, not ours. JSON (machines, CI) gets info too.
+    As text only warnings show unless `verbose`: the person is watching
+    their command's output, not ours. JSON (machines) gets info too.
     Deferred because importing structlog costs tens of milliseconds that the
     daemon client, which logs nothing on success, should not pay.
     """
@@ -51,11 +52,9 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exc
 """structlog's method names and their `logging` levels (a method not listed is never filtered here)."""
 
 
-def _resolve(fmt: str, verbose: bool) -> tuple[str, int]:
-    """The format 'auto' stands for here, and the lowest level that is shown."""
-    if fmt == "auto":
-        fmt = "json" if os.environ.get("CI") or not sys.stderr.isatty() else "console"
-    return fmt, 20 if verbose or fmt == "json" else 30
+def _level(fmt: str, verbose: bool) -> int:
+    """The lowest level that is shown."""
+    return 20 if verbose or fmt == "json" else 30
 
 
 def _discard(*_args: object, **_kwargs: object) -> None:
@@ -65,7 +64,7 @@ def _discard(*_args: object, **_kwargs: object) -> None:
 def _apply(fmt: str, verbose: bool) -> None:
     import structlog
 
-    fmt, level = _resolve(fmt, verbose)
+    level = _level(fmt, verbose)
     renderer = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
@@ -94,7 +93,7 @@ class Logger:
 
     def __getattr__(self, method: str) -> Any:
         global _applied
-        if _settings is not None and _LEVELS.get(method, 0) and _LEVELS[method] < _resolve(*_settings)[1]:
+        if _settings is not None and _LEVELS.get(method, 0) and _LEVELS[method] < _level(*_settings):
             return _discard  # what would be filtered out costs no structlog import (tens of ms)
         if not _applied and _settings is not None:
             _apply(*_settings)

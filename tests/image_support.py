@@ -24,6 +24,8 @@ from tests.support import ROOT
 SETUP_DOC = ROOT / "docs" / "setup.md"
 RUN_LINE_MARKER = "<!-- docker-run-line: tests/test_image.py runs this block -->"
 DOCUMENTED_IMAGE = "assay-runner:latest"
+DOCUMENTED_CACHE = "assay-runner-bpf-cache"
+"""The documented named volume of the BPF cache; a test run uses its own (`cache_volume`)."""
 
 
 def docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -140,10 +142,16 @@ def documented_run_line() -> list[str]:
     return words[2:words.index(DOCUMENTED_IMAGE) + 1]
 
 
+def cache_volume() -> str:
+    """This test process's BPF cache volume: a docker volume is host-global, another session's tests
+    must not share or remove it."""
+    return f"{DOCUMENTED_CACHE}-test-{os.getpid()}"
+
+
 def run_line(image: str, runs: Path, extra: tuple[str, ...] = ()) -> list[str]:
-    """The documented options with `$PWD/runs` at `runs` and the test's image tag."""
+    """The documented options with `$PWD/runs` at `runs`, the test's cache volume and image tag."""
     out = []
     for word in documented_run_line():
-        word = word.replace("$PWD/runs", str(runs))
+        word = word.replace("$PWD/runs", str(runs)).replace(f"{DOCUMENTED_CACHE}:", f"{cache_volume()}:")
         out.append(image if word == DOCUMENTED_IMAGE else word)
     return [*out[:-1], *extra, out[-1]]

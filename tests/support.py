@@ -72,14 +72,15 @@ def runner_env(**extra: str) -> dict[str, str]:
 
 def assay(*args: str | Path, cwd: Path | None = None, timeout: float = 300,
           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the CLI as a user would; output captured as text.
+    """Run the CLI as a user would; output captured as text, the runner's logs as JSON lines (the
+    tests read them; a later --log-format in `args` wins).
 
     Without `env`, the test's environment minus SUDO_*: whether pytest itself
     was started through sudo must not change whom the command runs as.
     """
     return subprocess.run(
-        [*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        env=runner_env() if env is None else env, stdin=subprocess.DEVNULL,
+        [*CLI, "--log-format", "json", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+        timeout=timeout, env=runner_env() if env is None else env, stdin=subprocess.DEVNULL,
     )
 
 

@@ -49,7 +49,8 @@ def test_policy_and_sandbox_together_are_refused(tmp_path: Path) -> None:
     policy.write_text('version = 1\n[filesystem]\nread = ["/"]\n')
     out = tmp_path / "out"
     proc = assay("run", "--out", out, "--policy", policy, "--sandbox", "read-only", "--", "true")
-    assert proc.returncode == 2
+    assert proc.returncode == 125  # bad input to run: 125 and one line, argparse's errors too
+    assert proc.stderr.count("\n") == 1
     assert "argument --sandbox: not allowed with argument --policy" in proc.stderr
     assert not out.exists()
 
@@ -85,12 +86,18 @@ def test_normalize_a_truncated_real_spool(tmp_path: Path) -> None:
 
 
 @pytest.mark.kernel
-@pytest.mark.parametrize("fmt", ["json", "console"])
+@pytest.mark.parametrize("fmt", ["json", "console", "default"])
 def test_log_format(tmp_path: Path, fmt: str) -> None:
-    """json: every log line is a JSON object, info included; console: no JSON, warnings only."""
+    """json: every log line is a JSON object, info included; console, and the default on a pipe even
+    under CI (a container without -t): text, warnings only."""
     run_id = unique_run_id("logfmt")
-    proc = assay("--log-format", fmt, "run", "--out", tmp_path, "--run-id", run_id, "--workdir", tmp_path,
-                 "--", "true", cwd=tmp_path)
+    args = ["run", "--out", tmp_path, "--run-id", run_id, "--workdir", tmp_path, "--", "true"]
+    if fmt == "default":
+        proc = subprocess.run([*CLI, *map(str, args)], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300, env=runner_env(CI="true"), stdin=subprocess.DEVNULL)
+        assert "run.evidence_unprotected" in proc.stderr  # the warning a root run without policy gets
+    else:
+        proc = assay("--log-format", fmt, *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     logs = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
     if fmt == "json":

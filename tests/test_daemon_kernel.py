@@ -9,6 +9,7 @@ only their workspace's `ok/` tree.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
@@ -20,6 +21,7 @@ import socket
 import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -386,8 +388,10 @@ def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) ->
     client = (f"ulimit -n 300; umask 027; exec {shlex.join(map(str, CLI))} run "
               f"--socket {world.daemon.socket} --out out --run-id tty -- sh -c {shlex.quote(inner)}")
     master, slave = pty.openpty()
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = subprocess.Popen(["sh", "-c", client], cwd=work, user=user.uid, group=user.gid,
-                            extra_groups=list(user.groups), env=user.env(), stdin=slave, stdout=slave,
+                            extra_groups=list(user.groups), env=user.env(TERM="xterm"), stdin=slave,
+                            stdout=slave,
                             stderr=slave, start_new_session=True)
     os.close(slave)
     output = b""
@@ -402,8 +406,9 @@ def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) ->
     os.close(master)
     assert proc.wait(timeout=60) == 0
     text = output.decode(errors="replace").replace("\r", "")
-    status = re.compile(r"\x1b\[K(\[assay-runner\] \d+ events · \d+ drops · [\d.]+s)?")
-    assert any(m[1] for m in status.finditer(text)), text  # the live status line, drawn by the client
+    status = re.compile(r"\x1b7(\x1b\[[\d;]*[A-Zmr])*(\[assay-runner\] \d+ events · \d+ drops · [\d.]+s)?"
+                        r"\x1b8|\x1bD\x1b\[1A")  # the status row: taken, drawn, given back (terminal.py)
+    assert any(m[2] for m in status.finditer(text)), text  # the live status line, drawn by the client
     lines = status.sub("", text).splitlines()
     assert lines[0].startswith("/dev/pts/"), text
     assert lines[1:3] == ["0027", "300"], text

@@ -10,15 +10,18 @@ did. The real daemon with real users is in tests/test_daemon_kernel.py.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -296,9 +299,11 @@ def test_the_status_line_on_a_terminal_is_the_same(tmp_path: Path, daemon_factor
     for client in CLIENTS:
         fake = daemon_factory(script)
         leader, follower = pty.openpty()
+        fcntl.ioctl(leader, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # a terminal with rows
         proc = subprocess.Popen([*CLIENTS[client](), "run", "--socket", str(fake.socket), "--out", "out",
                                  "--run-id", "s", "--", "true"], cwd=tmp_path, stderr=follower,
-                                stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "TERM": "xterm"})
         os.close(follower)
         data = b""
         while True:
@@ -315,6 +320,7 @@ def test_the_status_line_on_a_terminal_is_the_same(tmp_path: Path, daemon_factor
     assert screens["fast"] == screens["python"]
     assert b"12 events \xc2\xb7 1 drops \xc2\xb7 0.3s" in screens["fast"]
     assert b"13 events" not in screens["fast"]
+    assert b"\x1b[1;23r" in screens["fast"] and b"\x1b[r" in screens["fast"]  # the row taken, then given back
 
 
 def test_a_closed_stdin_reaches_the_daemon_as_dev_null(tmp_path: Path, daemon_factory: Callable) -> None:

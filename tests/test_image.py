@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from runner.host.mounts import cgroup2_mount
-from tests.image_support import checkout_tag, docker, docker_daemon, run_line
+from tests.image_support import cache_volume, checkout_tag, docker, docker_daemon, run_line
 from tests.support import CLI, ROOT, Archive
 from tests.test_doctor import CHECKS
 
@@ -45,7 +45,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         lines = [line for line in proc.stdout.splitlines() if line.startswith("image: built ")]
         assert len(lines) == 1, proc.stdout
-        yield Built(tag, f"{lines[0]} (docker daemon {daemon})")
+        try:
+            yield Built(tag, f"{lines[0]} (docker daemon {daemon})")
+        finally:
+            docker("volume", "rm", "--force", cache_volume(), timeout=60)
 
 
 @pytest.fixture
@@ -111,10 +114,10 @@ def test_doctor_passes_in_the_container(image: str, tmp_path: Path) -> None:
 def test_run_in_the_container_writes_an_archive_that_validates(image: str, tmp_path: Path) -> None:
     run_id = f"image-smoke-{os.getpid()}"
     marker = f"/tmp/assay-image-smoke-{os.getpid()}"
-    proc = run_in_image(image, tmp_path, "run", "--out", "/runs", "--run-id", run_id, "--",
-                        "sh", "-c", f"echo evidence > {marker}; cat /etc/debian_version")
+    proc = run_in_image(image, tmp_path, "--log-format", "json", "run", "--out", "/runs", "--run-id", run_id,
+                        "--", "sh", "-c", f"echo evidence > {marker}; cat /etc/debian_version")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # The run read the ring with the C consumer (its log line, JSON on a non-terminal stderr).
+    # The run read the ring with the C consumer (its log line, asked for as JSON).
     assert '"ring_consumer": "c"' in proc.stderr, proc.stderr
     archive = tmp_path / f"{run_id}.tar.gz"
     inside = run_in_image(image, tmp_path, "validate", f"/runs/{archive.name}")
@@ -166,3 +169,17 @@ def test_read_only_cgroup2_from_docker_is_made_writable(image: str, tmp_path: Pa
     assert f"made the read-only mount at {host} writable" in proc.stderr, proc.stderr
     cgroup2 = [row for row in proc.stdout.splitlines() if row.split()[1] == "cgroup2"]
     assert cgroup2 and cgroup2[0].startswith("ok") and cgroup2[0].endswith("writable"), proc.stdout
+
+
+def test_the_documented_line_keeps_the_bpf_cache_and_logs_text(image: str, tmp_path: Path) -> None:
+    """The named volume keeps the compiled program from one `docker run` to the next; without -t the
+    logs are text lines, not JSON, beside the summary."""
+    runs = [run_in_image(image, tmp_path, "--log-format", "json", "run", "--out", "/runs", "--run-id",
+                         f"cache-{n}-{os.getpid()}", "--", "true") for n in (1, 2)]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    assert '"compiled_now": false' in runs[1].stderr, runs[1].stderr  # loaded from the volume
+    plain = run_in_image(image, tmp_path, "run", "--out", "/runs", "--run-id", f"text-{os.getpid()}", "--",
+                         "true")
+    assert plain.returncode == 0, plain.stderr
+    assert "assay-runner: command exited 0" in plain.stderr
+    assert not any(line.startswith("{") for line in plain.stderr.splitlines()), plain.stderr

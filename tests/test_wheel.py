@@ -122,3 +122,16 @@ def test_the_other_package_data_is_in_the_wheel(installed: Path, tmp_path: Path)
     assert sources == str(sorted(p.name for p in (ROOT / "ebpf").iterdir() if p.suffix in (".c", ".h")))
     assert Path(where).is_relative_to(installed.parent), where
     assert presets == str(list(PRESETS)), presets
+
+
+
+@pytest.mark.parametrize("argv", [["probe", "--matrix"], ["assay-runner-py", "acceptance"]])
+def test_commands_that_need_the_checkout_say_so_in_one_line(installed: Path, tmp_path: Path,
+                                                            argv: list[str]) -> None:
+    """The probes, catalogs and fixtures are the checkout's, not the wheel's: one line says so."""
+    proc = run(installed, tmp_path, *argv)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and "needs an assay-runner checkout" in line and "make setup" in line, line
+    assert str(installed.parent) in line  # where it looked
+    assert run(installed, tmp_path, "assay-runner-py", "acceptance", "list").returncode == 0

@@ -105,6 +105,8 @@ class RunResult:
     spool: Path
     normalized: NormalizedRun
     elapsed: float
+    """The command's run length: the spool's `run_started` to `command_exited` stamps, the length
+    `show` gives too (the runner's own set-up and publishing are in the `run.after_exit` log)."""
     marks: dict[str, float] = field(default_factory=dict)
     """Monotonic seconds of the run's steps (`started`, `exited`, ...) and its final counts
     (`drops`, `untracked`): the daemon's metrics."""
@@ -118,7 +120,6 @@ def execute(req: RunRequest) -> RunResult:
     during the run changes nothing the runner writes. SIGINT, SIGTERM and
     SIGHUP are handled from the first step to the last (interrupt.py).
     """
-    started = time.monotonic()
     with Interruptions(req.forward_first_signal, final=req.exit_after) as interrupts:
         enforcement = enforce.prepare(req.policy, req.allow_compat_syscalls)  # fails before anything exists
         out_fd = open_dir(req.out_dir)
@@ -145,7 +146,8 @@ def execute(req: RunRequest) -> RunResult:
             for pass_ in live:
                 pass_.close()
             os.close(out_fd)
-    return RunResult(code, req.archive_path, req.spool_path, normalized, time.monotonic() - started, marks)
+    return RunResult(code, req.archive_path, req.spool_path, normalized, marks["exited"] - marks["started"],
+                     marks)
 
 
 def _normalized(req: RunRequest, out_fd: int, spool_name: str,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from runner.capture.terminal import StatusRow
 from runner.display import printable_lines
 
 if TYPE_CHECKING:  # the daemon client draws the status line without importing the normalizer
@@ -17,30 +17,26 @@ REFRESH_S = 0.25
 
 
 class LiveStatus:
-    """`events · drops · elapsed` on stderr, redrawn in place; silent off a terminal."""
+    """`events · drops · elapsed` on the terminal's reserved last row (terminal.py), or nothing."""
 
     def __init__(self) -> None:
-        self._enabled = sys.stderr.isatty()
+        self._row = StatusRow()
         self._start = time.monotonic()
         self._next = self._start + REFRESH_S
-        self._drawn = False
 
     def update(self, events: int, drops: Callable[[], dict[str, int]], elapsed: float | None = None) -> None:
         """Redraw at most every REFRESH_S; `elapsed` when the run's clock is elsewhere (the daemon's)."""
         now = time.monotonic()
-        if not self._enabled or now < self._next:
+        if not self._row.enabled or now < self._next:
             return
         self._next = now + REFRESH_S
         dropped = sum(drops().values())
         seconds = now - self._start if elapsed is None else elapsed
-        sys.stderr.write(f"\r\033[K[assay-runner] {events} events · {dropped} drops · {seconds:.1f}s")
-        sys.stderr.flush()
-        self._drawn = True
+        self._row.draw(f"[assay-runner] {events} events · {dropped} drops · {seconds:.1f}s")
 
     def clear(self) -> None:
-        if self._drawn:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
+        """Give the terminal back whole (idempotent): called when the command has exited or on the way out."""
+        self._row.release()
 
 
 def _preview(items: Preview) -> str:

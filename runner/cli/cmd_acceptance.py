@@ -39,6 +39,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from probe_harness import CHECKOUT_DATA, checkout_missing
 from runner.acceptance.execute import Interrupted, exit_code, run_gate
 from runner.acceptance.expect import ExpectationError
 from runner.acceptance.expect import load as load_expectations
@@ -108,6 +109,8 @@ def host_problem() -> str | None:
 
 def run_gates(args: argparse.Namespace) -> int:
     gates = _select(args.gates)
+    if (needed := checkout_missing("assay-runner acceptance", ("fixtures", *CHECKOUT_DATA))) is not None:
+        raise RunnerError(f"{needed} ('acceptance verify' and 'list' work anywhere)", EXIT_BAD_INPUT)
     files = _expectation_files(gates, args.expect)
     try:
         expectations = {name: load_expectations(path) for name, path in files.items()}

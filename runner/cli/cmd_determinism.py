@@ -11,6 +11,10 @@ leave the same workdir end state (every path's type, mode and content or
 link target, runner/evidence/endstate.py): a file whose content depends on
 the time is named there, though the archives cannot show it.
 
+The clock variables the common tools read (SOURCE_DATE_EPOCH, GIT_AUTHOR_DATE,
+GIT_COMMITTER_DATE) are set to one value for every run unless --no-pin-time;
+a value the caller set is kept. The report lists them.
+
 Writes --out/run-1/RUN_ID.tar.gz (+ .spool), run-2/, ... and
 --out/determinism-report.json; prints the readable report on stdout and
 progress on stderr. Ctrl-C ends the current run and stops the check (the
@@ -48,6 +52,7 @@ from runner.cli.cmd_run import STATE_DIR, add_capture_options, build_request, pr
 from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, RunnerError
 from runner.evidence.archive import load_members, sha256_ref, write_atomic
+from runner.evidence.clock import pin_clock
 from runner.evidence.compare import RunInput, build_report, render_text
 from runner.evidence.endstate import end_state
 
@@ -72,6 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="overwrite archives of the same run id in --out/run-N/")
     p.add_argument("--allow-unhealthy", action="store_true",
                    help="report but do not fail runs whose health is not passing")
+    p.add_argument("--no-pin-time", dest="pin_time", action="store_false",
+                   help="do not set the clock variables (SOURCE_DATE_EPOCH, GIT_AUTHOR_DATE, "
+                        "GIT_COMMITTER_DATE) to one value for every run (docs/determinism.md)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
                    help="the command to run, after '--'")
     p.set_defaults(func=main)
@@ -101,8 +109,10 @@ def scratch_dir(workdir: Path) -> Path:
                       EXIT_BAD_INPUT)
 
 
-def prepare(args: argparse.Namespace, scratch: Path) -> tuple[RunRequest, list[Path]]:
-    """Check every input like `run` does; RunnerError (exit 2) before anything runs."""
+def prepare(args: argparse.Namespace, scratch: Path) -> tuple[RunRequest, list[Path], list[str]]:
+    """Check every input like `run` does; RunnerError (exit 2) before anything runs.
+
+    Also the clock variables pinned for every run (clock.py), unless --no-pin-time."""
     if args.runs < 2:
         raise RunnerError(f"--runs must be at least 2, got {args.runs}", EXIT_BAD_INPUT)
     staged = argparse.Namespace(**{**vars(args), "out": scratch / "run-1", "force": True})
@@ -113,7 +123,10 @@ def prepare(args: argparse.Namespace, scratch: Path) -> tuple[RunRequest, list[P
                    for i in range(1, args.runs + 1)]
     except RunnerError as exc:
         raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc
-    return req, targets
+    if not args.pin_time:
+        return req, targets, []
+    env, pinned = pin_clock(req.env)
+    return dataclasses.replace(req, env=env), targets, pinned
 
 
 def publish_staged(scratch: Path, targets: list[Path]) -> None:
@@ -159,7 +172,9 @@ def main(args: argparse.Namespace) -> int:
     snapshot: Snapshot | None = None
     targets: list[Path] = []
     try:
-        req, targets = prepare(args, scratch)
+        req, targets, pinned = prepare(args, scratch)
+        if pinned:
+            progress("clock pinned for every run: " + ", ".join(pinned))
         out = args.out.resolve()
         excluded = frozenset({out}) if out != workdir and out.is_relative_to(workdir) else frozenset()
         try:
@@ -177,11 +192,11 @@ def main(args: argparse.Namespace) -> int:
         publish_staged(scratch, targets)
         if not keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    return report(req, out, targets, codes, args.allow_unhealthy, states)
+    return report(req, out, targets, codes, args.allow_unhealthy, states, pinned)
 
 
 def report(req: RunRequest, out: Path, targets: list[Path], codes: list[int],
-           allow_unhealthy: bool, states: list[dict[str, str]]) -> int:
+           allow_unhealthy: bool, states: list[dict[str, str]], pinned: list[str]) -> int:
     """Compare the published archives, write the JSON report, print the readable one."""
     inputs = []
     for target, code in zip(targets, codes, strict=True):
@@ -190,7 +205,7 @@ def report(req: RunRequest, out: Path, targets: list[Path], codes: list[int],
                                load_members(archive)))
     # argv and workdir in v0 text: any byte the user passed survives into the JSON report
     result = build_report(req.run_id, [escape_os(a) for a in req.argv], escape_os(str(req.workdir)),
-                          inputs, allow_unhealthy, states)
+                          inputs, allow_unhealthy, states, pinned)
     path = out / REPORT_NAME
     write_atomic(path, msgspec.json.format(msgspec.json.encode(result), indent=2) + b"\n")
     print(render_text(result))

@@ -10,7 +10,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ebpf.wire import DEFAULT_RINGBUF_PAGES
 from normalizer.artifacts import RUN_ID_MAX, is_safe_run_id
@@ -18,8 +18,9 @@ from normalizer.redact import find_unredacted
 from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
 from policy.model import PolicyError, ResolvedPolicy, resolve
 from runner.capture.limits import DEFAULT_PIDS_MAX, CgroupLimits
+from runner.display import printable
 from runner.enforce.identity import command_credentials, effective, identity_env
-from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, RunnerError
+from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER_ERROR, RunnerError
 from runner.logs import get_logger
 from spool.dirfd import open_dir, remove_within
 
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "126: command not executable, 127: command not found)."
         ),
     )
+    p.error = bad_usage  # type: ignore[method-assign]
     add_capture_options(p)
     p.add_argument("--force", action="store_true",
                    help="overwrite an archive of the same run id in --out")
@@ -61,13 +63,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
+def bad_usage(message: str) -> NoReturn:
+    """argparse's errors for `run`: one line and 125 (EXIT_RUNNER_ERROR), as every other bad input to
+    `run`, instead of the usage block and 2, a code the observed command can return too."""
+    print(printable(f"assay-runner: error: run: {message} (see 'assay-runner run --help')"), file=sys.stderr)
+    sys.exit(EXIT_RUNNER_ERROR)
+
+
 def add_capture_options(p: argparse.ArgumentParser) -> None:
     """Options shared by every command that runs something under the monitor."""
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
                    help="directory for archives and spools, created if missing; the command must not "
                         f"be able to write it or any directory leading to it (default: {DEFAULT_OUT})")
     p.add_argument("--run-id", metavar="ID",
-                   help="run identifier: letters, digits, '.', '_', '-' (default: run-<time>-<rand>)")
+                   help=f"run identifier: 1-{RUN_ID_MAX} ASCII letters, digits, '_', '-' "
+                        "(default: run-<time>-<rand>)")
     p.add_argument("--workdir", type=Path, metavar="DIR",
                    help="working directory of the command (default: the current directory)")
     p.add_argument("--ringbuf-pages", type=int, default=DEFAULT_RINGBUF_PAGES, metavar="N",
@@ -265,7 +275,6 @@ def build_request(args: argparse.Namespace) -> RunRequest:
 def report_stale_cleanup() -> None:
     """Clean up after runners that died (runner/capture/stale.py) and say what was done, one line each."""
     from runner.capture.stale import sweep
-    from runner.display import printable
 
     if os.geteuid() != 0:  # only root can; the run itself will say root is needed
         return

@@ -1,13 +1,17 @@
 """`assay-runner show ARCHIVE`: what a run did, readable on a terminal.
 
-Prints the summary, health with what each note means, the process tree
+Prints the health verdict and the capabilities first (programs run, files
+written and read, network, policy blocks), then the counts, health with
+what each note means, the process tree
 (argv where recorded), files grouped by directory with their access modes,
 endpoints, policy blocks with the decisions behind them, and the tool calls
 with the kernel events inside each call's window. Times and the tree's
 parent links come from the raw spool: `--spool SPOOL`, or `ID.spool` found
 beside `ID.tar.gz`. Every string the observed command controlled is printed
-with control characters escaped. `--json` prints the same data as one JSON
-object.
+with control characters escaped. Failed PATH-search execs are folded into
+the exec they led to, and files only looked for (every open failed) are
+counted, not listed; `--all` lists them. `--json` prints all the data as one
+JSON object.
 
 Exit codes: 0 shown, 2 the archive or spool cannot be read (or the spool is
 not this archive's).
@@ -33,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spool", type=Path, help="the run's raw spool (default: ID.spool beside the archive)")
     p.add_argument("--no-spool", action="store_true", help="ignore a spool found beside the archive")
     p.add_argument("--json", action="store_true", help="print the review as one JSON object")
+    p.add_argument("--all", action="store_true",
+                   help="list every failed PATH lookup and every file only looked for (folded by default)")
     p.set_defaults(func=main)
 
 
@@ -41,5 +47,5 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(msgspec.json.encode(view).decode() + "\n")
     else:
-        print(render(view))
+        print(render(view, fold=not args.all))
     return 0

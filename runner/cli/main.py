@@ -33,9 +33,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"assay-runner {__version__}")
     parser.add_argument(
         "--log-format",
-        choices=("auto", "console", "json"),
-        default="auto",
-        help="runner log format on stderr (auto: console on a terminal, JSON otherwise or in CI)",
+        choices=("console", "json"),
+        default="console",
+        help="runner log format on stderr: text lines (default; warnings only unless -v) or JSON lines "
+             "(info too)",
     )
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show the runner's info logs on a terminal too")
@@ -47,7 +48,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
-    parser = build_parser(_chosen_command(sys.argv[1:] if argv is None else argv))
+    chosen = _chosen_command(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(chosen)
+    if chosen == "run":  # unrecognized arguments are the top parser's to report: one line, 125 too
+        from runner.cli.cmd_run import bad_usage
+        parser.error = bad_usage  # type: ignore[method-assign]
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

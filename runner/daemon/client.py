@@ -23,6 +23,7 @@ from pathlib import Path
 from policy.load import PolicyFileError, load_policy, load_preset
 from policy.model import Policy
 from runner.capture.status import LiveStatus
+from runner.capture.terminal import capable
 from runner.daemon import protocol
 from runner.daemon.address import unix_address
 from runner.errors import RunnerError
@@ -131,7 +132,7 @@ def run_via_daemon(args: argparse.Namespace) -> int:
         out_display=str(args.out.resolve()), ringbuf_pages=args.ringbuf_pages,
         isolate_net=args.net == "isolated", allow_compat_syscalls=args.allow_compat_syscalls,
         user=_user_id(args.user), policy=policy_document(args),
-        status_line=sys.stderr.isatty(), umask=_umask(), rlimits=_rlimits(),
+        status_line=capable(2), umask=_umask(), rlimits=_rlimits(),
     )
     sock = connect(socket_path(args))  # before --out is created: no daemon, nothing left behind
     out_existed = os.path.isdir(args.out)
@@ -166,7 +167,14 @@ def _mirror(sock: socket.socket) -> int:
         with contextlib.suppress(OSError):
             protocol.send(sock, protocol.Interrupt())
 
-    old = signal.signal(signal.SIGINT, on_sigint)
+    def on_end(signum: int, _frame: object) -> None:
+        """SIGTERM/SIGHUP end the client (the daemon then ends the run): the terminal is given back first."""
+        status.clear()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    old = {signal.SIGINT: signal.signal(signal.SIGINT, on_sigint),
+           **{s: signal.signal(s, on_end) for s in (signal.SIGTERM, signal.SIGHUP)}}
     reader = protocol.FrameReader(max_fds=0)
     try:
         while True:
@@ -181,7 +189,9 @@ def _mirror(sock: socket.socket) -> int:
                 status.clear()
                 raise RunnerError(msg.message, msg.exit_code)
     finally:
-        signal.signal(signal.SIGINT, old)
+        status.clear()
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
         sock.close()
 
 

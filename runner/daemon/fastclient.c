@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -56,6 +57,7 @@ static const char DEFAULT_OUT[] = "/var/lib/assay-runner/runs";
 static const char FALLBACK[] = "assay-runner-py";
 
 static char **g_argv;
+static int status_capable(void); /* the status row (below): also whether the daemon sends progress */
 
 /* --- falling back to the Python CLI ------------------------------------------------------- */
 
@@ -585,7 +587,7 @@ static void encode_request(buf_t *b, const options_t *o, const char *run_id, con
     mp_str(b, "isolate_net"); put_byte(b, o->net && strcmp(o->net, "isolated") == 0 ? 0xc3 : 0xc2);
     mp_str(b, "user"); put_byte(b, 0xc0);
     mp_str(b, "policy"); put_byte(b, 0xc0);
-    mp_str(b, "status_line"); put_byte(b, isatty(2) ? 0xc3 : 0xc2);
+    mp_str(b, "status_line"); put_byte(b, status_capable() ? 0xc3 : 0xc2);
     mp_str(b, "umask"); mp_int(b, mask);
     mp_str(b, "rlimits"); mp_array(b, RLIMITS - 1);
     for (int r = 0; r < RLIMITS; r++) {
@@ -598,6 +600,104 @@ static void encode_request(buf_t *b, const options_t *o, const char *run_id, con
         mp_int(b, rl.rlim_cur == RLIM_INFINITY ? -1 : (int64_t)rl.rlim_cur);
         mp_int(b, rl.rlim_max == RLIM_INFINITY ? -1 : (int64_t)rl.rlim_max);
     }
+}
+
+/* --- the status row: runner/capture/terminal.py StatusRow, step for step -------------------- */
+
+#define MIN_ROWS 4  /* terminal.MIN_ROWS */
+#define MIN_COLS 20 /* terminal.MIN_COLS */
+static int g_rows, g_cols;              /* the terminal's real size while the row is taken, else 0 */
+static volatile sig_atomic_t g_resized; /* SIGWINCH seen: acted on at the next draw */
+static char g_give_back[64];            /* built when the row is taken: written from signal handlers */
+static size_t g_give_back_n;
+
+static int status_capable(void)
+{
+    struct winsize ws;
+    const char *term = getenv("TERM");
+    return isatty(2) && term && *term && strcmp(term, "dumb") != 0 && ioctl(2, TIOCGWINSZ, &ws) == 0 &&
+           ws.ws_row >= MIN_ROWS && ws.ws_col >= MIN_COLS;
+}
+
+static void set_rows(int rows, int cols)
+{
+    struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    (void)ioctl(2, TIOCSWINSZ, &ws);
+}
+
+/* Async-signal-safe: only write(2) and ioctl(2) on what _take prepared. */
+static void status_give_back(void)
+{
+    if (!g_rows)
+        return;
+    set_rows(g_rows, g_cols);
+    g_rows = 0;
+    (void)!write(2, g_give_back, g_give_back_n);
+}
+
+static void on_winch(int signum)
+{
+    (void)signum;
+    g_resized = 1;
+}
+
+static void on_tstp(int signum)
+{
+    (void)signum;
+    int saved = errno;
+    status_give_back();
+    raise(SIGSTOP);
+    errno = saved;
+}
+
+static void on_end(int signum)
+{
+    status_give_back();
+    signal(signum, SIG_DFL);
+    raise(signum);
+}
+
+static void status_take(void)
+{
+    struct winsize ws;
+    if (ioctl(2, TIOCGWINSZ, &ws) != 0 || ws.ws_row < MIN_ROWS || ws.ws_col < MIN_COLS)
+        return;
+    struct sigaction sa = {.sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_winch;
+    sigaction(SIGWINCH, &sa, NULL);
+    sa.sa_handler = on_tstp;
+    sigaction(SIGTSTP, &sa, NULL);
+    g_cols = ws.ws_col, g_resized = 0;
+    g_give_back_n = (size_t)snprintf(g_give_back, sizeof g_give_back, "\0337\033[r\033[%d;1H\033[0m\033[2K\0338",
+                                     ws.ws_row);
+    dprintf(2, "\033D\033[1A\0337\033[1;%dr\0338", ws.ws_row - 1);
+    set_rows(ws.ws_row - 1, ws.ws_col);
+    g_rows = ws.ws_row;
+}
+
+static void status_draw(double events, double drops, double elapsed)
+{
+    if (!g_rows)
+        status_take();
+    else if (g_resized) {
+        struct winsize ws;
+        g_resized = 0;
+        if (ioctl(2, TIOCGWINSZ, &ws) == 0 && !(ws.ws_row == g_rows - 1 && ws.ws_col == g_cols)) {
+            dprintf(2, "\0337\033[r\033[%d;1H\033[2K\0338", g_rows); /* a real resize: take the new last row */
+            g_rows = 0;
+            status_take();
+        }
+    }
+    if (!g_rows)
+        return;
+    char text[160];
+    int n = snprintf(text, sizeof text, "[assay-runner] %.0f events \xc2\xb7 %.0f drops \xc2\xb7 %.1fs", events, drops,
+                     elapsed);
+    int width = 0; /* bytes of the first g_cols - 1 characters, as Python's text[:cols - 1] */
+    for (int chars = 0; width < n && (chars < g_cols - 1 || (text[width] & 0xc0) == 0x80); width++)
+        chars += (text[width] & 0xc0) != 0x80;
+    dprintf(2, "\0337\033[%d;1H\033[0m\033[2K%.*s\0338", g_rows, width, text);
 }
 
 /* --- the run: send, then mirror ----------------------------------------------------------- */
@@ -657,7 +757,7 @@ static int read_full(int fd, unsigned char *p, size_t n)
 /* runner/daemon/client.py _mirror: the daemon's messages until the run is finished. */
 static int mirror(int sock, const char *out, int out_existed)
 {
-    int tty = isatty(2), drawn = 0;
+    int tty = status_capable();
     double next = monotonic() + REFRESH_S;
     static unsigned char body[MAX_FRAME];
     struct sigaction sa = {.sa_handler = on_sigint};
@@ -665,12 +765,17 @@ static int mirror(int sock, const char *out, int out_existed)
     sa.sa_flags = SA_RESTART;
     g_sock = sock;
     sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = on_end; /* the daemon ends the run when we go: the terminal is given back first */
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     while (1) {
         unsigned char head[4];
         uint32_t size;
         if (read_full(sock, head, 4) != 0) {
             static const char gone[] = "the assay-runner daemon closed the connection before the run "
                                        "finished; see its log (journalctl -u assay-runner)";
+            status_give_back();
             if (!out_existed)
                 rmdir(out);
             error_line(gone, sizeof gone - 1);
@@ -679,6 +784,7 @@ static int mirror(int sock, const char *out, int out_existed)
         size = (uint32_t)head[0] << 24 | (uint32_t)head[1] << 16 | (uint32_t)head[2] << 8 | head[3];
         if (size > MAX_FRAME || read_full(sock, body, size) != 0) {
             static const char bad[] = "bad reply from the daemon: frame too large or cut short";
+            status_give_back();
             error_line(bad, sizeof bad - 1);
             return 125;
         }
@@ -716,6 +822,7 @@ static int mirror(int sock, const char *out, int out_existed)
         }
         if (r.bad || !type) {
             static const char bad[] = "bad reply from the daemon: not a message of its protocol";
+            status_give_back();
             error_line(bad, sizeof bad - 1);
             return 125;
         }
@@ -724,13 +831,10 @@ static int mirror(int sock, const char *out, int out_existed)
             double now = monotonic();
             if (tty && now >= next) {
                 next = now + REFRESH_S;
-                dprintf(2, "\r\033[K[assay-runner] %.0f events \xc2\xb7 %.0f drops \xc2\xb7 %.1fs", events, drops,
-                        elapsed);
-                drawn = 1;
+                status_draw(events, drops, elapsed);
             }
         } else if (TYPE("finished") || TYPE("refused")) {
-            if (drawn)
-                (void)!write(2, "\r\033[K", 4);
+            status_give_back();
             if (TYPE("finished")) {
                 dprintf(2, "%.*s\n", (int)text_n, text ? text : "");
             } else {

@@ -146,6 +146,9 @@ class DeterminismReport(msgspec.Struct):
     workdir_differences: list[WorkdirDifference] = msgspec.field(default_factory=list)
     content_not_compared: list[str] = msgspec.field(default_factory=list)
     """Workdir files compared by type and mode only (caches that record times, endstate.TIME_RECORDS)."""
+    pinned_clock: list[str] = msgspec.field(default_factory=list)
+    """`NAME=value` of each clock variable set for every run (runner/evidence/clock.py); empty with
+    --no-pin-time."""
 
 
 @dataclass(frozen=True)
@@ -292,7 +295,8 @@ def compare_end_states(states: list[dict[str, str]]) -> list[WorkdirDifference]:
 
 
 def build_report(run_id: str, command: list[str], workdir: str, runs: list[RunInput],
-                 allow_unhealthy: bool, end_states: list[dict[str, str]] | None = None) -> DeterminismReport:
+                 allow_unhealthy: bool, end_states: list[dict[str, str]] | None = None,
+                 pinned_clock: list[str] | None = None) -> DeterminismReport:
     """Compare the runs, check their health and exit codes, and give the verdict.
 
     `end_states`: the workdir after each run (endstate.end_state); when
@@ -328,6 +332,7 @@ def build_report(run_id: str, command: list[str], workdir: str, runs: list[RunIn
         workdir_compared=bool(end_states),
         workdir_identical=not workdir_differences,
         workdir_differences=workdir_differences,
+        pinned_clock=pinned_clock or [],
         content_not_compared=sorted({p for s in end_states or () for p, e in s.items()
                                      if f" {NOT_COMPARED} (" in e}),
     )
@@ -403,6 +408,7 @@ def render_text(report: DeterminismReport) -> str:
     for diff in report.differing_members:
         lines += _member_text(diff)
     lines += _workdir_text(report)
+    lines.append("clock pinned: " + (", ".join(report.pinned_clock) or "nothing (--no-pin-time)"))
     if report.health_failures:
         allowed = " (allowed by --allow-unhealthy)" if report.allow_unhealthy else ""
         lines.append(f"health failures{allowed}:")

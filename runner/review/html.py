@@ -6,9 +6,13 @@ Every string passes `printable` (control and reordering characters shown
 as escapes) and then HTML escaping: an agent-chosen path like
 `<script>` or `\\u202e` shows as text.
 
-The timeline has two parts: the whole run on the runner clock (phases and
-tool-call windows as marks), then each tool-call window stretched to full
-width with the kernel events inside it placed at their capture times.
+The page leads with the verdict, the capabilities (runner/review/fold.py)
+and the timeline, then the details. The timeline has two parts: the whole
+run on the runner clock (phases and tool-call windows as marks, phase
+labels in as many rows as they need not to overlap), then each tool-call
+window stretched to full width with the kernel events inside it placed at
+their capture times. The process tree folds failed PATH lookups as `show`
+does.
 """
 
 from __future__ import annotations
@@ -17,10 +21,14 @@ import html
 import shlex
 
 from runner.display import printable
+from runner.review.fold import capabilities, fold_execs, lookup_text
 from runner.review.view import NOT_HOST_PATHS, PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
 
 WIDTH = 960
 """Timeline drawing width in CSS pixels."""
+CHAR_PX = 7.0
+"""An upper bound of one character's width at the timeline's 11px font, to keep labels apart."""
+ROW_PX = 13
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2330;background:#fff}
@@ -50,8 +58,8 @@ def _tree(processes: list[ProcessEntry]) -> str:
     by_pid = {p.pid: p for p in processes}
 
     def node(p: ProcessEntry) -> str:
-        execs = "".join(f"<div><code>{esc(exec_text(x))}</code></div>" for x in p.execs) \
-            or '<div class="muted">no exec recorded</div>'
+        execs = "".join(f"<div><code>{esc(exec_text(x.exec))}</code>{esc(lookup_text(x))}</div>"
+                        for x in fold_execs(p.execs)) or '<div class="muted">no exec recorded</div>'
         ended = f", {esc(p.exit)}" if p.exit else ""
         if p.paths_not_host:
             ended += f", {esc(NOT_HOST_PATHS)}"
@@ -64,30 +72,49 @@ def _tree(processes: list[ProcessEntry]) -> str:
     return f'<ul class="tree" id="process-tree">{roots}</ul>'
 
 
+def label_rows(labels: list[tuple[float, str]]) -> list[int]:
+    """A row for each label (x, text) such that no two labels of a row overlap: the first row that
+    has room. A label is anchored at its x, to the right of it left of the middle, else to the left."""
+    taken: list[list[tuple[float, float]]] = []
+    rows = []
+    for x, text in labels:
+        width = CHAR_PX * len(text) + 6
+        span = (x, x + width) if x < WIDTH / 2 else (x - width, x)
+        row = next((i for i, spans in enumerate(taken)
+                    if all(span[1] <= a or span[0] >= b for a, b in spans)), len(taken))
+        if row == len(taken):
+            taken.append([])
+        taken[row].append(span)
+        rows.append(row)
+    return rows
+
+
 def _overview(view: RunView) -> str:
-    """The whole run: phases as lines, tool-call windows as marks, on one axis."""
-    span = max(view.summary.duration_ms or 0.0, 1e-3)
-    rows = len(view.bindings)
-    height = 46 + 22 * rows
+    """The whole run: phases as lines, tool-call windows as marks, on one axis; no two labels overlap."""
+    ends = [ph.offset_ms for ph in view.phases if ph.offset_ms is not None]
+    span = max([*ends, *(b.end_ms for b in view.bindings if b.end_ms is not None), 1e-3])
 
     def x(ms: float) -> float:
         return 10 + (WIDTH - 20) * ms / span
 
-    parts = [f'<line x1="10" y1="30" x2="{WIDTH - 10}" y2="30" stroke="#98a2b3"/>',
-             '<text x="10" y="44" fill="#667085">0 ms</text>',
-             f'<text x="{WIDTH - 10}" y="44" text-anchor="end" fill="#667085">{_ms(span)}</text>']
-    for i, ph in enumerate(view.phases):
-        if ph.offset_ms is None:
-            continue
-        anchor = "start" if x(ph.offset_ms) < WIDTH / 2 else "end"
-        parts.append(f'<line class="phase" x1="{x(ph.offset_ms):.1f}" y1="14" x2="{x(ph.offset_ms):.1f}" '
+    phases = [ph for ph in view.phases if ph.offset_ms is not None]
+    rows = label_rows([(x(ph.offset_ms or 0.0), printable(ph.name)) for ph in phases])
+    axis = 20 + ROW_PX * (max(rows, default=0) + 1)
+    height = axis + 16 + 22 * len(view.bindings)
+    parts = [f'<line x1="10" y1="{axis}" x2="{WIDTH - 10}" y2="{axis}" stroke="#98a2b3"/>',
+             f'<text x="10" y="{axis + 14}" fill="#667085">0 ms</text>',
+             f'<text x="{WIDTH - 10}" y="{axis + 14}" text-anchor="end" fill="#667085">{_ms(span)}</text>']
+    for ph, row in zip(phases, rows, strict=True):
+        px = x(ph.offset_ms or 0.0)
+        anchor = "start" if px < WIDTH / 2 else "end"
+        parts.append(f'<line class="phase" x1="{px:.1f}" y1="{4 + ROW_PX * row}" x2="{px:.1f}" '
                      f'y2="{height - 4}" stroke="#6941c6" stroke-dasharray="3 3"/>')
-        parts.append(f'<text x="{x(ph.offset_ms) + (3 if anchor == "start" else -3):.1f}" '
-                     f'y="{10 + 12 * (i % 2)}" text-anchor="{anchor}" fill="#6941c6">{esc(ph.name)}</text>')
+        parts.append(f'<text class="phase-label" x="{px + (3 if anchor == "start" else -3):.1f}" '
+                     f'y="{12 + ROW_PX * row}" text-anchor="{anchor}" fill="#6941c6">{esc(ph.name)}</text>')
     for row, b in enumerate(view.bindings):
         if b.start_ms is None or b.end_ms is None:
             continue
-        y = 52 + 22 * row
+        y = axis + 22 + 22 * row
         left, right = x(b.start_ms), max(x(b.end_ms), x(b.start_ms) + 4)
         color = "#b42318" if b.policy_decision == "deny" else "#1570ef"
         parts.append(f'<rect class="tool-window" x="{left:.1f}" y="{y - 10}" width="{right - left:.1f}" '
@@ -148,6 +175,22 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{th}</tr>{body}</table>"
 
 
+def _capabilities(view: RunView) -> str:
+    """What the command did that matters, first."""
+    c = capabilities(view)
+    written = ", ".join(f"<code>{esc(d.rstrip('/'))}/</code> ({n})" for d, n in c.written.items())
+    rows = [
+        ("programs run", len(c.programs), ", ".join(f"<code>{esc(x)}</code>" for x in c.programs)),
+        ("files written", sum(c.written.values()), written),
+        ("files read", c.read, ""),
+        ("network", len(c.endpoints), ", ".join(f"<code>{esc(e)}</code>" for e in c.endpoints)),
+        ("policy blocks", len(c.blocks), ", ".join(f"<code>{esc(b)}</code>" for b in c.blocks)),
+    ]
+    body = "".join(f"<tr><th>{name}</th><td>{n}</td><td>{items or ('' if n else 'none')}</td></tr>"
+                   for name, n, items in rows)
+    return f'<table id="capabilities">{body}</table>'
+
+
 def render(view: RunView) -> str:
     """The complete HTML document."""
     s, h = view.summary, view.health
@@ -178,17 +221,18 @@ def render(view: RunView) -> str:
 <h1>Run <code>{esc(s.run_id)}</code> <span id="verdict" class="verdict {'pass' if ok else 'fail'}">health \
 {esc(h.verdict)}</span></h1>
 {command}
+<p class="muted">passing needs {esc(PASSING_RULE)}{failing}</p>
+<h2>Capabilities</h2>{_capabilities(view)}
+<h2>Timeline: runner phases and tool calls</h2>
+<section id="timeline">{timeline}<p class="muted">phases in order: {phases}</p></section>
 <p class="muted">{s.kernel_events} kernel events, {s.processes} processes, {s.files} files,
 {s.endpoints} endpoints, {s.blocks} blocks, {s.tool_calls} tool calls; correlation {esc(s.correlation)};
 timeline: {esc(view.timeline)}. Archive <code>{esc(view.archive)}</code>.</p>
 <h2>Process tree</h2>{_tree(view.processes)}
-<h2>Timeline: runner phases and tool calls</h2>
-<section id="timeline">{timeline}<p class="muted">phases in order: {phases}</p></section>
 <h2>Files by directory</h2>{_files(view)}
 <h2>Endpoints</h2>{endpoints}
 <h2>Policy blocks and the decisions behind them</h2>{blocks}
 <h2>Health: {esc(h.verdict)}</h2>
-<p class="muted">passing needs {esc(PASSING_RULE)}{failing}</p>
 {fields}<ul>{notes}</ul>
 </body></html>
 """

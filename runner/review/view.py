@@ -31,6 +31,7 @@ from normalizer.artifacts import (
     SdkEvent,
     is_safe_run_id,
 )
+from normalizer.classify import O_TMPFILE_BIT
 from normalizer.redact import Redactor
 from normalizer.text import escape_bytes
 from runner.evidence.bounded import MAX_LINE_BYTES, ReadMember, iter_lines, member_chunks
@@ -206,6 +207,8 @@ class Summary(msgspec.Struct):
     ambiguities: list[str]
     policy_decisions: list[str]
     duration_ms: float | None
+    """The command's run length (`run_started` to `command_exited`), the one `run`'s summary gives;
+    None without a spool."""
 
 
 class RunView(msgspec.Struct):
@@ -464,8 +467,9 @@ def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts 
     else:
         phases = [PhaseEntry(e.type, None) for e in run_events]
     written = sorted({e.value for e in kernel if e.kind == "openat" and e.value is not None
-                      and e.status != "error" and e.access_mode in ("write", "read_write")})
-    ends = [p.offset_ms for p in phases if p.offset_ms is not None]
+                      and e.status != "error" and e.access_mode in ("write", "read_write")
+                      and not (isinstance(e.flags, int) and e.flags & O_TMPFILE_BIT)})  # as the summary
+    at = {p.name: p.offset_ms for p in phases if p.offset_ms is not None}
     summary = Summary(
         run_id=art.health.run_id, platform=art.health.platform,
         command=facts.argv if facts else None, kernel_events=len(kernel),
@@ -474,7 +478,9 @@ def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts 
         endpoints=len(art.surface.network_endpoints), processes=len(processes), blocks=len(blocks),
         tool_calls=len(art.correlation.bindings), correlation=art.correlation.status,
         ambiguities=list(art.correlation.ambiguities),
-        policy_decisions=list(art.surface.policy_decisions), duration_ms=max(ends) if ends else None,
+        policy_decisions=list(art.surface.policy_decisions),
+        duration_ms=at["command_exited"] - at["run_started"] if {"run_started", "command_exited"} <= at.keys()
+        else None,
     )
     return RunView(
         schema=VIEW_SCHEMA, archive=str(archive), spool=facts.path if facts else None,
