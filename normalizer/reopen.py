@@ -51,7 +51,7 @@ def may_hold_link(lexical: str, base: str | None, data: bytes) -> bool:
 
 def link_of(comps: list[str]) -> Link | None:
     """The magic link that the components walked so far end in, if they do."""
-    if not 3 <= len(comps) <= 6 or comps[0] not in ("proc", "dev"):
+    if not 2 <= len(comps) <= 6 or comps[0] not in ("proc", "dev"):
         return None
     match = _LINK.fullmatch("/".join(comps))
     if match is None:
