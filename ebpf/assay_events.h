@@ -39,7 +39,9 @@
 #define HOOK_IO_URING 57 /* io_uring_setup enter: its operations are not traced */
 #define HOOK_OPEN_BY_HANDLE 58 /* open_by_handle_at: joined (no path exists) */
 #define HOOK_MKNOD 59    /* mknod, mknodat: joined */
-#define HOOK_MAX 60      /* size of the per-hook counter array */
+#define HOOK_PTRACE 80   /* ptrace ATTACH, SEIZE, TRACEME: joined */
+#define HOOK_PROCESS_VM 81 /* process_vm_readv, process_vm_writev: joined */
+#define HOOK_MAX 96      /* size of the per-hook counter array */
 
 #define RUN_SLOTS 64     /* runs live at once; a run key's slot is key % RUN_SLOTS, slot 0 = unknown */
 
@@ -75,6 +77,7 @@
  *   MKDIR/MKNOD: a0 dirfd, a1 mode (MKNOD: a2 dev); TRUNCATE: a0 dirfd (AT_FDCWD), a1 length
  *   CHMOD:   a0 dirfd (fd when a3 = 1: fchmod), a1 mode, a2 flags
  *   IO_URING: a0 entries; OPEN_BY_HANDLE: a0 mount dirfd, a1 flags
+ *   PTRACE:  a0 request, a1 target host pid; PROCESS_VM: a0 target host pid, a1 1 for writev
  *   NET_BLOCK: a0 HOOK_CONNECT or HOOK_SENDMSG (what was denied), a1 IP protocol
  */
 struct assay_hdr {

@@ -51,6 +51,7 @@ JOINED_SYSCALLS = (
     "execve", "execveat", "unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2",
     "mkdir", "mkdirat", "mknod", "mknodat", "symlink", "symlinkat", "link", "linkat", "truncate",
     "chmod", "fchmodat", "fchmodat2", "fchmod", "dup", "dup2", "dup3", "fcntl", "open_by_handle_at",
+    "ptrace", "process_vm_readv", "process_vm_writev",
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")

@@ -50,7 +50,9 @@ HOOK_CHMOD = 56
 HOOK_IO_URING = 57
 HOOK_OPEN_BY_HANDLE = 58
 HOOK_MKNOD = 59
-HOOK_MAX = 60
+HOOK_PTRACE = 80
+HOOK_PROCESS_VM = 81
+HOOK_MAX = 96
 
 TRUNC_FIRST = 1
 TRUNC_SECOND = 2
@@ -87,6 +89,8 @@ HOOK_NAMES = {
     HOOK_IO_URING: "io_uring_setup",
     HOOK_OPEN_BY_HANDLE: "open_by_handle_at",
     HOOK_MKNOD: "mknod",
+    HOOK_PTRACE: "ptrace",
+    HOOK_PROCESS_VM: "process_vm",
 }
 """Hooks the monitor attaches, by id: the keys of drop counters and notes."""
 

@@ -49,11 +49,12 @@ from normalizer.health import CaptureFacts
 from normalizer.paths import AT_FDCWD, O_CLOEXEC, FsState, PathResolver, Resolved, c_string, joined, to_int32
 from normalizer.reopen import ALIAS_PREFIXES, may_hold_link
 from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, is_telemetry, open_event_type
+from normalizer.tracing import TRACE_HOOKS, trace_event
 from normalizer.transient import TransientNames, random_span
 from normalizer.tree import Process, Thread, TreeBuilder
 from spool.format import Spool, SpoolTrailer
 
-EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS
+EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS | TRACE_HOOKS
 """Hooks that can give evidence; the others (close, dup, exit, ...) only update state."""
 OPEN_MEMO = 1 << 13
 """Open answers remembered per generation (two generations: memory stays flat, hot keys survive)."""
@@ -323,6 +324,8 @@ class Scan:
             if hook in UNTRACED_IO_HOOKS:
                 self.untraced_io[HOOK_NAMES[hook]] += 1
             return list(fs_events(r, order))
+        if hook in TRACE_HOOKS:
+            return [trace_event(r, order)]
         if hook in ESCAPE_HOOKS:
             c = self.escapes.classify(r, order)
         else:
