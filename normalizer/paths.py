@@ -54,7 +54,7 @@ from ebpf.wire import (
     TRUNC_SECOND,
 )
 from normalizer.decode import RawEvent
-from normalizer.reopen import Link, may_hold_link, walk
+from normalizer.reopen import OPENER_PREFIXES, Link, may_hold_link, pinned, walk
 from normalizer.text import escape_bytes
 from normalizer.tree import Attributed, Process, Thread
 
@@ -217,7 +217,7 @@ class PathResolver:
         if e.hook == HOOK_OPEN:
             path = self._join(item, state, to_int32(e.a0), e.data, first_cut(e))
             if e.ret >= 0:
-                state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
+                state.fds[e.ret] = (pinned(path, e.tgid, e.tid), bool(e.a1 & O_CLOEXEC))
             return Resolved(item, path)
         if e.hook in FD_HOOKS:
             state.on_fd_event(e.hook, e.ret, e.a0, e.a1, e.a2)
@@ -239,7 +239,7 @@ class PathResolver:
         if e.hook == HOOK_CHDIR:
             path = self._join(item, state, AT_FDCWD, e.data, first_cut(e))
             if e.ret == 0:
-                state.cwd = path
+                state.cwd = pinned(path, e.tgid, e.tid)
             return Resolved(item, path)
         if e.hook in ONE_PATH_HOOKS:
             by_fd = e.hook == HOOK_CHMOD and bool(e.a3 == 1 or e.a2 & AT_EMPTY_PATH)
@@ -314,7 +314,7 @@ class PathResolver:
         raw = text if text.startswith("/") or base is None else base + "/" + text
         e = item.event
         path, stuck, opener = walk(raw, lambda link: self._target(item.thread, link), e.tgid, e.tid)
-        self.reopens += opener
+        self.reopens += opener or path.startswith(OPENER_PREFIXES)  # its fd or cwd is pinned
         if stuck is not None:
             if stuck.what == "fd":
                 self.unresolved_reopens += 1

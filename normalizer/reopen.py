@@ -32,6 +32,21 @@ _LINK = re.compile(
 _STD_FDS = {"stdin": 0, "stdout": 1, "stderr": 2}
 
 
+OPENER_PREFIXES = ("/proc/self", "/proc/thread-self")
+"""Paths that name the opener itself (whole components: `pinned` checks)."""
+
+
+def pinned(path: str | None, tgid: int, tid: int) -> str | None:
+    """`path` as an fd table or cwd keeps it: the opener's `/proc/self` (`thread-self`) becomes its
+    host ids, since the fd or cwd still names that process when a child inherits it."""
+    if path is None or not path.startswith(OPENER_PREFIXES):
+        return path
+    for prefix, ids in (("/proc/self", f"/proc/{tgid}"), ("/proc/thread-self", f"/proc/{tgid}/task/{tid}")):
+        if path == prefix or path.startswith(prefix + "/"):
+            return ids + path[len(prefix):]
+    return path
+
+
 class Link(NamedTuple):
     """A magic link: whose (`self`, `thread-self`, a host pid; None: the opener), what, which fd."""
 

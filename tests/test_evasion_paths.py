@@ -186,3 +186,30 @@ def test_show_counts_a_runtime_write_among_files_written(tmp_path: Path) -> None
     view = build_view(archive.path, archive.members, None)
     assert "/usr/lib/x.so.1" in view.summary.files_written
     assert json.dumps(view.summary.files_written)
+
+
+def _reach(hook: int, a0: int, a1: int, ret: int) -> bytes:
+    fields = {**FIELDS, "tgid": CMD, "tid": CMD, "hook": hook, "data_len": 0, "truncated": 0, "ret": ret,
+              "a0": a0, "a1": a1, "a2": 0, "a3": 0}
+    return wire.HEADER.pack(*(fields[f] for f in wire.HEADER_FIELDS))
+
+
+def test_ptrace_attach_and_process_vm_are_lines_naming_the_target(tmp_path: Path) -> None:
+    """ptrace ATTACH (16) and TRACEME (0), process_vm_readv and a refused process_vm_writev."""
+    archive = _normalized([_reach(wire.HOOK_PTRACE, 16, 7, 0), _reach(wire.HOOK_PTRACE, 0, 0, 0),
+                           _reach(wire.HOOK_PROCESS_VM, 7, 0, 64), _reach(wire.HOOK_PROCESS_VM, 7, 1, -1)],
+                          tmp_path)
+    lines = [(e["kind"], e["value"]) for e in archive.kernel if e["kind"].startswith(("event_8", "event_18"))]
+    assert lines == [("event_80", "pid:7"), ("event_80", None), ("event_81", "pid:7"), ("event_182", "pid:7")]
+
+
+def test_a_proc_self_dirfd_inherited_by_a_child_still_names_the_parent(tmp_path: Path) -> None:
+    """The parent opens /proc/self as a dirfd and forks; it moves to /home/u/real; the child
+    writes `cwd/file` under the inherited dirfd: the kernel writes the parent's cwd, not the child's."""
+    child = 4_100_000
+    fields = {**FIELDS, "tgid": CMD, "tid": CMD, "hook": wire.HOOK_NEWTASK, "data_len": 0, "truncated": 0,
+              "ret": 0, "a0": child, "a1": 0, "a2": 0, "a3": 0}
+    fork = wire.HEADER.pack(*(fields[f] for f in wire.HEADER_FIELDS))
+    archive = _normalized([_open(b"/proc/self", O_PATH, ret=9), fork, _chdir(b"/home/u/real"),
+                           _open(b"cwd/file", WRITE, tid=child, dirfd=9)], tmp_path)
+    assert [e["kind"] for e in _lines(archive, "/home/u/real/file")] == ["openat"]
