@@ -60,6 +60,8 @@ from normalizer.tree import Attributed, Process, Thread
 
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
+RESOLVE_IN_ROOT = 0x10
+"""openat2 `how.resolve`: resolve the path as if the dirfd were the root directory."""
 O_CLOEXEC = 0o2000000
 CLOSE_RANGE_CLOEXEC = 4
 FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP, HOOK_OPEN_BY_HANDLE})
@@ -215,7 +217,10 @@ class PathResolver:
         state = self._state(item.thread.process)
         # the hottest hooks first (hooks are disjoint, so the order is only speed)
         if e.hook == HOOK_OPEN:
-            path = self._join(item, state, to_int32(e.a0), e.data, first_cut(e))
+            if e.a3 & RESOLVE_IN_ROOT:
+                path = self._in_root(state, to_int32(e.a0), e.data, first_cut(e))
+            else:
+                path = self._join(item, state, to_int32(e.a0), e.data, first_cut(e))
             if e.ret >= 0:
                 state.fds[e.ret] = (pinned(path, e.tgid, e.tid), bool(e.a1 & O_CLOEXEC))
             return Resolved(item, path)
@@ -307,6 +312,22 @@ class PathResolver:
             if path is not None and may_hold_link(path, base, data):
                 path = self._walked(item, base, data, cut)
         return path
+
+    def _in_root(self, state: FsState, dirfd: int, data: bytes, cut: bool) -> str | None:
+        """An openat2 path under RESOLVE_IN_ROOT: `/` and `..` stay inside `dirfd` (or the cwd),
+        and the kernel follows no magic link. Its answer depends on the dirfd's path, so the
+        scan never memoizes it (counted in `reopens`)."""
+        root = state.cwd if dirfd == AT_FDCWD else state.fd_path(dirfd)
+        text = c_string(data, cut)
+        if text is None:
+            return None
+        self.reopens += 1
+        self.truncated += cut
+        if root is None:
+            self.unresolved += 1
+            return None
+        inner = joined("/", "/" + text)  # lexically inside the root: a leading .. stays at /
+        return root if inner == "/" else root.rstrip("/") + inner
 
     def _walked(self, item: Attributed, base: str | None, data: bytes, cut: bool) -> str:
         """The path with its magic links followed (normalizer/reopen.py), counted for health."""

@@ -18,7 +18,8 @@ fast path that does the same with no object per record:
   fd-table entry it makes, whether it is telemetry, and whether following
   transient names could care. An open whose answer depends on anything else
   is never memoized: a path through a procfs link or naming the opener's
-  pid (normalizer/reopen.py), a cut or unresolvable path (health
+  pid (normalizer/reopen.py), an openat2 RESOLVE_IN_ROOT path (its root is
+  the dirfd), a cut or unresolvable path (health
   counts those per record), an EACCES under a policy (the block judge). An
   open that transient names must see (a create of a name a template could
   call random, or any open while names are tracked) is still answered from
@@ -46,7 +47,17 @@ from normalizer.decode import decode_one
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts
-from normalizer.paths import AT_FDCWD, O_CLOEXEC, FsState, PathResolver, Resolved, c_string, joined, to_int32
+from normalizer.paths import (
+    AT_FDCWD,
+    O_CLOEXEC,
+    RESOLVE_IN_ROOT,
+    FsState,
+    PathResolver,
+    Resolved,
+    c_string,
+    joined,
+    to_int32,
+)
 from normalizer.reopen import ALIAS_PREFIXES, may_hold_link
 from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, is_telemetry, open_event_type
 from normalizer.tracing import TRACE_HOOKS, trace_event
@@ -270,8 +281,8 @@ class Scan:
         """What an open resolves to from its base and bytes alone, as `resolve` and `classify`
         would give it; None when the answer depends on more (see the module docstring)."""
         _ts, _tgid, _tid, _hook, dlen, cut, _run, _ret, _a0, flags, mode, resolve, = _unpack(rec)
-        if cut & TRUNC_FIRST or self.judge.may_judge(ret):
-            return None
+        if cut & TRUNC_FIRST or self.judge.may_judge(ret) or resolve & RESOLVE_IN_ROOT:
+            return None  # before `_metas` learns it: C works out only opens whose meta it holds
         data = rec[_SIZE:_SIZE + dlen]
         text = c_string(data)
         path = None if text is None else joined(base, text)

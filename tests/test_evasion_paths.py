@@ -40,9 +40,10 @@ O_RDONLY, O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_PATH = 0, 0o1, 0o2, 0o100, 0o100
 WRITE = O_WRONLY | O_CREAT | O_TRUNC
 
 
-def _open(path: bytes, flags: int, ret: int = 5, tid: int = CMD, dirfd: int = AT_FDCWD) -> bytes:
+def _open(path: bytes, flags: int, ret: int = 5, tid: int = CMD, dirfd: int = AT_FDCWD,
+          resolve: int = 0) -> bytes:
     fields = {**FIELDS, "tgid": tid, "tid": tid, "hook": wire.HOOK_OPEN, "data_len": len(path) + 1,
-              "truncated": 0, "ret": ret, "a0": dirfd, "a1": flags, "a2": 0o644, "a3": 0}
+              "truncated": 0, "ret": ret, "a0": dirfd, "a1": flags, "a2": 0o644, "a3": resolve}
     return wire.HEADER.pack(*(fields[f] for f in wire.HEADER_FIELDS)) + path + b"\0"
 
 
@@ -213,3 +214,20 @@ def test_a_proc_self_dirfd_inherited_by_a_child_still_names_the_parent(tmp_path:
     archive = _normalized([_open(b"/proc/self", O_PATH, ret=9), fork, _chdir(b"/home/u/real"),
                            _open(b"cwd/file", WRITE, tid=child, dirfd=9)], tmp_path)
     assert [e["kind"] for e in _lines(archive, "/home/u/real/file")] == ["openat"]
+
+
+@pytest.mark.parametrize(("raw", "real"), [
+    (b"/usr/lib/x.so.1", "/home/u/proj/usr/lib/x.so.1"),
+    (b"../../../.bashrc", "/home/u/proj/.bashrc"),
+    (b"/a/../../b", "/home/u/proj/b"),
+])
+def test_openat2_in_root_resolves_under_its_dirfd(raw: bytes, real: str, tmp_path: Path) -> None:
+    """openat2(dirfd, "/usr/lib/x.so.1", RESOLVE_IN_ROOT) writes under the dirfd, not /usr/lib;
+    the same bytes under another dirfd (and the same fd number in another process) elsewhere."""
+    resolve_in_root = 0x10
+    archive = _normalized([_open(b"/home/u/proj", O_PATH, ret=9),
+                           _open(raw, WRITE, dirfd=9, resolve=resolve_in_root),
+                           _open(b"/home/u/other", O_PATH, ret=9),
+                           _open(raw, WRITE, dirfd=9, resolve=resolve_in_root)], tmp_path)
+    assert [e["kind"] for e in _lines(archive, real)] == ["openat"]
+    assert [e["kind"] for e in _lines(archive, real.replace("proj", "other"))] == ["openat"]

@@ -66,6 +66,11 @@ else:
 tr '\0' '\n' < /proc/$VICTIM/environ
 cat /proc/$VICTIM/root$D/secret-victim-root.txt
 cat /proc/$VICTIM/cwd/secret-victim-cwd.txt
+mkdir -p "$D/usr/lib"
+/usr/bin/python3 -c 'import ctypes, os
+how = (ctypes.c_uint64 * 3)(os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, 0x10)  # RESOLVE_IN_ROOT
+root = os.open(os.environ["D"], os.O_PATH)
+ctypes.CDLL(None).syscall(437, root, b"/usr/lib/in-root.txt", ctypes.byref(how), 24)'
 /usr/bin/python3 "$PEEK" "$D/peek.txt"
 true
 """
@@ -146,6 +151,11 @@ def test_reads_through_procfs_links_name_the_real_file(observed: Observed) -> No
 def test_writes_through_procfs_links_name_the_real_file(observed: Observed) -> None:
     for name in ("hidden-root.txt", "hidden-parent-cwd.txt", "hidden-cwd.txt", *TARGETS):
         assert ("openat", "write", None) in _lines(observed, f"{observed.d}/{name}"), name
+
+
+def test_an_openat2_in_root_write_names_the_file_under_its_dirfd(observed: Observed) -> None:
+    assert ("openat", "write", None) in _lines(observed, f"{observed.d}/usr/lib/in-root.txt")
+    assert (observed.d / "usr/lib/in-root.txt").is_file()  # the kernel wrote there, not /usr/lib
 
 
 def test_writes_under_runtime_paths_are_evidence(observed: Observed) -> None:
