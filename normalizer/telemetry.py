@@ -6,7 +6,7 @@ folded away, and only by its canonical path (procfs links already followed,
 normalizer/reopen.py). An open that writes, creates or truncates is evidence
 whatever its path; where Assay would refuse an `openat` line of that path
 (its loader filter, `assay_filters`) it is an `event_83` line instead. A read
-of another process's memory, environment or command line through /proc, or
+of another process's memory, environment, command line or mapped files through /proc, or
 through a /proc link that could not be followed, is an `event_84` line. Exec
 and network events are always evidence, and so are policy denials
 (`file_blocked` on a loader path is kept: the decision is the claim).
@@ -39,6 +39,7 @@ CHANGE_BITS = 0o3 | O_CREAT | O_TRUNC | O_TMPFILE_BIT
 _PROC_READ = re.compile(
     r"""^/(?:
         proc/[0-9]+(?:/task/[0-9]+)?/(?:environ|mem|maps|smaps|smaps_rollup|numa_maps|pagemap|cmdline|auxv)$
+      | proc/[0-9]+(?:/task/[0-9]+)?/map_files/[^/]+$                   # a file it maps (root)
       | proc/[^/]+(?:/task/[0-9]+)?/(?:root|cwd|fd/[0-9]+)(?:/|$)   # a link kept as written
       | dev/(?:fd/[0-9]+|stdin|stdout|stderr)(?:/|$)
     )""",

@@ -140,7 +140,8 @@ def test_a_reopen_through_dev_std_names_resolves(tmp_path: Path) -> None:
     assert [e["access_mode"] for e in _lines(archive, "/home/u/secret")] == ["read", "write"]
 
 
-@pytest.mark.parametrize("name", ["environ", "mem", "maps", "cmdline", "auxv", "task/%d/environ"])
+@pytest.mark.parametrize("name", ["environ", "mem", "maps", "cmdline", "auxv", "task/%d/environ",
+                                  "map_files/7f0000000000-7f0000001000"])
 def test_another_process_secrets_read_through_proc_is_evidence(name: str, tmp_path: Path) -> None:
     path = f"/proc/{STRANGER}/" + (name % STRANGER if "%" in name else name)
     archive = _normalized([_open(path.encode(), O_RDONLY)], tmp_path)
