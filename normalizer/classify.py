@@ -180,7 +180,7 @@ def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> 
         if file_denied is not None:
             event_type, denied = FILE_BLOCKED, file_denied
         else:
-            event_type = open_event_type(value, meta.flags)
+            event_type = open_event_type(value, meta.flags, resolved.aliased)
     elif e.hook == HOOK_EXEC:
         value = resolved.path
     elif e.hook == HOOK_EXECVE:  # written only when the exec failed

@@ -55,6 +55,7 @@ from ebpf.wire import (
 )
 from normalizer.decode import RawEvent
 from normalizer.reopen import OPENER_PREFIXES, Link, may_hold_link, pinned, walk
+from normalizer.telemetry import is_telemetry_path
 from normalizer.text import escape_bytes
 from normalizer.tree import Attributed, Process, Thread
 
@@ -173,6 +174,8 @@ class Resolved(msgspec.Struct, gc=False):
     item: Attributed
     path: str | None
     path2: str | None = None
+    aliased: bool = False
+    """An open at or under a telemetry-table path the run made point elsewhere (`aliases`)."""
 
 
 class PathResolver:
@@ -193,6 +196,10 @@ class PathResolver:
         """Paths whose answer depended on the opener or on another process's state: a magic link
         or a /proc/<pid> of the opener (never memoized by the scan)."""
         self._joined: dict[tuple[str | None, bytes, bool], tuple[bool, str | None]] = {}
+        self.aliases: set[str] = set()
+        """Paths of the telemetry table the run made name another file: a symlink made there, a
+        hard link or a rename onto one (`ln -s ~/.ssh/id_rsa /dev/shm/k`). A read at or under one
+        is evidence, not a runtime lookup (normalizer/telemetry.py)."""
 
     @property
     def states(self) -> dict[Process, FsState]:
@@ -223,6 +230,9 @@ class PathResolver:
                 path = self._join(item, state, to_int32(e.a0), e.data, first_cut(e))
             if e.ret >= 0:
                 state.fds[e.ret] = (pinned(path, e.tgid, e.tid), bool(e.a1 & O_CLOEXEC))
+            if self.aliased(path):
+                self.reopens += 1  # its answer depends on the run's links: never memoized
+                return Resolved(item, path, aliased=True)
             return Resolved(item, path)
         if e.hook in FD_HOOKS:
             state.on_fd_event(e.hook, e.ret, e.a0, e.a1, e.a2)
@@ -253,12 +263,28 @@ class PathResolver:
             by_fd = e.hook == HOOK_LINK and bool(e.a2 & AT_EMPTY_PATH)
             old = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd)
             new = self.path_at(item, to_int32(e.a1), second_string(e.data), second_cut(e))
+            self._made_alias(e.ret, new)
             return Resolved(item, old, new)
         if e.hook == HOOK_SYMLINK:  # the link path; the target text as written
             link = self.path_at(item, to_int32(e.a0), second_string(e.data), second_cut(e))
             self.truncated += first_cut(e)
+            self._made_alias(e.ret, link)
             return Resolved(item, link, c_string(e.data, first_cut(e)))
         return Resolved(item, None)
+
+    def _made_alias(self, ret: int, path: str | None) -> None:
+        if ret == 0 and path is not None and is_telemetry_path(path):
+            self.aliases.add(path)
+
+    def aliased(self, path: str | None) -> bool:
+        """Is `path` at or under one of `aliases`?"""
+        if not self.aliases:
+            return False
+        while path and path != "/":
+            if path in self.aliases:
+                return True
+            path = path.rsplit("/", 1)[0]
+        return False
 
     def path_at(self, item: Attributed, dirfd: int, data: bytes, cut: bool,
                 empty_path_fd: bool = False) -> str | None:

@@ -286,7 +286,7 @@ class Scan:
         data = rec[_SIZE:_SIZE + dlen]
         text = c_string(data)
         path = None if text is None else joined(base, text)
-        if path is None or may_hold_link(path, base, data):
+        if path is None or may_hold_link(path, base, data) or self.resolver.aliased(path):
             return None
         meta_key = (flags, mode, resolve, min(ret, 0))
         meta = self._metas.get(meta_key)
@@ -310,7 +310,11 @@ class Scan:
             return 0
         resolver = self.resolver
         counters = (resolver.truncated, resolver.unresolved, resolver.reopens)
+        aliases = len(resolver.aliases)
         r = resolver.resolve(item)
+        if len(resolver.aliases) != aliases:  # a remembered read under the new link may fold no more
+            self._memo.clear()
+            self._older.clear()
         if not self._merge.keep(r):
             return 0
         e = item.event

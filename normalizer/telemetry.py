@@ -6,8 +6,10 @@ folded away, and only by its canonical path (procfs links already followed,
 normalizer/reopen.py). An open that writes, creates or truncates is evidence
 whatever its path; where Assay would refuse an `openat` line of that path
 (its loader filter, `assay_filters`) it is an `event_83` line instead. A read
-of another process's memory, environment, command line or mapped files through /proc, or
-through a /proc link that could not be followed, is an `event_84` line. Exec
+of another process's memory, environment, command line or mapped files through /proc,
+through a /proc link that could not be followed, or of a table path the run itself
+made name another file (`ln -s ~/.ssh/id_rsa /dev/shm/k; cat /dev/shm/k`) is an
+`event_84` line. Exec
 and network events are always evidence, and so are policy denials
 (`file_blocked` on a loader path is kept: the decision is the claim).
 "Python bootstrap probes" is not spelled out by the contract; we read it as
@@ -31,7 +33,8 @@ OPENAT = 1
 RUNTIME_WRITE = 83
 """An open that writes, creates or truncates a path Assay filters out of `openat` lines."""
 PROC_READ = 84
-"""A read of another process's secrets through /proc, or through a /proc link not followed."""
+"""A read that must not fold: another process's secrets through /proc, a /proc link not followed,
+or a table path the run made name another file (a symlink, hard link or rename there)."""
 O_CREAT, O_TRUNC, O_TMPFILE_BIT = 0o100, 0o1000, 0o20000000
 CHANGE_BITS = 0o3 | O_CREAT | O_TRUNC | O_TMPFILE_BIT
 """An open with any of these may change the file: write access (1, 2, 3), create, truncate."""
@@ -105,12 +108,15 @@ def assay_filters(path: str) -> bool:
     )
 
 
-def open_event_type(path: str | None, flags: int) -> int:
-    """The line an open of canonical `path` with `flags` is: `openat` (1), 83 or 84 (see above)."""
+def open_event_type(path: str | None, flags: int, aliased: bool = False) -> int:
+    """The line an open of canonical `path` with `flags` is: `openat` (1), 83 or 84 (see above);
+    `aliased`: the path is at or under a link the run made in the table (paths.PathResolver)."""
     if path is None:
         return OPENAT
     if flags & CHANGE_BITS:
         return RUNTIME_WRITE if assay_filters(path) else OPENAT
+    if aliased and is_telemetry_path(path):
+        return PROC_READ
     return PROC_READ if path.startswith(ALIAS_PREFIXES) and _PROC_READ.match(path) else OPENAT
 
 

@@ -232,3 +232,30 @@ def test_openat2_in_root_resolves_under_its_dirfd(raw: bytes, real: str, tmp_pat
                            _open(raw, WRITE, dirfd=9, resolve=resolve_in_root)], tmp_path)
     assert [e["kind"] for e in _lines(archive, real)] == ["openat"]
     assert [e["kind"] for e in _lines(archive, real.replace("proj", "other"))] == ["openat"]
+
+
+def _link(hook: int, old: bytes, new: bytes, ret: int = 0) -> bytes:
+    """A symlink (old: the target text) or a hard link or rename, relative to the cwd."""
+    data = old + b"\0" + new + b"\0"
+    a0, a1 = (AT_FDCWD, 0) if hook == wire.HOOK_SYMLINK else (AT_FDCWD, AT_FDCWD)
+    fields = {**FIELDS, "tgid": CMD, "tid": CMD, "hook": hook, "data_len": len(data), "truncated": 0,
+              "ret": ret, "a0": a0, "a1": a1, "a2": 0, "a3": 0}
+    return wire.HEADER.pack(*(fields[f] for f in wire.HEADER_FIELDS)) + data
+
+
+@pytest.mark.parametrize(("hook", "link", "read"), [
+    (wire.HOOK_SYMLINK, b"/dev/shm/k", b"/dev/shm/k"),
+    (wire.HOOK_LINK, b"/w/proj/node_modules/k", b"/w/proj/node_modules/k"),
+    (wire.HOOK_RENAME, b"/w/proj/node_modules/d", b"/w/proj/node_modules/d/id_rsa"),
+    (wire.HOOK_SYMLINK, b"/w/.local/lib/python3.11/k", b"/w/.local/lib/python3.11/k"),
+])
+def test_a_read_through_a_link_the_run_made_under_a_telemetry_path_is_evidence(
+        hook: int, link: bytes, read: bytes, tmp_path: Path) -> None:
+    """`ln -s ~/.ssh/id_rsa /dev/shm/k; cat /dev/shm/k`: the read of the secret hides behind a
+    telemetry path unless a link the run made there keeps it. The same read before the link
+    (remembered as folded by the scan's memo) stays folded; an unrelated read stays folded."""
+    archive = _normalized([_open(read, O_RDONLY), _link(hook, b"/home/u/.ssh/id_rsa", link),
+                           _open(read, O_RDONLY), _open(b"/dev/shm/other", O_RDONLY)], tmp_path)
+    opens = [e["kind"] for e in _lines(archive, read.decode()) if "access_mode" in e]
+    assert opens == ["event_84"]
+    assert not _lines(archive, "/dev/shm/other")

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.kernel
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 TAG = secrets.token_hex(4)
 SHM = f"/dev/shm/assaytest-{TAG}"
+SHM_LINK = f"/dev/shm/assaytest-link-{TAG}"
 USR_LIB = f"/usr/lib/assaytest-{TAG}.so.1"
 LIB = f"/lib/assaytest-{TAG}"
 PRELOAD = "/etc/ld.so.preload"
@@ -53,6 +54,8 @@ mkdir -p "$D/.local/lib/python3.11/site-packages" "$D/proj/node_modules/leftpad"
 echo 'import os' > "$D/.local/lib/python3.11/site-packages/zz.pth"
 echo 'module.exports = 1' > "$D/proj/node_modules/leftpad/index.js"
 echo w > "$SHM"; rm -f "$SHM"
+ln -s "$D/secret-linked.txt" "$SHM_LINK"; cat "$SHM_LINK"; rm -f "$SHM_LINK"
+ln "$D/secret-hardlinked.txt" "$D/proj/node_modules/leftpad/k"; cat "$D/proj/node_modules/leftpad/k"
 echo w > "$USR_LIB"; rm -f "$USR_LIB"
 echo w > "$LIB"; rm -f "$LIB"
 /usr/bin/python3 -c 'import os
@@ -75,7 +78,7 @@ ctypes.CDLL(None).syscall(437, root, b"/usr/lib/in-root.txt", ctypes.byref(how),
 true
 """
 SECRETS = ("secret.txt", "secret-thread.txt", "secret-parent.txt", "secret-dotdot.txt", "fd-read.txt",
-           "secret-victim-root.txt", "secret-victim-cwd.txt")
+           "secret-victim-root.txt", "secret-victim-cwd.txt", "secret-linked.txt", "secret-hardlinked.txt")
 TARGETS = ("fd-write.txt", "stdin-write.txt")
 
 
@@ -100,7 +103,7 @@ def user() -> Iterator[User]:
 
 
 def _cleanup() -> None:
-    for path in (SHM, USR_LIB, LIB):
+    for path in (SHM, SHM_LINK, USR_LIB, LIB):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
 
@@ -121,8 +124,8 @@ def observed(request: pytest.FixtureRequest, user: User,
                               extra_groups=[],
                               env={"AWS_SECRET_ACCESS_KEY": "victim-secret", "PATH": "/usr/bin:/bin"})
     try:
-        env = {"D": str(d), "SHM": SHM, "USR_LIB": USR_LIB, "LIB": LIB, "VICTIM": str(victim.pid),
-               "PEEK": str(PROGRAMS / "peek.py")}
+        env = {"D": str(d), "SHM": SHM, "SHM_LINK": SHM_LINK, "USR_LIB": USR_LIB, "LIB": LIB,
+               "VICTIM": str(victim.pid), "PEEK": str(PROGRAMS / "peek.py")}
         run_id = unique_run_id("evasion")
         proc = run_observed(out, run_id, "/usr/bin/env", *(f"{k}={v}" for k, v in env.items()),
                             "/bin/sh", "-c", SCRIPT, workdir=d,
@@ -168,6 +171,13 @@ def test_writes_under_runtime_paths_are_evidence(observed: Observed) -> None:
     assert ("event_83", "write", status) in _lines(observed, LIB)
     preload_status = None if observed.root else "error"
     assert ("openat", "write", preload_status) in _lines(observed, PRELOAD)
+
+
+def test_reads_through_links_the_run_made_under_runtime_paths_are_evidence(observed: Observed) -> None:
+    """`ln -s secret /dev/shm/k; cat /dev/shm/k` and a hard link into node_modules: the link line
+    names the secret, and the read through it is a line too (never folded as runtime noise)."""
+    assert ("event_84", "read", None) in _lines(observed, SHM_LINK)
+    assert ("event_84", "read", None) in _lines(observed, f"{observed.d}/proj/node_modules/leftpad/k")
 
 
 def test_another_process_environ_is_evidence(observed: Observed) -> None:
