@@ -107,4 +107,6 @@ def walk(raw: str, target: Callable[[Link], str | None], tgid: int,
         if to is None:
             return "/" + "/".join(comps + parts[i + 1:]), link, opener
         comps = [c for c in to.split("/") if c]
+        if len(comps) >= 2 and comps[0] == "proc" and comps[1] in (str(tgid), str(tid)):
+            comps[1] = "self" if comps[1] == str(tgid) else "thread-self"  # a pinned fd of its own
     return "/" + "/".join(comps), None, opener

@@ -259,3 +259,11 @@ def test_a_read_through_a_link_the_run_made_under_a_telemetry_path_is_evidence(
     opens = [e["kind"] for e in _lines(archive, read.decode()) if "access_mode" in e]
     assert opens == ["event_84"]
     assert not _lines(archive, "/dev/shm/other")
+
+
+def test_a_reopen_of_its_own_proc_file_stays_its_own(tmp_path: Path) -> None:
+    """An fd of /proc/self/environ (kept with the opener's host pid for children) reopened through
+    /dev/fd by the opener itself is its own environment: telemetry, not another process's."""
+    archive = _normalized([_open(b"/proc/self/environ", O_RDONLY, ret=9), _open(b"/dev/fd/9", O_RDONLY)],
+                          tmp_path)
+    assert not [e for e in archive.kernel if e["value"] and "environ" in e["value"]]
