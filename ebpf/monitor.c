@@ -12,6 +12,7 @@
  *   RINGBUF_PAGES                    ring buffer size in pages
  *   WAKE_EVERY                       records per CPU between reader wakeups
  *   SYS_EXIT_RET_OFFSET              offset of `ret` in sys_exit_* records
+ *   TASKS_MAX, TASKS_PER_RUN         live tasks tracked in all, and per run slot
  * With a network policy, ebpf/netpolicy.c is appended to this source (BCC
  * only exports programs defined in the main file), sharing its ring buffer.
  *
@@ -63,6 +64,11 @@ struct run_counts {
     u64 untracked;
 };
 BPF_PERCPU_ARRAY(counts, struct run_counts, RUN_SLOTS);
+/* Live tasks in `tasks` per run slot: a run holds at most TASKS_PER_RUN of the
+ * shared map, so one run's thread flood leaves the others their share (its own
+ * excess is counted as its untracked tasks). User space zeroes a slot's entry
+ * when a run starts and ends on it. */
+BPF_ARRAY(live_tasks, s64, RUN_SLOTS);
 BPF_PERCPU_ARRAY(scratch, struct assay_rec, 1);
 BPF_PERCPU_ARRAY(since_wake, u64, 1);
 /* Never written: lets tests read clang's layout of the header via BCC. */
@@ -93,13 +99,35 @@ static __always_inline void count_untracked(u32 run)
         c->untracked++;
 }
 
-/* Adds `tid` to run `run`; a full map is counted, never silent. */
+static __always_inline s64 *live_of(u32 run)
+{
+    u32 slot = run % RUN_SLOTS;
+    return live_tasks.lookup(&slot);
+}
+
+/* One task of `run` left `tasks`. */
+static __always_inline void untrack_one(u32 run)
+{
+    s64 *n = live_of(run);
+    if (n)
+        __sync_fetch_and_add(n, -1);
+}
+
+/* Adds `tid` to run `run`; a full map or the run's full share is counted, never silent. */
 static __always_inline void track(u32 tid, u32 run)
 {
+    s64 *n = live_of(run);
+    if (!n || *n >= TASKS_PER_RUN) {
+        count_untracked(run);
+        return;
+    }
     struct task_t t = {};
     t.run = run;
-    if (tasks.update(&tid, &t) != 0)
+    if (tasks.update(&tid, &t) != 0) {
         count_untracked(run);
+        return;
+    }
+    __sync_fetch_and_add(n, 1);
 }
 
 /* Starts a record in the per-CPU scratch slot; `run` is the run key it belongs to. */
@@ -392,8 +420,10 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
         if (o) {
             struct task_t moved = *o;
             moved.hook = 0;
-            if (tasks.update(&tid, &moved) != 0)
+            if (tasks.update(&tid, &moved) != 0) {
                 count_untracked(moved.run);
+                untrack_one(moved.run);
+            }
             tasks.delete(&old);
         }
     }
@@ -425,7 +455,9 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
         if (r)
             rec_submit(r);
     }
-    tasks.delete(&tid);
+    u32 run = t->run;
+    if (tasks.delete(&tid) == 0)
+        untrack_one(run);
     return 0;
 }
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ebpf.bpfobject import BpfObject, CompileError, compiled
+from ebpf.holder import keep_only_kernel_objects
 from ebpf.loader import (
     PROG_CGROUP_SOCK_ADDR,
     TRACEFS_EVENTS,
@@ -110,6 +111,8 @@ class MonitorConfig:
     ringbuf_pages: int = DEFAULT_RINGBUF_PAGES
     tasks_max: int = TASKS_MAX
     run_level: int = RUN_CGROUP_LEVEL
+    tasks_per_run: int = TASKS_MAX
+    """A run slot's share of `tasks_max` (the daemon: an equal share per concurrent run)."""
 
     @property
     def wake_every(self) -> int:
@@ -166,6 +169,7 @@ def monitor_object(config: MonitorConfig) -> tuple[BpfObject, bool]:
     cflags = [
         f"-I{SOURCE_DIR}",
         f"-DTASKS_MAX={config.tasks_max}",
+        f"-DTASKS_PER_RUN={config.tasks_per_run}",
         f"-DRINGBUF_PAGES={config.ringbuf_pages}",
         f"-DWAKE_EVERY={config.wake_every}",
         f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
@@ -223,6 +227,7 @@ class Monitor:
         if not slot or key >= 1 << 16:
             raise MonitorError(f"run key {key} is not usable (0 < key < 65536, key % {RUN_SLOTS} != 0)")
         self._set_net(slot, net)
+        self._zero_live(slot)
         runs = self._obj.maps["run_cgroups"]
         runs[runs.Key(cgroup_id)] = runs.Leaf(key)
 
@@ -243,7 +248,13 @@ class Monitor:
         for k in stale:
             with contextlib.suppress(KeyError):
                 del tasks[k]
+        self._zero_live(key % RUN_SLOTS)
         return len(stale)
+
+    def _zero_live(self, slot: int) -> None:
+        """The slot's count of live tracked tasks starts (and ends) at zero."""
+        live = self._obj.maps["live_tasks"]
+        live[live.Key(slot)] = live.Leaf(0)
 
     def _set_net(self, slot: int, net: NetPolicySpec | None) -> None:
         """Write a slot's network rules and then its header (`enforce` last: never half a policy)."""
@@ -269,11 +280,11 @@ class Monitor:
     def attach_net(self, cgroup_path: str | Path, *, link: bool = False) -> None:
         """Attach the connect/sendmsg programs to a cgroup (they police the runs below it).
 
-        `link` (the daemon, at the runs' parent): a BPF link, which the
-        kernel detaches when this process's fd closes, however it exits, and
-        which leaves other programs in the subtree alone (multi-attach).
-        Without (direct mode, at the run's own cgroup, removed with it): a
-        plain attach.
+        `link` (direct mode and the daemon, at the cgroup v2 root): a BPF
+        link, which the kernel detaches when this process's fd closes,
+        however it exits, and which leaves other programs in the subtree
+        alone (multi-attach). Without (bench/netpolicy.py's per-run design,
+        at a run's own cgroup, removed with it): a plain attach.
         """
         fd = os.open(cgroup_path, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -351,7 +362,8 @@ class Monitor:
         about 70 ms each, 1.4 s for our 20 hooks. A detached grandchild holds
         the last references and releases them in the background; the
         caller's own closes then only drop references and return at once.
-        Nothing of the run's can match afterwards: its cgroup is gone.
+        It keeps nothing else of ours open (ebpf/holder.py). Nothing of the
+        run's can match afterwards: its cgroup is gone.
         """
         done_r, done_w = os.pipe()
         child = os.fork()
@@ -359,12 +371,9 @@ class Monitor:
             try:
                 os.setsid()
                 if os.fork() == 0:
-                    devnull = os.open(os.devnull, os.O_RDWR)
-                    for fd in (0, 1, 2):  # never hold the caller's pipes open
-                        os.dup2(devnull, fd)
                     os.close(done_w)
+                    keep_only_kernel_objects((done_r,))
                     os.read(done_r, 1)  # EOF once the caller dropped its references
-                    self._obj.close()
             finally:
                 os._exit(0)
         os.close(done_r)

@@ -6,11 +6,15 @@
  * Returning 0 makes connect()/sendmsg() fail with EPERM in the agent; TCP and
  * UDP, IPv4 and IPv6 all pass through here.
  *
- * The programs are attached once: at the run's cgroup in direct mode, at the
- * runs' parent cgroup in the daemon (docs/daemon.md). Either way the run is
- * the caller's ancestor cgroup at RUN_CGROUP_LEVEL, looked up in
- * `run_cgroups`; a cgroup that is no run of ours is not ours to police. A
- * run's rules are `net_rules[slot * NET_RULES_MAX ...]`, `net_runs[slot]`
+ * The programs are attached once, as BPF links (multi-attach, detached when
+ * the monitor's process lets go of them, however it ends), at the root of the
+ * cgroup v2 hierarchy: a process of a run that left the run's cgroup (as root
+ * it can write any `cgroup.procs`, or start a child elsewhere with
+ * clone3(CLONE_INTO_CGROUP)) is still below it. The run is the caller's run
+ * by lineage, its entry in `tasks` (monitor.c), or else its ancestor cgroup at
+ * RUN_CGROUP_LEVEL in `run_cgroups` (a task the full `tasks` map could not
+ * take); a task that is in no run of ours is not ours to police and passes.
+ * A run's rules are `net_rules[slot * NET_RULES_MAX ...]`, `net_runs[slot]`
  * says how many and the default (ebpf/monitor.py fills both before the run
  * starts).
  */
@@ -52,11 +56,17 @@ static __always_inline int rule_matches(struct net_rule *r, u32 family, u32 prot
 
 static __always_inline int net_decide(struct bpf_sock_addr *ctx, u32 family, u32 via)
 {
-    u64 cg = bpf_get_current_ancestor_cgroup_id(RUN_CGROUP_LEVEL);
-    u32 *runp = run_cgroups.lookup(&cg);
-    if (!runp)
-        return 1;
-    u32 run = *runp;
+    u32 run;
+    struct task_t *t = tracked();
+    if (t) {
+        run = t->run;
+    } else {
+        u64 cg = bpf_get_current_ancestor_cgroup_id(RUN_CGROUP_LEVEL);
+        u32 *runp = run_cgroups.lookup(&cg);
+        if (!runp)
+            return 1;
+        run = *runp;
+    }
     u32 slot = run % RUN_SLOTS;
     struct net_run *policy = net_runs.lookup(&slot);
     if (!policy || !policy->enforce)

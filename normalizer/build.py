@@ -36,6 +36,7 @@ from normalizer.health import CaptureFacts, observation_health, privilege_note
 from normalizer.kernel_lines import KernelLayer
 from normalizer.order import other_threads_order
 from normalizer.redact import Redactor
+from normalizer.refusals import refusal_notes
 from normalizer.scan import Scan
 from normalizer.sdk import sdk_layer
 from normalizer.surface import SurfaceFile, SurfacePreview, write_surface
@@ -226,7 +227,7 @@ def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> Normali
     phases = [RunEvent(schema=RUN_EVENT_SCHEMA, run_id=run_id, seq=i, type=p.name)  # type: ignore[arg-type]
               for i, p in enumerate(markers)]
     notes = [n for n in (sdk.note, privilege_note(spool.header.uid, spool.header.policy)) if n]
-    notes += fault_notes(spool.trailer)
+    notes += fault_notes(spool.trailer) + refusal_notes(spool.trailer)
     if policy_lines:
         notes.append(f"s4_policy_capture: decision_events={len(policy_lines)}")  # policy.rs:183-186
     notes.append(redactor.note())

@@ -3,14 +3,20 @@
 Rules (contract "observation-health.json", decisions in docs/artifacts.md):
 - `kernel_layer` is `complete` with zero drops, else `partial_ringbuf_drops`.
   Drops are the kernel's failed ring-buffer writes plus any record the kernel
-  emitted that never reached the spool.
+  emitted that never reached the spool. A spool recovered after the runner
+  died counts one more: how many records were lost after its last flush is
+  unknown, but at least the end of the command's tree (its exit records) was
+  never drained, so such a run is never `complete`.
 - `cgroup_correlation` is `clean` when every event of the run's tasks was
   attributed to the command's process tree, `partial` when some were not (or
   a process-creation record was dropped), when a task left the run's cgroup
-  (migration or clone3 CLONE_INTO_CGROUP: still observed by lineage, but out
-  of the cgroup's network policy and kill), or when the lineage map was full
-  and a task went untracked, or when the spool was recovered after the
-  runner died (the end of the tree was never seen); `failed` when the
+  (migration or clone3 CLONE_INTO_CGROUP: still observed and held to the
+  network policy by lineage, but out of the cgroup's kill and limits), or
+  when the lineage map was full and a task went untracked, or when the spool
+  was recovered after the runner died (the end of the tree was never seen),
+  or when the command could make compat syscalls (`--allow-compat-syscalls`:
+  calls no syscall tracepoint sees, so events may be missing, and the
+  contract's `kernel_layer` has no value for that); `failed` when the
   command's root process was never seen.
 - network coverage comes from the normalized network evidence; drops on a
   network hook make it `unknown`, since peers may be missing, and so does an
@@ -57,6 +63,8 @@ class CaptureFacts:
     """Path payloads cut at the kernel's capture limit (their values end in the marker)."""
     recovered: bool = False
     """The spool was closed by a recovery after the runner died: its end is missing."""
+    compat_syscalls_allowed: bool = False
+    """The command could make non-native ABI syscalls, which no tracepoint sees."""
 
     @property
     def lost_in_transit(self) -> int:
@@ -64,8 +72,13 @@ class CaptureFacts:
         return max(sum(self.emitted.values()) - self.captured, 0)
 
     @property
+    def lost_after_death(self) -> int:
+        """The least number of records a recovered run lost after its last flush (the count is unknown)."""
+        return 1 if self.recovered else 0
+
+    @property
     def total_drops(self) -> int:
-        return sum(self.drops.values()) + self.lost_in_transit
+        return sum(self.drops.values()) + self.lost_in_transit + self.lost_after_death
 
 
 def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[str, str]:
@@ -91,7 +104,8 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
     if not facts.root_seen:
         return "failed"
     if facts.unattributed_events or facts.drops.get("newtask", 0) or facts.untracked_tasks \
-            or facts.cgroup_escapes or facts.clone_into_cgroup or facts.recovered:
+            or facts.cgroup_escapes or facts.clone_into_cgroup or facts.recovered \
+            or facts.compat_syscalls_allowed:
         return "partial"
     return "clean"
 
@@ -128,6 +142,8 @@ def observation_health(
         parts = [f"{k}={v}" for k, v in sorted(facts.drops.items()) if v]
         if facts.lost_in_transit:
             parts.append(f"lost_in_transit={facts.lost_in_transit}")
+        if facts.lost_after_death:
+            parts.append("after_runner_death=at_least_1")
         notes.append("s2_kernel_drops: " + " ".join(parts))
     if facts.unresolved_paths or facts.unresolved_reopens or facts.unresolved_aliases:
         notes.append(f"s2_path_resolution: unresolved_paths={facts.unresolved_paths} "

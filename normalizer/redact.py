@@ -47,22 +47,35 @@ MODE = "shape_only"
 archives carry no argv, so the flag-aware pass has nothing to apply to."""
 
 
+EMBEDDED = frozenset({"aws-access-key-id", "github-token", "slack-token", "google-api-key", "stripe-key",
+                      "jwt"})
+"""Rules whose shape is caught after a word character too (`x_ghp_...`, `xAKIA...`, `tok_eyJ...`):
+upstream's leading `\b` lets a token glued to a name or a prefix through. Their prefixes are
+distinctive enough to stand alone; `sk-`, `bearer` and the assignment rules keep the boundary
+(`task-...`, `disk-...` would be false positives)."""
+
+
+def _widen(name: str, pattern: str) -> str:
+    """`pattern` without its leading word boundary for an `EMBEDDED` rule (else as upstream wrote it)."""
+    return pattern.removeprefix(r"\b") if name in EMBEDDED else pattern
+
+
 @cache
 def rules() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    """The canonical table, compiled in its order (which decides ties)."""
+    """The canonical table, compiled in its order (which decides ties), `EMBEDDED` rules widened."""
     table = json.loads(RULES_FILE.read_bytes())
-    return tuple((r["name"], re.compile(r["pattern"])) for r in table["rules"])
+    return tuple((r["name"], re.compile(_widen(r["name"], r["pattern"]))) for r in table["rules"])
 
 
 NEEDLES: dict[tuple[str, str], tuple[bool, tuple[str, ...]]] = {
-    ("aws-access-key-id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"): (False, ("AKIA", "ASIA")),
-    ("github-token", r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"): (False, ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    ("aws-access-key-id", r"(?:AKIA|ASIA)[0-9A-Z]{16}\b"): (False, ("AKIA", "ASIA")),
+    ("github-token", r"gh[pousr]_[A-Za-z0-9]{36,}\b"): (False, ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
     ("openai-key", r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20,}\b"): (False, ("sk-",)),
-    ("slack-token", r"\bxox[baprs]-[A-Za-z0-9-]{10,}\b"): (False, ("xox",)),
-    ("google-api-key", r"\bAIza[0-9A-Za-z_-]{35}\b"): (False, ("AIza",)),
-    ("stripe-key", r"\b[sp]k_(?:live|test)_[0-9A-Za-z]{16,}\b"): (False, ("k_live_", "k_test_")),
+    ("slack-token", r"xox[baprs]-[A-Za-z0-9-]{10,}\b"): (False, ("xox",)),
+    ("google-api-key", r"AIza[0-9A-Za-z_-]{35}\b"): (False, ("AIza",)),
+    ("stripe-key", r"[sp]k_(?:live|test)_[0-9A-Za-z]{16,}\b"): (False, ("k_live_", "k_test_")),
     ("private-key-pem", r"-----BEGIN (?:[A-Z ]*)PRIVATE KEY-----"): (False, ("-----BEGIN ",)),
-    ("jwt", r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b"): (False, ("eyJ",)),
+    ("jwt", r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b"): (False, ("eyJ",)),
     ("bearer-token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{20,}=*"): (True, ("bearer",)),
     ("sensitive-query-param",
      r"""(?i)\b(?:access[_-]?token|refresh[_-]?token|sig|signature)=[^&\s#"']{6,}"""): (False, ("=",)),
@@ -70,7 +83,8 @@ NEEDLES: dict[tuple[str, str], tuple[bool, tuple[str, ...]]] = {
      r"""(?i)\b(?:api[_-]?key|secret|token|password|passwd|access[_-]?key|client[_-]?secret)\b\s*[=:]\s*[^\s'"]{6,}"""):
         (True, ("key", "secret", "token", "passw")),
 }
-"""(rule, its exact pattern) -> (compare case-folded?, literals one of which every match contains).
+"""(rule, its exact pattern as compiled: upstream's, `_widen`ed) -> (compare case-folded?, literals one
+of which every match contains).
 
 A rule runs only on text holding one of its literals: a regex scan costs
 about 25 MB/s per rule, a substring test is far cheaper, and most text holds

@@ -364,4 +364,5 @@ class Scan:
             untraced_io=dict(self.untraced_io),
             truncated_paths=self.resolver.truncated,
             recovered=trailer.recovered is not None,
+            compat_syscalls_allowed=trailer.compat_syscalls_allowed,
         )

@@ -6,6 +6,14 @@ listener and the gate must agree on what a valid record is, so they all call
 `Contracts.problems`. Resolution order for the catalog and the descriptor is
 the one the spec gives: command-line flag, environment variable
 (`CATALOG_PATH`, `BOUNDARY_PATH`), `catalogs/defaults.json`, built-in default.
+
+The default descriptor is upstream's own `cfbo-v1` (its pattern schema is a
+byte-identical copy), so baseline records are the records a fencerunner
+user's tools accept. Its `run.mode` admits only `baseline`; when no flag or
+variable names a descriptor, the modes it does not admit use the Linux
+extension `cfbo-linux-v1` (the canonical pattern plus those modes). A
+descriptor named by a flag or variable is used for every mode, and a mode it
+does not admit is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from probe_harness import ROOT
 CATALOG_ENV = "CATALOG_PATH"
 BOUNDARY_ENV = "BOUNDARY_PATH"
 DEFAULTS_FILE = ROOT / "catalogs" / "defaults.json"
-BUILTIN = {"catalog": "catalogs/linux_assay_v1.json", "boundary": "catalogs/cfbo-linux-v1.json"}
+BUILTIN = {"catalog": "catalogs/linux_assay_v1.json", "boundary": "catalogs/cfbo-v1.json"}
+EXTENSION_DESCRIPTOR = ROOT / "catalogs" / "cfbo-linux-v1.json"
 CATALOG_SCHEMA = ROOT / "schema" / "capability_catalog.schema.json"
 DESCRIPTOR_SCHEMA = ROOT / "schema" / "boundary_descriptor.schema.json"
 PATTERN_VERSION = "boundary_event_v1"
@@ -166,12 +175,38 @@ def load_boundary(path: Path) -> Boundary:
     return Boundary(doc["key"], path, schema_path, schema)
 
 
+def _claimed_mode(record: Any) -> str:
+    """The run mode a record claims ('' when it names none), to pick its descriptor."""
+    run = record.get("run") if isinstance(record, dict) else None
+    mode = run.get("mode") if isinstance(run, dict) else None
+    return mode if isinstance(mode, str) else ""
+
+
 @dataclass(frozen=True)
 class Contracts:
-    """The catalog and boundary in effect for one tool invocation."""
+    """The catalog and boundary in effect for one tool invocation.
+
+    `extension` is the Linux-mode descriptor used for the modes `boundary`
+    does not admit; None when the descriptor was named explicitly.
+    """
 
     catalog: Catalog
     boundary: Boundary
+    extension: Boundary | None = None
+
+    @property
+    def run_modes(self) -> tuple[str, ...]:
+        """Every run mode some descriptor in effect admits."""
+        extra = self.extension.run_modes if self.extension else ()
+        return tuple(dict.fromkeys((*self.boundary.run_modes, *extra)))
+
+    def for_mode(self, mode: str) -> Contracts:
+        """The contracts a record of `mode` is written and checked under."""
+        if mode in self.boundary.run_modes or self.extension is None:
+            return self
+        if mode in self.extension.run_modes:
+            return Contracts(self.catalog, self.extension)
+        return self
 
     def capability(self, cid: str) -> Capability:
         try:
@@ -182,7 +217,11 @@ class Contracts:
             ) from None
 
     def problems(self, record: Any) -> list[str]:
-        """Why `record` is not a valid record under these contracts ([] when it is)."""
+        """Why `record` is not a valid record under these contracts ([] when it is); a record of a
+        mode the descriptor does not admit is checked under the extension, when there is one."""
+        chosen = self.for_mode(_claimed_mode(record))
+        if chosen is not self:
+            return chosen.problems(record)
         out = schema_problems(self.boundary.validator, record)
         if out or not isinstance(record, dict):
             return out or ["(root): not a JSON object"]
@@ -212,7 +251,9 @@ def load_contracts(
 ) -> Contracts:
     """The contracts for these flags and this environment (resolution order above)."""
     env = os.environ if env is None else env
+    explicit = bool(boundary or env.get(BOUNDARY_ENV))
     return Contracts(
         load_catalog(resolve_path("catalog", catalog, env)),
         load_boundary(resolve_path("boundary", boundary, env)),
+        None if explicit else load_boundary(EXTENSION_DESCRIPTOR),
     )

@@ -215,6 +215,7 @@ def build_record(args: argparse.Namespace, contracts: Contracts, env: Mapping[st
     expected_mode = env.get(RUN_MODE_ENV)
     if expected_mode and args.run_mode != expected_mode:
         raise EmitError(f"--run-mode {args.run_mode!r} differs from {RUN_MODE_ENV}={expected_mode!r}")
+    contracts = contracts.for_mode(args.run_mode)
     secondary = args.secondary_capability_id
     if len(set(secondary)) != len(secondary) or args.primary_capability_id in secondary:
         raise EmitError("capability ids must be unique (primary and each --secondary-capability-id)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -71,12 +72,14 @@ class Batch:
     run_id: str | None = None
 
 
-def resolve_probe(ident: str) -> Path:
-    """PROBES_DIR/ID.sh for an id, or a path; only executable scripts directly under probes/."""
-    candidate = Path(ident) if ("/" in ident or ident.endswith(".sh")) else PROBES_DIR / f"{ident}.sh"
+def resolve_probe(ident: str, probes_dir: Path = PROBES_DIR) -> Path:
+    """DIR/ID.sh for an id, or a path; only executable scripts directly in the probes directory."""
+    candidate = Path(ident) if ("/" in ident or ident.endswith(".sh")) else probes_dir / f"{ident}.sh"
     path = candidate.resolve()
-    if path.parent != PROBES_DIR.resolve() or path.suffix != ".sh":
-        raise ProbeError(f"{ident}: not a probe: probes are {PROBES_DIR}/<probe_id>.sh")
+    if path.parent != probes_dir.resolve() or path.suffix != ".sh":
+        raise ProbeError(
+            f"{ident}: not a probe: probes are {probes_dir}/<probe_id>.sh (another directory: --probes-dir)"
+        )
     if not path.is_file():
         raise ProbeError(f"{ident}: no such probe ({path})")
     if not os.access(path, os.X_OK):
@@ -84,9 +87,9 @@ def resolve_probe(ident: str) -> Path:
     return path
 
 
-def all_probes() -> list[Path]:
+def all_probes(probes_dir: Path = PROBES_DIR) -> list[Path]:
     """Every probe script, sorted by id."""
-    return sorted(p for p in PROBES_DIR.glob("*.sh") if p.is_file())
+    return sorted(p for p in probes_dir.glob("*.sh") if p.is_file())
 
 
 def check_record(record: Any, probe: str, mode: str, contracts: Contracts) -> str | None:
@@ -168,6 +171,8 @@ def _inner_command(mode: str, probes: list[Path], settings: Settings) -> list[st
         str(settings.catalog),
         "--boundary",
         str(settings.boundary),
+        "--probes-dir",
+        str(settings.probes_dir),
         mode,
         *(str(p) for p in probes),
     ]
@@ -218,6 +223,8 @@ def _from_envelopes(stdout: str, mode: str, probes: list[Path], contracts: Contr
 
 def run_batch(mode: str, probes: list[Path], settings: Settings, contracts: Contracts) -> Batch:
     """Run `probes` in `mode`: directly for baseline, else inside one sandboxed driver."""
+    contracts = contracts.for_mode(mode)
+    settings = dataclasses.replace(settings, boundary=contracts.boundary.path)
     if mode == BASELINE:
         return Batch(mode, [run_direct(p, mode, settings, contracts) for p in probes])
     cmd, run_id = _sandboxed(mode, probes, settings)
@@ -276,6 +283,12 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
         "--boundary", help="boundary descriptor (default: BOUNDARY_PATH, then catalogs/defaults.json)"
     )
     p.add_argument(
+        "--probes-dir",
+        type=Path,
+        default=PROBES_DIR,
+        help="directory holding the probes, <probe_id>.sh each (default: the harness's probes/)",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         default=Path("probe-runs"),
@@ -300,6 +313,7 @@ def settings_from(args: argparse.Namespace) -> tuple[Settings, Contracts]:
         args.out.resolve(),
         parse_wrapper(args.wrapper),
         env,
+        args.probes_dir.resolve(),
     )
     return settings, contracts
 
@@ -316,12 +330,12 @@ def main() -> int:
     args = p.parse_args()
     try:
         settings, contracts = settings_from(args)
-        probes = [resolve_probe(x) for x in args.probe]
+        probes = [resolve_probe(x, settings.probes_dir) for x in args.probe]
         if args.in_sandbox:
             return drive_in_sandbox(args.mode, probes, settings, contracts)
         if len(probes) != 1:
             raise ProbeError("probe-exec runs one probe; use 'probe --target --probe ID ...' for several")
-        check_modes([args.mode], contracts.boundary.run_modes, settings)
+        check_modes([args.mode], contracts.run_modes, settings)
         with prepared_workspace(settings):
             batch = run_batch(args.mode, probes, settings, contracts)
     except (ContractError, ModeError, ProbeError) as exc:

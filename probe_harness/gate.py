@@ -6,13 +6,18 @@ first command is `set -euo pipefail`; `bash -n` passes; the literal
 `probe_name` equals the file name; the literal `primary_capability_id`
 exists in the catalog.
 
-The dynamic check runs the probe in baseline with a stub `emit-record` first
-on PATH. The stub parses its flags with the real emit-record (required flags,
-enums, capability ids, the full record validated against the schema),
-records each call in a state file and prints a random token. The probe
-passes only if it exits 0, called the stub exactly once with no problem, and
-printed nothing but the token. The reference gate's stub counted calls and
-grepped flags; this one shares emit-record's code, so it cannot drift from it.
+The dynamic check runs a copy of the probe in baseline from a shadow tree,
+as upstream's gate does: `SHADOW/probes/<id>.sh`, with `SHADOW/bin/` holding
+a stub `emit-record` beside links to the harness's other `bin/` helpers, and
+`SHADOW/bin` first on PATH. So a probe that calls `emit-record` from PATH and
+one that calls `${repo_root}/bin/emit-record` (fencerunner's probes) both
+reach the stub. The stub parses its flags with the real emit-record
+(required flags, enums, capability ids, the full record validated against
+the schema), records each call in a state file and prints a random token.
+The probe passes only if it exits 0, called the stub exactly once with no
+problem, and printed nothing but the token. The reference gate's stub counted
+calls and grepped flags; this one shares emit-record's code, so it cannot
+drift from it.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from probe_harness import PROBES_DIR
+from probe_harness import PROBES_DIR, ROOT
 from probe_harness.contracts import ContractError, Contracts, load_contracts
 from probe_harness.emit import EmitError, emit
 from probe_harness.modes import BASELINE, Settings, probe_env
@@ -38,6 +44,8 @@ STRICT = "set -euo pipefail"
 STATE_ENV = "FENCE_GATE_STATE"
 TOKEN_ENV = "FENCE_GATE_TOKEN"
 GATE_TIMEOUT_S = 30.0
+HELPERS_DIR = ROOT / "bin"
+"""The helpers fencerunner's probes call as `${repo_root}/bin/NAME`."""
 
 
 def static_problems(path: Path, probes_dir: Path, contracts: Contracts) -> list[str]:
@@ -83,13 +91,26 @@ def _write_stub(directory: Path) -> None:
     stub.chmod(0o755)
 
 
+def _shadow_tree(root: Path, path: Path) -> Path:
+    """SHADOW/probes/<id>.sh, SHADOW/bin (the stub, links to the other helpers) and SHADOW/tmp (which
+    upstream's probes use as `${repo_root}/tmp`, as its gate provides); the probe's copy."""
+    for sub in ("bin", "probes", "tmp", "ws"):
+        (root / sub).mkdir()
+    for helper in sorted(HELPERS_DIR.iterdir()) if HELPERS_DIR.is_dir() else []:
+        if helper.name != "emit-record":
+            (root / "bin" / helper.name).symlink_to(helper.resolve())
+    _write_stub(root / "bin")
+    copy = root / "probes" / path.name
+    shutil.copyfile(path, copy)
+    copy.chmod(0o755)
+    return copy
+
+
 def dynamic_problems(path: Path, contracts: Contracts) -> list[str]:
     """Run the probe in baseline against the stub; every way it broke the contract."""
     with tempfile.TemporaryDirectory(prefix="probe-gate-") as tmp:
         root = Path(tmp)
-        (root / "bin").mkdir()
-        (root / "ws").mkdir()
-        _write_stub(root / "bin")
+        shadow = _shadow_tree(root, path)
         settings = Settings(root / "ws", contracts.catalog.path, contracts.boundary.path, root)
         settings.tmpdir.mkdir()
         token = json.dumps({"gate_stub": secrets.token_hex(8)})
@@ -100,7 +121,7 @@ def dynamic_problems(path: Path, contracts: Contracts) -> list[str]:
         )
         try:
             done = subprocess.run(
-                [str(path)],
+                [str(shadow)],
                 env=env,
                 cwd=settings.workspace,
                 capture_output=True,

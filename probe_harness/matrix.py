@@ -53,16 +53,16 @@ class UsageError(ValueError):
     """The options do not make sense together."""
 
 
-def select_probes(args: argparse.Namespace, contracts: Contracts) -> list[Path]:
+def select_probes(args: argparse.Namespace, contracts: Contracts, probes_dir: Path) -> list[Path]:
     """The probes --matrix or --target names, sorted and unique."""
     if args.matrix:
-        return all_probes()
+        return all_probes(probes_dir)
     if not args.probe and not args.cap:
         raise UsageError("--target needs --probe ID or --cap ID (repeatable)")
-    chosen = {resolve_probe(p) for p in args.probe}
+    chosen = {resolve_probe(p, probes_dir) for p in args.probe}
     for cap in args.cap:
         contracts.capability(cap)
-        matching = [p for p in all_probes() if primary_capability(p) == cap]
+        matching = [p for p in all_probes(probes_dir) if primary_capability(p) == cap]
         if not matching:
             raise UsageError(f"no probe has primary capability {cap!r}")
         chosen.update(matching)
@@ -124,9 +124,9 @@ def stream(
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """--matrix and --target."""
     settings, contracts = settings_from(args)
-    probes = select_probes(args, contracts)
+    probes = select_probes(args, contracts, settings.probes_dir)
     modes = select_modes(args)
-    check_modes(modes, contracts.boundary.run_modes, settings)
+    check_modes(modes, contracts.run_modes, settings)
     if args.list_only:
         for mode in modes:
             for p in probes:
@@ -163,6 +163,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def listen(contracts: Contracts, inp: TextIO, out: TextIO) -> int:
     """--listen: validate every record on stdin and print a summary."""
     counts: Counter[tuple[str, str]] = Counter()
+    keys: set[str] = set()
     valid = invalid = 0
     for number, line in enumerate(inp, start=1):
         if not line.strip():
@@ -177,12 +178,13 @@ def listen(contracts: Contracts, inp: TextIO, out: TextIO) -> int:
             out.write(f"line {number}: {'; '.join(problems)}\n")
             continue
         valid += 1
+        keys.add(record["schema_key"])
         counts[(record["run"]["mode"], record["result"]["observed_result"])] += 1
     for (mode, status), n in sorted(counts.items()):
         out.write(f"{mode}\t{status}\t{n}\n")
     out.write(
         f"{valid + invalid} records: {valid} valid, {invalid} invalid "
-        f"(schema key {contracts.boundary.key}, catalog {contracts.catalog.key})\n"
+        f"(schema key {'/'.join(sorted(keys)) or contracts.boundary.key}, catalog {contracts.catalog.key})\n"
     )
     return 0 if valid and not invalid else 1
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from probe_harness import PROBES_DIR
 from probe_harness.contracts import BOUNDARY_ENV, CATALOG_ENV
 from probe_harness.emit import RUN_MODE_ENV, WORKSPACE_ENV
 from probe_harness.stack import SANDBOX_ENV, SANDBOX_MODES
@@ -30,6 +31,9 @@ DEFAULT_MATRIX_MODES = (BASELINE, *RUNNER_MODES)
 WORKSPACE_PLACEHOLDER = "{workspace}"
 TMP_SUBDIR = ".fence-tmp"
 BIN_DIR = Path(sysconfig.get_path("scripts"))
+HARNESS_BIN_ENV = "FENCE_HARNESS_BIN"
+"""Where `bin/` (the helpers upstream-style probes call as `${repo_root}/bin/NAME`) finds the
+harness's own commands."""
 
 
 class ModeError(ValueError):
@@ -46,6 +50,7 @@ class Settings:
     out: Path
     wrapper: tuple[str, ...] = ()
     base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    probes_dir: Path = PROBES_DIR
 
     @property
     def tmpdir(self) -> Path:
@@ -103,6 +108,7 @@ def probe_env(mode: str, settings: Settings) -> dict[str, str]:
             CATALOG_ENV: str(settings.catalog),
             BOUNDARY_ENV: str(settings.boundary),
             "TMPDIR": str(settings.tmpdir),
+            HARNESS_BIN_ENV: str(BIN_DIR),
             "PATH": f"{BIN_DIR}{os.pathsep}{settings.base_env.get('PATH', os.defpath)}",
         }
     )

@@ -10,7 +10,7 @@ primary_capability_id="cap_net_outbound_tcp"
 peer="${FENCE_NET_PEER:-}"
 op_rc=0
 if [[ -z "${peer}" ]]; then
-  op_rc=""
+  op_rc=1  # no operation ran: probe-op's exit code for missing arguments (an integer, as upstream requires)
   command_executed="(none: FENCE_NET_PEER is not set)"
   op_status="error" op_errno="" op_target="unset" op_detail="{}"
   op_message="FENCE_NET_PEER is not set: export HOST:PORT of a peer you control"

@@ -33,4 +33,5 @@ emit-record \
   --errno "${op_errno}" \
   --message "${op_message}" \
   --raw-exit-code "${op_rc}" \
+  --operation-args '{}' \
   --payload-raw-field-json op "${op_detail}"

@@ -111,6 +111,24 @@ fi
 #     built stops set-up with what to install (scripts/build_native.sh).
 bash scripts/build_native.sh "$VENV"
 
+# 3c. The OCI registry that the push, pull and shipping tests start
+#     (tests/registry_support.py): Debian's docker-registry, unpacked into the
+#     venv rather than installed, because the package enables a service that
+#     listens on :5000 on every interface.
+REGISTRY="$VENV/registry/usr/bin/docker-registry"
+if [ -x "$REGISTRY" ]; then
+  say "docker-registry: already unpacked ($REGISTRY)"
+else
+  dl=$(mktemp -d)
+  if ! (cd "$dl" && apt-get download docker-registry) >"$LOG" 2>&1; then
+    quiet apt-get update
+    (cd "$dl" && quiet apt-get download docker-registry)
+  fi
+  quiet dpkg-deb -x "$dl"/docker-registry_*.deb "$VENV/registry"
+  rm -rf "$dl"
+  say "docker-registry: unpacked into $VENV/registry"
+fi
+
 # 4. Kernel side: tracefs/debugfs mounts and kernel headers (exact package,
 #    else the closest distro headers + /lib/modules links), then every check.
 if [ "$run_doctor" -eq 0 ]; then

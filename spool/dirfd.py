@@ -15,6 +15,9 @@ from typing import BinaryIO
 
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_MODE = 0o644
+"""Archives: redacted, meant to be read."""
+SPOOL_MODE = 0o600
+"""Raw spools: not redacted (a header or a token the command used is in there), so for their owner only."""
 
 
 def open_dir(path: str | os.PathLike[str]) -> int:
@@ -22,15 +25,19 @@ def open_dir(path: str | os.PathLike[str]) -> int:
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def create_new(dir_fd: int, name: str) -> BinaryIO:
+def create_new(dir_fd: int, name: str, mode: int = FILE_MODE) -> BinaryIO:
     """A new file `name` in `dir_fd`, open for writing; FileExistsError if the name is taken."""
-    return os.fdopen(create_new_fd(dir_fd, name), "wb")
+    return os.fdopen(create_new_fd(dir_fd, name, mode), "wb")
 
 
-def create_new_fd(dir_fd: int, name: str) -> int:
-    """`create_new` as a raw fd, for writers that must know exactly which bytes reached the file."""
-    fd = os.open(name, NEW_FILE, FILE_MODE, dir_fd=dir_fd)
-    os.fchmod(fd, FILE_MODE)  # whatever the umask: archives are meant to be read
+def create_new_fd(dir_fd: int, name: str, mode: int = FILE_MODE) -> int:
+    """`create_new` as a raw fd, for writers that must know exactly which bytes reached the file.
+
+    Created with `mode & 0o600` and then given exactly `mode`, whatever the
+    umask: never a moment when a private file is readable by others.
+    """
+    fd = os.open(name, NEW_FILE, mode & 0o600, dir_fd=dir_fd)
+    os.fchmod(fd, mode)
     return fd
 
 

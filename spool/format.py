@@ -118,9 +118,19 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     killer took), from pids.events/memory.events (runner/capture/limits.py)."""
     limits_unavailable: list[str] = msgspec.field(default_factory=list)
     """Default limits the host could not enforce: no such controller in its cgroup hierarchies."""
+    refused_syscalls: dict[str, int] = msgspec.field(default_factory=dict)
+    """Calls the command's seccomp filter refused, by class (`compat_i386`, `compat_x32`,
+    `io_uring`, `user_namespace`; runner/enforce/seccomp.py), as its supervisor answered them."""
+    compat_syscalls_allowed: bool = False
+    """`--allow-compat-syscalls`: non-native ABI calls ran, and no tracepoint sees them."""
     recovered: str | None = None
     """Set when this trailer was not written by the run but by a later recovery (`runner_died`):
     the capture's end, the command's exit and the kernel's counters are unknown (spool/recover.py)."""
+    last_flush_ns: int | None = None
+    """A recovered spool's last write before the runner died (the partial file's mtime, CLOCK_REALTIME)."""
+    died_ns: int | None = None
+    """When the runner died (CLOCK_REALTIME), if its warden saw it: from `last_flush_ns` to here nothing
+    was observed; None: unknown."""
 
 
 Frame = SpoolHeader | Batch | Phase | SdkMessage | DacVerdicts | SpoolTrailer

@@ -40,8 +40,11 @@ class Recovered:
     """Bytes of a torn last frame that were cut off."""
 
 
-def recover(dir_fd: int, name: str, cause: str) -> Recovered:
-    """Turn `<name>.partial` in `dir_fd` into the complete spool `name`, marked `recovered=cause`."""
+def recover(dir_fd: int, name: str, cause: str, died_ns: int | None = None) -> Recovered:
+    """Turn `<name>.partial` in `dir_fd` into the complete spool `name`, marked `recovered=cause`.
+
+    The trailer keeps when the partial file was last written (its last flush) and `died_ns`, when
+    the runner died if that is known: the interval between was not observed."""
     partial = name + ".partial"
     with contextlib.suppress(FileNotFoundError):
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -51,12 +54,14 @@ def recover(dir_fd: int, name: str, cause: str) -> Recovered:
         header, good, records, has_trailer = _scan(fd)
         if header is None:
             raise NoHeader(f"{partial} has no spool header: nothing of the run was written")
-        cut = os.fstat(fd).st_size - good
+        st = os.fstat(fd)
+        cut = st.st_size - good
         if not has_trailer:
             os.ftruncate(fd, good)
             os.lseek(fd, good, os.SEEK_SET)
             os.write(fd, encode_frame(SpoolTrailer(exit_code=UNKNOWN_EXIT, drops={}, emitted={},
-                                                   recovered=cause)))
+                                                   recovered=cause, last_flush_ns=st.st_mtime_ns,
+                                                   died_ns=died_ns)))
         os.fsync(fd)
         rename_within(dir_fd, partial, name)
     finally:

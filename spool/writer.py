@@ -25,7 +25,7 @@ import contextlib
 import os
 import time
 
-from spool.dirfd import append_to, create_new_fd, remove_within, rename_within, same_file
+from spool.dirfd import SPOOL_MODE, append_to, create_new_fd, remove_within, rename_within, same_file
 from spool.format import Batch, Frame, Phase, SdkMessage, SpoolHeader, SpoolTrailer, batch_head, encode_frame
 
 
@@ -49,7 +49,7 @@ class Spooler:
         self.dir_fd = dir_fd
         self.name = name
         self._partial = name + ".partial"
-        self._fd = create_new_fd(dir_fd, self._partial)
+        self._fd = create_new_fd(dir_fd, self._partial, SPOOL_MODE)
         self._size = 0
         self._pending: list[bytes] = []
         self.records = 0

@@ -1,11 +1,14 @@
 """Shared test set-up. Kernel tests run the real runner against the real kernel.
 
 They need root. Off CI, a non-root session skips them with the reason; on CI
-(CI set) they always run, so a missing privilege fails instead of hiding.
+(`support.ON_CI`) they always run, so a missing privilege fails instead of
+hiding. On CI every skip is a failure: CI installs every prerequisite
+(`make setup`), so a test that would skip there hides a broken set-up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 from collections.abc import Iterator
@@ -13,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
-from support import ASSAY_COMPAT, assay_compat
 
 from runner.capture.cgroup import PARENT_ENV
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
+from tests.support import ASSAY_COMPAT, ON_CI, assay_compat
 
 # A caller without HOME (CI, cron) makes every Python and bash the tests start
 # look the user up in passwd, which on a host running nscd is a connect to its
@@ -40,16 +43,27 @@ settings.register_profile("dev", max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("deep", max_examples=5000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])  # bug hunting by hand
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if ON_CI else "dev"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.geteuid() == 0 or os.environ.get("CI"):
+    if os.geteuid() == 0 or ON_CI:
         return
     skip = pytest.mark.skip(reason="kernel tests need root (CI runs them as root)")
     for item in items:
         if "kernel" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On CI a skipped test fails, naming why it would have skipped."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if ON_CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped on CI, where make setup installs every prerequisite: {reason}"
 
 
 def runner_written_archives(base: Path) -> list[Path]:
@@ -63,12 +77,16 @@ def own_cgroup_parent_removed() -> Iterator[None]:
     yield
     if os.geteuid() != 0:
         return
+    from runner.capture.cgroup import parent_name
+    from runner.capture.owner import records_dir
     from runner.capture.stale import parents, sweep
 
     sweep()
     for parent in parents():
         if parent.is_dir() and not any(p.is_dir() for p in parent.iterdir()):
             parent.rmdir()
+    with contextlib.suppress(OSError):  # not empty: a run cgroup is still there, and its record stays
+        records_dir(parent_name(), create=False).rmdir()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -81,7 +99,7 @@ def every_written_archive_is_conformant(tmp_path_factory: pytest.TempPathFactory
         return
     problems = [f"{a}: {p}" for a in archives for p in validate_members(read_archive(a))]
     assert problems == [], "\n".join(problems[:20])
-    if not ASSAY_COMPAT.is_file() and os.environ.get("CI") != "true":
+    if not ASSAY_COMPAT.is_file() and not ON_CI:
         return  # off CI without ../shared: the project's own check above still ran
     proc = assay_compat(*archives)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr

@@ -29,7 +29,7 @@ import yaml
 from runner.acceptance.expect import load
 from runner.acceptance.gates import BY_NAME, GATED_PATHS, GATES
 from runner.capture.cgroup import RunCgroup
-from runner.capture.owner import Owner, start_time, write_owner
+from runner.capture.owner import Owner, records_dir, remove_record, start_time, write_record
 from tests.support import ROOT, assay
 
 WORKFLOW = ROOT / ".github" / "workflows" / "delegated-acceptance.yml"
@@ -236,9 +236,11 @@ def test_prepare_removes_stale_acceptance_cgroups_and_refuses_busy_ones(tmp_path
     live = parent / f"acceptance-live-{os.getpid()}-{secrets.token_hex(4)}"
     busy = parent / f"acceptance-busy-{secrets.token_hex(4)}"
     stale.mkdir(parents=True)
-    write_owner(stale, Owner(pid=gone.pid, start=1))
+    records = records_dir(parent.name)
+    write_record(records, stale.stat().st_ino, Owner(pid=gone.pid, start=1, cgroup=str(stale)))
     live.mkdir()
-    write_owner(live, Owner(pid=os.getpid(), start=start_time(os.getpid())))
+    live_record = write_record(records, live.stat().st_ino,
+                               Owner(pid=os.getpid(), start=start_time(os.getpid()), cgroup=str(live)))
     busy.mkdir()
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
@@ -256,6 +258,7 @@ def test_prepare_removes_stale_acceptance_cgroups_and_refuses_busy_ones(tmp_path
         for cg in (stale, live):
             with contextlib.suppress(FileNotFoundError):
                 cg.rmdir()
+        remove_record(live_record)
         for _ in range(50):
             try:
                 busy.rmdir()

@@ -24,6 +24,7 @@ from normalizer.artifacts import CapabilitySurface, CorrelationReport
 from normalizer.build import normalize
 from normalizer.kernel_lines import KernelLayer
 from normalizer.redact import Redactor, find_unredacted, rules
+from runner.cli.cmd_run import check_run_id
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.evidence.archive import read_archive
 from runner.evidence.conformance.base import UPSTREAM
@@ -65,7 +66,26 @@ def test_vendored_file_is_the_pinned_upstream_blob(name: str) -> None:
 def test_the_redactor_uses_the_vendored_table_in_order() -> None:
     table = msgspec.json.decode((UPSTREAM_DIR / "secret-rules.v1.json").read_bytes())
     assert [name for name, _ in rules()] == [r["name"] for r in table["rules"]]
-    assert [p.pattern for _, p in rules()] == [r["pattern"] for r in table["rules"]]
+    # verbatim, except that the EMBEDDED rules lose their leading word boundary (and nothing else)
+    assert [p.pattern for _, p in rules()] == [
+        r["pattern"][2:] if r["name"] in redact.EMBEDDED else r["pattern"] for r in table["rules"]]
+    assert all(r["pattern"].startswith("\\b") for r in table["rules"] if r["name"] in redact.EMBEDDED)
+
+
+@pytest.mark.parametrize("text", ["x_ghp_" + "a1B2" * 9, "xAKIA" + "Q" * 16, "tok_" + SECRETS["jwt"],
+                                  "id_xoxb-" + "1" * 12, "keyAIza" + "z" * 35, "my_sk_live_" + "0" * 16])
+def test_secret_shapes_after_a_word_character_are_redacted_and_refused_as_run_ids(text: str) -> None:
+    r = Redactor()
+    out = r.redact(f"/work/{text}.txt")
+    assert r.count == 1 and find_unredacted(out) is None and text not in out
+    if "." not in text:  # a JWT is no run id anyway (dots); the others would be, but for their secret
+        with pytest.raises(RunnerError, match="looks like a secret"):
+            check_run_id(text)
+
+
+@pytest.mark.parametrize("text", ["task-" + "a" * 24, "risk-assessment-report-2024", "bearerish"])
+def test_the_boundary_rules_keep_their_boundary(text: str) -> None:
+    assert Redactor().redact(text) == text
 
 
 def test_golden_archives_are_accepted() -> None:

@@ -72,8 +72,9 @@ def world() -> Iterator[World]:
         stranger = accounts.user("str")
         (root / "floor.toml").write_text(FLOOR)
         config = (f'group = "{sock_group}"\n[access]\nallowed_groups = ["{allowed}"]\n'
-                  f'[limits]\nmax_concurrent_runs = 8\npids_max = 64\nmemory_max = "1G"\n'
-                  f'[floor]\npolicy = "{root / "floor.toml"}"\n')
+                  f'[limits]\nmax_concurrent_runs = 8\nmax_runs_per_user = 8\npids_max = 64\n'
+                  f'memory_max = "1G"\n'
+                  f'[floor]\npolicy = "{root / "floor.toml"}"\nworkspace_roots = ["{root}/*"]\n')
         with daemon(root, config) as service:
             yield World(root, accounts, member, outsider, stranger, service)
     finally:
@@ -460,7 +461,8 @@ def test_runs_beyond_the_limit_are_refused_not_queued(world: World) -> None:
     root.mkdir()
     root.chmod(0o755)
     group = world.accounts.groups[1]
-    config = f'[access]\nallowed_groups = ["{group}"]\n[limits]\nmax_concurrent_runs = 1\n'
+    config = (f'[access]\nallowed_groups = ["{group}"]\n[limits]\nmax_concurrent_runs = 1\n'
+              "max_runs_per_user = 2\n")
     with daemon(root, config) as service:
         os.chmod(service.socket, 0o666)
         work = user.workspace(world.root, "work-limit")
@@ -557,3 +559,25 @@ def test_a_spare_worker_waits_holding_nothing_but_its_socket_and_a_dead_one_is_r
     assert _idle_spare(world) != spare
     proc = world.run(user, work, "spare-2", "/bin/true")
     assert proc.returncode == 0, proc.stderr + world.daemon.logs()[-2000:]
+
+
+def test_a_daemon_run_refuses_compat_syscalls_unless_the_caller_allows_them(world: World) -> None:
+    user = world.member
+    work = user.workspace(world.root, "work-compat")
+    exe = work / "compat_open"
+    subprocess.run(["cc", "-O1", "-o", exe, Path(__file__).parent / "programs" / "seccomp" / "compat_open.c"],
+                   check=True)
+    exe.chmod(0o755)
+    for run_id, extra in (("compat-refused", ()), ("compat-allowed", ("--allow-compat-syscalls",))):
+        target = work / f"{run_id}.txt"
+        proc = world.run(user, work, run_id, exe, target, work / f"{run_id}-x32.txt", extra=extra)
+        assert proc.returncode == 0, proc.stderr + world.daemon.logs()[-3000:]
+        seen = json.loads(proc.stdout.strip().splitlines()[-1])
+        health = Archive(work / "out" / f"{run_id}.tar.gz").health
+        if extra:
+            assert seen["i386_open"] >= 0 and target.read_text() == "x"
+            assert "s2_compat_syscalls: allowed=true traced=false" in health["notes"]
+            assert health["cgroup_correlation"] == "partial"
+        else:
+            assert seen == {"i386_open": -38, "x32_open": -38} and not target.exists()
+            assert "s3_syscalls_refused: compat_i386=1 compat_x32=1" in health["notes"]

@@ -99,9 +99,21 @@ def test_config_errors_are_located(tmp_path: Path) -> None:
         ("[socket]\npath = \"relative.sock\"\n",
          "daemon.toml:2: field socket.path: expected an absolute path"),
         ("[limit]\n", "daemon.toml:1: field limit: unknown key (expected one of: version, socket, access"),
-        ("[floor]\npolicy = \"/nonexistent/floor.toml\"\n",
+        ("[floor]\npolicy = \"/nonexistent/floor.toml\"\nworkspace_roots = [\"/srv/*\"]\n",
          "cannot read policy file /nonexistent/floor.toml"),
         ("version = \n", "daemon.toml:1: invalid TOML"),
+        ("[floor]\npolicy = \"/etc/floor.toml\"\n",
+         "field floor.workspace_roots: a floor policy needs the directories callers may run in"),
+        ("[floor]\nworkspace_roots = [\"/srv/*\", \"/home/*/../x\"]\n",
+         "daemon.toml:2: field floor.workspace_roots[1]: expected an absolute, normalized glob"),
+        ("[limits]\nmax_runs_per_user = 0\n",
+         "daemon.toml:2: field limits.max_runs_per_user: expected at least 1"),
+        ("[limits]\nrequest_timeout_s = 0.1\n",
+         "daemon.toml:2: field limits.request_timeout_s: expected 0.5 to 60 seconds"),
+        ("[metrics]\nsocket = \"metrics.sock\"\n",
+         "daemon.toml:2: field metrics.socket: expected an absolute path"),
+        ("[limits]\nmax_connections_per_user = 65\n",
+         "daemon.toml:2: field limits.max_connections_per_user: expected 1 to 64"),
     ]
     for text, expected in cases:
         path.write_text(text)
@@ -115,18 +127,32 @@ def test_config_values(tmp_path: Path) -> None:
     floor = tmp_path / "floor.toml"
     floor.write_text('version = 1\n[filesystem]\nread = ["/"]\nwrite = ["$WORKSPACE"]\n')
     path.write_text(f'[access]\nallowed_groups = ["root"]\n[limits]\npids_max = 100\nmemory_max = "2G"\n'
-                    f'[floor]\npolicy = "{floor}"\n')
+                    f'[floor]\npolicy = "{floor}"\nworkspace_roots = ["/home/*/work"]\n')
     config = load_config(path)
+    assert (config.max_runs_per_user, config.max_connections_per_user) == (4, 8)  # half of 8 runs; default
+    assert config.workspace_roots == ("/home/*/work",)
     assert config.allowed_gids == frozenset({0})
     assert (config.limits.pids_max, config.limits.memory_max) == (100, 2 << 30)
     assert config.floor is not None and config.floor.name == "floor"
+
+
+def test_the_default_limits_are_direct_modes_pids_and_a_memory_cap(tmp_path: Path) -> None:
+    from runner.capture.limits import DEFAULT_LIMITS
+
+    limits = load_config(None).limits
+    assert (limits.pids_max, limits.memory_max, limits.required) == (DEFAULT_LIMITS.pids_max, 4 << 30, False)
+    path = tmp_path / "daemon.toml"
+    path.write_text('[limits]\npids_max = "max"\nmemory_max = "max"\n[sensor]\ntasks_max = 4096\n')
+    config = load_config(path)
+    assert (config.limits.pids_max, config.limits.memory_max, config.limits.required) == (None, None, True)
+    assert (config.monitor.tasks_max, config.monitor.tasks_per_run) == (4096, 4096 // 8)
 
 
 def test_a_socket_path_too_long_for_a_unix_address_is_one_clear_line(tmp_path: Path) -> None:
     """Not a traceback from bind/connect (Python's OSError without an errno): what to do, exit 125."""
     import dataclasses
 
-    from runner.daemon.server import listen
+    from runner.daemon.address import listen
 
     long = tmp_path / ("d" * 110) / "runner.sock"
     expected = (f"the socket path {long} (%s) is {len(str(long))} bytes long, and a unix socket path "
@@ -140,3 +166,14 @@ def test_a_socket_path_too_long_for_a_unix_address_is_one_clear_line(tmp_path: P
     assert str(refused.value) == expected % "socket.path or --socket"
     assert not long.parent.exists()  # refused before anything is made
 
+
+
+@pytest.mark.parametrize(("path", "root", "under"), [
+    ("/home/alice/work", "/home/*/work", True), ("/home/alice/work/a/b", "/home/*/work", True),
+    ("/home/alice", "/home/*/work", False), ("/home/a/b/work", "/home/*/work", False),
+    ("/", "/home/*/work", False), ("/home/alice/workshop", "/home/*/work", False),
+    ("/srv/ci/job-1", "/srv/ci/*", True), ("/srv/ci", "/srv/ci/*", False)])
+def test_a_workspace_root_glob_matches_whole_components(path: str, root: str, under: bool) -> None:
+    from runner.daemon.workspace import matches_root
+
+    assert matches_root(path, root) is under

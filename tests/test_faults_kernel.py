@@ -28,6 +28,7 @@ import pytest
 from normalizer.build import normalize
 from runner.capture.cgroup import PARENT_ENV, RunCgroup
 from runner.capture.limits import V1_FILES, v1_mount
+from runner.capture.owner import records_dir
 from runner.capture.phases import HOLD_ENV
 from runner.evidence.publish import publish
 from runner.host.mounts import cgroup2_mount
@@ -94,6 +95,8 @@ class Job:
         assert self.processes() == []
         assert attached(programs) == set()
         assert self.run_cgroups() == []
+        records = records_dir(self.token, create=False)
+        assert not records.exists() or list(records.iterdir()) == [], "a run left its owner record"
 
     def cleanup(self) -> None:
         """The test's own cgroup parents (empty once assert_clean passed)."""
@@ -112,6 +115,7 @@ def job(tmp_path: Path) -> Iterator[Job]:
             os.kill(pid, signal.SIGKILL)
         for cg in j.run_cgroups():
             RunCgroup(path=cg, id=0, level=0).remove()
+        shutil.rmtree(records_dir(j.token, create=False), ignore_errors=True)  # a failed test's records
         j.cleanup()
 
 

@@ -175,7 +175,8 @@ def test_a_unix_socket_too_long_for_sun_path_is_bound_by_its_name_in_its_directo
 
 
 def test_the_published_key_still_works_for_baseline(tmp_path: Path) -> None:
-    """cfbo-v1 (run.mode: baseline only) is kept: baseline records under it validate against it."""
+    """cfbo-v1 (upstream's, run.mode: baseline only): baseline records under it validate against it, and a
+    descriptor named explicitly is the only one used."""
     cfbo = ROOT / "catalogs" / "cfbo-v1.json"
     done = _run(BIN / "probe", "--target", "--probe", "fs_tmp_write", "--boundary", cfbo,
                 "--workspace", tmp_path, cwd=tmp_path)  # fmt: skip
@@ -184,7 +185,8 @@ def test_the_published_key_still_works_for_baseline(tmp_path: Path) -> None:
     listened = subprocess.run([BIN / "probe", "--listen", "--boundary", cfbo], input=done.stdout,
                               capture_output=True, text=True, check=False)  # fmt: skip
     assert listened.returncode == 0, listened.stdout
-    other = subprocess.run([BIN / "probe", "--listen"], input=done.stdout, capture_output=True, text=True,
-                           check=False)  # fmt: skip
+    linux = ROOT / "catalogs" / "cfbo-linux-v1.json"
+    other = subprocess.run([BIN / "probe", "--listen", "--boundary", linux], input=done.stdout,
+                           capture_output=True, text=True, check=False)  # fmt: skip
     assert other.returncode == 1
     assert "schema_key: 'cfbo-v1', expected 'cfbo-linux-v1'" in other.stdout

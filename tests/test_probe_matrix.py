@@ -27,6 +27,7 @@ import pytest
 
 from probe_harness import PROBES_DIR, ROOT
 from probe_harness.contracts import load_contracts
+from tests import fencerunner_rules
 
 pytestmark = pytest.mark.kernel
 
@@ -196,8 +197,13 @@ def test_matrix_records_all_validate(runner_matrix: Matrix) -> None:
     assert runner_matrix.returncode == 0, runner_matrix.stderr
     contracts = load_contracts()
     assert len(runner_matrix.records) == len(EXPECTED) * 4
+    upstream = fencerunner_rules.load(ROOT / "catalogs" / "cfbo-v1.json")
     for record in runner_matrix.records:
+        mode = record["run"]["mode"]
         assert contracts.problems(record) == []
+        assert record["schema_key"] == ("cfbo-v1" if mode == "baseline" else "cfbo-linux-v1")
+        if mode == "baseline":
+            upstream.validate(record)  # fencerunner's own rules for its key
     listened = subprocess.run([BIN / "probe", "--listen"], input=runner_matrix.stdout, capture_output=True,
                               text=True, check=False)  # fmt: skip
     assert listened.returncode == 0

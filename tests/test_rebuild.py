@@ -66,3 +66,35 @@ def test_a_run_that_died_before_a_record_of_its_command_was_spooled_has_nothing_
                     f"command reached the spool ({tmp_path / 'r.spool'} is kept, closed)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.spool"]
     assert read_spool(tmp_path / "r.spool").trailer.recovered == "runner_died"
+
+
+@pytest.mark.parametrize("name", ["../atk/victim-run-42.spool", "sub/victim-run-42.spool", "..",
+                                  "link.spool/x"])
+def test_a_spool_name_that_is_a_path_is_refused_and_nothing_outside_is_touched(
+        tmp_path: Path, name: str) -> None:
+    """A record's spool name is data: `../` would reach a sibling directory the runner can write."""
+    out, atk = tmp_path / "out", tmp_path / "atk"
+    out.mkdir()
+    atk.mkdir()
+    _partial_of(DATA / "example.spool", atk / "victim-run-42.spool.partial", 0)
+    (out / "sub").symlink_to(atk)
+    before = sorted(p.name for p in atk.iterdir())
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        said = rebuild(fd, out, name)
+    finally:
+        os.close(fd)
+    assert said == (f"refused to rebuild from the spool name {name!r}: it is not a run id's spool; "
+                    "nothing was touched")
+    assert sorted(p.name for p in atk.iterdir()) == before
+    assert sorted(p.name for p in out.iterdir()) == ["sub"]
+
+
+def test_a_spool_that_is_a_symlink_is_never_followed(tmp_path: Path, out_fd: int) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _partial_of(DATA / "example.spool", elsewhere / "r.spool", 0)
+    (tmp_path / "r.spool").symlink_to(elsewhere / "r.spool")
+    said = rebuild(out_fd, tmp_path, "r.spool")
+    assert said.startswith(f"cannot rebuild {tmp_path / 'r.tar.gz'}"), said
+    assert not (tmp_path / "r.tar.gz").exists()

@@ -17,7 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.capture.owner import Owner, write_owner
+import msgspec
+
+from runner.capture.owner import Owner, records_dir, remove_record, write_owner, write_record
 from runner.errors import RunnerError
 from runner.host.mounts import cgroup2_mount
 
@@ -59,25 +61,44 @@ class RunCgroup:
     path: Path
     id: int
     level: int
+    record: Path | None = None
+    """Its owner record (owner.py), removed with the cgroup."""
 
     @staticmethod
     def parent_path() -> Path:
-        """Where every run cgroup is made (the daemon's network programs are linked here)."""
+        """Where every run cgroup is made."""
         return _mount() / parent_name()
+
+    @staticmethod
+    def root_path() -> Path:
+        """The cgroup v2 root, where the network programs are linked: a run's process that left
+        the run's cgroup is still below it (ebpf/netpolicy.c)."""
+        return _mount()
 
     @classmethod
     def create(cls, label: str, owner: Owner | None = None) -> RunCgroup:
-        """Make a fresh, uniquely named cgroup for the run `label`, marked as `owner`'s (owner.py)."""
+        """Make a fresh, uniquely named cgroup for the run `label`, recorded as `owner`'s (owner.py)
+        before anything can join it."""
         mount = _mount()
         path = mount / parent_name() / f"{label}-{os.getpid()}-{secrets.token_hex(4)}"
+        records = records_dir(parent_name()) if owner is not None else None
         try:
             path.mkdir(parents=True)
         except OSError as exc:
             raise RunnerError(f"cannot create the run cgroup {path}: {exc.strerror}") from exc
-        if owner is not None:
+        ino = path.stat().st_ino
+        record = None
+        if owner is not None and records is not None:
+            owner = msgspec.structs.replace(owner, cgroup=str(path))
+            try:
+                record = write_record(records, ino, owner)
+            except OSError as exc:
+                path.rmdir()
+                raise RunnerError(f"cannot record the owner of the run cgroup in {records}: "
+                                  f"{exc.strerror}") from exc
             write_owner(path, owner)
         level = len(path.relative_to(mount).parts)
-        return cls(path=path, id=path.stat().st_ino, level=level)
+        return cls(path=path, id=ino, level=level, record=record)
 
     @property
     def hierarchy_path(self) -> str:
@@ -125,3 +146,5 @@ class RunCgroup:
             self.path.rmdir()
         except OSError as exc:
             raise RunnerError(f"cannot remove the run cgroup {self.path}: {exc.strerror}") from exc
+        if self.record is not None:
+            remove_record(self.record)

@@ -35,9 +35,10 @@ from runner.capture.owner import claim
 from runner.capture.phases import capture
 from runner.capture.sdk_server import SdkServer
 from runner.capture.sources import LocalSensor, RunSource, Sensor
-from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, spawn
+from runner.capture.spawn import CallerProcess, CommandSpec, Credentials, Spawned, spawn
 from runner.enforce import prepare as enforce
 from runner.enforce.dac import check_as
+from runner.enforce.seccomp_notify import Guard
 from runner.errors import RunnerError
 from runner.evidence.publish import publish
 from runner.logs import get_logger
@@ -74,6 +75,8 @@ class RunRequest:
     """Forward the first SIGTERM/SIGHUP to the command instead of killing the run (interrupt.py)."""
     exit_after: bool = False
     """The process exits after this run (`run`): signals after the archive is written are ignored."""
+    allow_compat_syscalls: bool = False
+    """Let the command make non-native ABI syscalls, which no tracepoint sees (runner/enforce/seccomp.py)."""
     limits: CgroupLimits | None = DEFAULT_LIMITS
     """The run cgroup's limits; direct mode's defaults unless the caller (options, daemon config) says."""
     sensor: Sensor | None = None
@@ -102,6 +105,9 @@ class RunResult:
     spool: Path
     normalized: NormalizedRun
     elapsed: float
+    marks: dict[str, float] = field(default_factory=dict)
+    """Monotonic seconds of the run's steps (`started`, `exited`, ...) and its final counts
+    (`drops`, `untracked`): the daemon's metrics."""
 
 
 def execute(req: RunRequest) -> RunResult:
@@ -114,7 +120,7 @@ def execute(req: RunRequest) -> RunResult:
     """
     started = time.monotonic()
     with Interruptions(req.forward_first_signal, final=req.exit_after) as interrupts:
-        enforcement = enforce.prepare(req.policy)  # fails before anything exists
+        enforcement = enforce.prepare(req.policy, req.allow_compat_syscalls)  # fails before anything exists
         out_fd = open_dir(req.out_dir)
         live: list[LivePass] = []
         marks: dict[str, float] = {}
@@ -139,7 +145,7 @@ def execute(req: RunRequest) -> RunResult:
             for pass_ in live:
                 pass_.close()
             os.close(out_fd)
-    return RunResult(code, req.archive_path, req.spool_path, normalized, time.monotonic() - started)
+    return RunResult(code, req.archive_path, req.spool_path, normalized, time.monotonic() - started, marks)
 
 
 def _normalized(req: RunRequest, out_fd: int, spool_name: str,
@@ -194,18 +200,24 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
     source: RunSource | None = None
     spooler: Spooler | None = None
     sdk = SdkServer(req.policy.tool_decision if req.policy else None)
+    rules, guard = enforcement.syscalls, None
     try:
+        if enforcement.machine is not None:
+            guard = Guard(rules, enforcement.machine)
         limits = LimitGroups.create(cgroup, req.limits)
         interrupts.check_setup()
         source = (req.sensor or LocalSensor(req.ringbuf_pages)).open(cgroup, enforcement.net)
         interrupts.check_setup()
         spec = CommandSpec(req.exe, req.argv, str(req.workdir), {**req.env, **sdk.env()},
                            keep_fds=(sdk.child_fd,), ruleset=enforcement.ruleset,
+                           seccomp=guard.handover if guard else None,
                            user=req.user, isolate_net=req.isolate_net, stdio=req.stdio,
                            caller=req.caller)
         sdk.start()
-        spawned = spawn(spec, cgroup, limits.procs_files)
+        spawned = _spawn(spec, cgroup, limits)
         sdk.close_child_end()
+        if guard is not None:
+            guard.start()
         enforcement.close()
         spooler = _open_spool(req, out_fd, SpoolHeader(
             format=SPOOL_FORMAT, run_id=req.run_id, argv=[escape_os(a) for a in req.argv],
@@ -224,13 +236,16 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         for pass_ in live:
             pass_.hurry()
             marks["live_behind"] = spooler.records - pass_.records_read
+        marks["started"] = spooler.stamps["run_started"] / 1e9
         marks["exited"] = spooler.stamps["command_exited"] / 1e9
         marks["drained"] = time.monotonic()
         counters = source.counters()
+        marks["drops"], marks["untracked"] = sum(counters.drops.values()), counters.untracked
         trailer = SpoolTrailer(
             exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
             untracked_tasks=counters.untracked, ended_by=ended_by, limits=dict(limits.applied),
             limits_hit=limits.events(), limits_unavailable=list(limits.unavailable),
+            refused_syscalls=guard.finish() if guard else {}, compat_syscalls_allowed=not rules.refuse_compat,
         )
         try:
             name = spooler.finish(trailer, sync=not req.staged)
@@ -249,6 +264,8 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         return name, trailer
     finally:
         sdk.stop()
+        if guard is not None:
+            guard.close()
         if spooler is not None:
             spooler.discard()
         try:
@@ -261,6 +278,21 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
             if limits is not None:
                 limits.remove()
             marks["cleaned_up"] = time.monotonic()
+
+
+def _spawn(spec: CommandSpec, cgroup: RunCgroup, limits: LimitGroups) -> Spawned:
+    """`spawn`, and when the kernel refused it, which of the run's limits did (a memory limit below
+    what one process needs kills the helper as it joins the cgroup, before it can say why)."""
+    try:
+        return spawn(spec, cgroup, limits.procs_files)
+    except RunnerError as exc:
+        hit = limits.events()
+        if not hit:
+            raise
+        applied = " ".join(f"{k}={v}" for k, v in sorted(dict(limits.applied).items()))
+        said = " ".join(f"{k}={v}" for k, v in sorted(hit.items()))
+        raise RunnerError(f"{exc}; the run's cgroup limits refused it ({said}; limits: {applied}): "
+                          "a limit this low leaves no room to start any process") from exc
 
 
 def _open_spool(req: RunRequest, out_fd: int, header: SpoolHeader) -> Spooler:

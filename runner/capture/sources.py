@@ -7,7 +7,8 @@ run's `RunSource`, the `EventSource` the capture phases drain
 
 - `LocalSensor` (direct mode): loads (compiled once, then from the cache:
   ebpf/bpfobject.py) and attaches the monitor for this one run and reads
-  the ring itself through an `Observer` with one sink.
+  the ring itself through an `Observer` with one sink; its warden
+  (runner/capture/warden.py) kills the run the moment the runner dies.
 - The daemon's worker gets a `SharedSensor` (runner/daemon/sensor.py): the
   daemon's monitor, loaded once in its sensor process, with the run's
   records arriving over its channel (runner/capture/channel.py).
@@ -35,6 +36,7 @@ from ebpf.monitor import (
 from ebpf.observer import Observer
 from ebpf.ringsink import BatchObserver, BatchSink
 from runner.capture.cgroup import RunCgroup
+from runner.capture.warden import Warden
 from runner.errors import RunnerError
 from runner.logs import get_logger
 
@@ -118,7 +120,8 @@ class LocalSource(Buffered):
         self.ledger = RunLedger(monitor, RUN_KEY)
         monitor.add_run(RUN_KEY, cgroup.id, net)
         if net is not None:
-            monitor.attach_net(cgroup.path)
+            monitor.attach_net(RunCgroup.root_path(), link=True)
+        self._warden = Warden(cgroup.path, cgroup.record)  # after every attach: it holds them all
 
     def set_sink(self, sink: Callable[[bytes], None]) -> None:
         super().set_sink(sink)
@@ -145,7 +148,8 @@ class LocalSource(Buffered):
         return self.ledger.counters().emitted
 
     def close(self) -> None:
-        """Unload the run's own monitor (its maps, the run's key with them)."""
+        """Unload the run's own monitor (its maps, the run's key with them); release the warden."""
+        self._warden.release()
         self._monitor.close()
         self._observer.close()  # after the monitor: libbpf no longer holds the C consumer's buffers
 

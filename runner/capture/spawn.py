@@ -7,8 +7,8 @@
 The helper joins the cgroup before anything it creates exists, so every task
 of the run is inside the cgroup before it can exec; with `--net isolated` it
 also moves into a fresh network namespace with only loopback up. The
-command's process applies the Landlock ruleset and drops to `--user`'s
-credentials last, right before exec. The init is a small shim
+command's process applies the Landlock ruleset and the seccomp filter,
+and drops to `--user`'s credentials last, right before exec. The init is a small shim
 rather than the command itself, because a namespace's pid 1 ignores signals
 it has no handler for: the shim forwards SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 to
 the command, lets the terminal's SIGINT/SIGQUIT reach it directly, and exits
@@ -32,6 +32,7 @@ from runner.capture.cgroup import RunCgroup
 from runner.display import printable
 from runner.enforce.identity import Credentials
 from runner.enforce.landlock import Ruleset
+from runner.enforce.seccomp_notify import Handover
 from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER_ERROR, RunnerError
 
 CLONE_NEWPID = 0x20000000
@@ -78,6 +79,8 @@ class CommandSpec:
     env: dict[str, str]
     keep_fds: tuple[int, ...] = ()
     ruleset: Ruleset | None = None
+    seccomp: Handover | None = None
+    """The syscall filter to install (runner/enforce/seccomp.py) and where to send its notification fd."""
     user: Credentials | None = None
     isolate_net: bool = False
     stdio: tuple[int, int, int] | None = None
@@ -137,11 +140,19 @@ def spawn(spec: CommandSpec, cgroup: RunCgroup, also_join: tuple[Path, ...] = ()
     with os.fdopen(report_r, "rb") as report:
         line = report.read().decode(errors="replace")
     if not line.startswith("ok "):
-        os.waitpid(helper, 0)
+        _, status = os.waitpid(helper, 0)
         os.close(go_w)
-        raise RunnerError(f"cannot start the command's namespace: {line.removeprefix('err ')}")
+        reason = line.removeprefix("err ") or f"its helper process {_ended(status)} before it could say why"
+        raise RunnerError(f"cannot start the command's namespace: {reason}")
     return Spawned(helper_pid=helper, shim_pid=int(line.split()[1]), _go_fd=go_w,
                    exit_fd=os.pidfd_open(helper))
+
+
+def _ended(status: int) -> str:
+    """How a process ended, in words (`was killed by SIGKILL`, `exited with status 1`)."""
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.waitstatus_to_exitcode(status)}"
 
 
 def _helper(report_w: int, go_r: int, spec: CommandSpec, cgroup: RunCgroup,
@@ -221,6 +232,8 @@ def _exec_command(spec: CommandSpec) -> None:
             os.chdir(spec.cwd)
         if spec.ruleset is not None:
             spec.ruleset.restrict_self()
+        if spec.seccomp is not None:  # while still root: no no_new_privs of its own needed
+            spec.seccomp.apply()
         if spec.user is not None:
             os.setgroups(list(spec.user.groups))
             os.setresgid(spec.user.gid, spec.user.gid, spec.user.gid)

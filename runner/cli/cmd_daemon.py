@@ -10,6 +10,7 @@ from pathlib import Path
 
 import msgspec
 
+from runner.display import printable
 from runner.errors import RunnerError
 
 
@@ -70,6 +71,11 @@ def _status(args: argparse.Namespace) -> int:
     for run in reply.runs:
         caller = _user(run.caller_uid)
         print(f"{run.run_id:<40} {caller:<16} {run.age_s:>7.1f}s {run.events:>10} {run.drops:>8}")
+    if reply.ship_ref:
+        print(f"shipping to {reply.ship_ref}: {reply.shipped} pushed, {len(reply.ship_queue)} waiting")
+    for entry in reply.ship_queue:
+        why = f" (attempt {entry.attempts}: {entry.last_error})" if entry.attempts else ""
+        print(printable(f"  waiting {entry.run_id} {entry.path}{why}"))
     return 0
 
 

@@ -16,7 +16,7 @@ import sys
 from typing import TextIO
 
 from runner.capture.limits import available
-from runner.capture.stale import find, sweep
+from runner.capture.stale import survey, sweep
 from runner.errors import EXIT_CHECK_FAILED
 from runner.host import checks as host_checks
 from runner.host import native
@@ -73,13 +73,20 @@ def check_limits() -> Check:
 
 def check_stale() -> Check:
     """Run cgroups left by runners that died (runner/capture/stale.py)."""
-    stale = find()
-    if not stale:
+    stale, skipped = survey()
+    left = sorted(f"{s.path} ({s.reason})" for s in skipped if not s.live)
+    if not stale and not left:
         return Check("stale", True, "no run cgroup of a dead runner", required=False)
-    names = ", ".join(sorted({s.path.name for s in stale}))
-    return Check("stale", False, f"{len(stale)} run cgroups of runners that died ({names})",
-                 "'assay-runner doctor --fix' (or the next run) kills what is left in them, removes them "
-                 "and rebuilds their spools", required=False)
+    said = []
+    if stale:
+        said.append(f"{len(stale)} run cgroups of runners that died "
+                    f"({', '.join(sorted({s.path.name for s in stale}))})")
+    if left:
+        said.append(f"{len(left)} left alone: " + "; ".join(left))
+    return Check("stale", False, "; ".join(said),
+                 "'assay-runner doctor --fix' (or the next run) kills what is left in the dead runners' "
+                 "cgroups, removes them and rebuilds their spools; a cgroup left alone is never touched "
+                 "(remove it by hand once you know whose it is)", required=False)
 
 
 def check_native() -> Check:

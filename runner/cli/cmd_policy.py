@@ -79,10 +79,13 @@ def explain(policy: Policy, resolved: ResolvedPolicy) -> list[str]:
 
 def _filesystem(policy: Policy, resolved: ResolvedPolicy) -> list[str]:
     head = "filesystem (Landlock):"
+    everything = "every path readable and writable"
+    if resolved.network.default == "deny":  # runner/enforce/prepare.py keeps the command in its cgroup
+        everything += ", but no cgroup filesystem is writable (the network is restricted)"
     if policy.filesystem is None:
-        return [f"{head} not restricted (no [filesystem] section): every path readable and writable"]
+        return [f"{head} not restricted (no [filesystem] section): {everything}"]
     if "/" in resolved.filesystem.write:
-        return [f"{head} not restricted (write includes /): every path readable and writable"]
+        return [f"{head} not restricted (write includes /): {everything}"]
     if "/" in resolved.filesystem.read:
         lines = [f"{head} every path readable; writes only beneath the trees below, others denied (EACCES)"]
     else:

@@ -84,6 +84,9 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-max", metavar="SIZE",
                    help="most memory the run may use, its cgroup's memory.max, as bytes or 512M/4G "
                         "(default: no limit); past it the kernel's OOM killer ends tasks and health says so")
+    p.add_argument("--allow-compat-syscalls", action="store_true",
+                   help="let the command make 32-bit (int $0x80) and x32 syscalls, which no tracepoint sees "
+                        "(default: refused with ENOSYS); health then says the kernel layer may miss them")
     policy = p.add_mutually_exclusive_group()
     policy.add_argument("--policy", type=Path, metavar="FILE",
                         help="enforce this policy file (TOML, see 'assay-runner policy check')")
@@ -255,7 +258,8 @@ def build_request(args: argparse.Namespace) -> RunRequest:
     out = prepare_out_dir(args.out, run_id, getattr(args, "force", False), user, policy)
     return RunRequest(run_id=run_id, exe=exe, argv=cmd, workdir=workdir, out_dir=out,
                       ringbuf_pages=pages, env=env, user=user,
-                      isolate_net=args.net == "isolated", policy=policy, limits=limits)
+                      isolate_net=args.net == "isolated", policy=policy, limits=limits,
+                      allow_compat_syscalls=args.allow_compat_syscalls)
 
 
 def report_stale_cleanup() -> None:

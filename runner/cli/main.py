@@ -17,7 +17,7 @@ from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.logs import configure_logging
 
 COMMANDS = ("run", "normalize", "validate", "diff", "determinism", "doctor", "policy", "observe",
-            "check-events", "daemon", "show", "acceptance", "report")
+            "check-events", "daemon", "show", "acceptance", "report", "push", "pull")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

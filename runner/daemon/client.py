@@ -129,7 +129,8 @@ def run_via_daemon(args: argparse.Namespace) -> int:
         version=protocol.VERSION, run_id=run_id, exe=os.fsencode(exe), argv=[os.fsencode(a) for a in cmd],
         env={os.fsencode(k): os.fsencode(v) for k, v in env.items()}, workdir=os.fsencode(str(workdir)),
         out_display=str(args.out.resolve()), ringbuf_pages=args.ringbuf_pages,
-        isolate_net=args.net == "isolated", user=_user_id(args.user), policy=policy_document(args),
+        isolate_net=args.net == "isolated", allow_compat_syscalls=args.allow_compat_syscalls,
+        user=_user_id(args.user), policy=policy_document(args),
         status_line=sys.stderr.isatty(), umask=_umask(), rlimits=_rlimits(),
     )
     sock = connect(socket_path(args))  # before --out is created: no daemon, nothing left behind
@@ -169,11 +170,7 @@ def _mirror(sock: socket.socket) -> int:
     reader = protocol.FrameReader(max_fds=0)
     try:
         while True:
-            body = protocol.receive(sock, reader)
-            if body is None:
-                raise RunnerError("the assay-runner daemon closed the connection before the run finished; "
-                                  "see its log (journalctl -u assay-runner)")
-            msg = protocol.decode_daemon(body)
+            msg = _next_reply(sock, reader, "before the run finished")
             if isinstance(msg, protocol.Progress):
                 status.update(msg.events, lambda m=msg: {"all": m.drops}, msg.elapsed_s)
             elif isinstance(msg, protocol.Finished):
@@ -188,14 +185,30 @@ def _mirror(sock: socket.socket) -> int:
         sock.close()
 
 
+def _next_reply(sock: socket.socket, reader: protocol.FrameReader, when: str) -> protocol.DaemonMessage:
+    """The daemon's next message; a lost connection or a garbled reply is one line, never a traceback
+    (a reset connection reads as a closed one, as in the C client)."""
+    try:
+        body = protocol.receive(sock, reader)
+    except OSError:
+        body = None
+    if body is None:
+        raise RunnerError(f"the assay-runner daemon closed the connection {when}; "
+                          "see its log (journalctl -u assay-runner)")
+    try:
+        return protocol.decode_daemon(body)
+    except protocol.ProtocolError as exc:
+        raise RunnerError(str(exc)) from None
+
+
 def daemon_status(path: Path) -> protocol.StatusReply:
     sock = connect(path)
     try:
-        protocol.send(sock, protocol.StatusQuery(version=protocol.VERSION))
-        body = protocol.receive(sock, protocol.FrameReader(max_fds=0))
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # refused at once: read why
+            protocol.send(sock, protocol.StatusQuery(version=protocol.VERSION))
+        msg = _next_reply(sock, protocol.FrameReader(max_fds=0), "before it answered")
     finally:
         sock.close()
-    msg = protocol.decode_daemon(body) if body is not None else None
     if isinstance(msg, protocol.Refused):
         raise RunnerError(msg.message, msg.exit_code)
     if not isinstance(msg, protocol.StatusReply):

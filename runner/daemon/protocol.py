@@ -68,6 +68,8 @@ class RunStart(_Msg, tag="run"):
     """`--out` resolved by the client, for the summary line only (never opened by the daemon)."""
     ringbuf_pages: int
     isolate_net: bool = False
+    allow_compat_syscalls: bool = False
+    """`run --allow-compat-syscalls` (runner/enforce/seccomp.py)."""
     user: int | None = None
     """Run as this uid instead of the caller's: only a root caller may ask for another uid."""
     policy: Policy | None = None
@@ -135,6 +137,15 @@ class RunInfo(msgspec.Struct, frozen=True):
     worker_pid: int
 
 
+class ShipInfo(msgspec.Struct, frozen=True):
+    """An archive waiting in the daemon's shipping queue (runner/ship/queue.py)."""
+
+    run_id: str
+    path: str
+    attempts: int
+    last_error: str
+
+
 class StatusReply(_Msg, tag="status_reply"):
     version: int
     pid: int
@@ -145,6 +156,13 @@ class StatusReply(_Msg, tag="status_reply"):
     rss_bytes: int
     """Resident memory of the daemon plus its run workers."""
     max_concurrent_runs: int
+    ship_ref: str | None = None
+    """Where finished archives are pushed ([ship] ref), None when they are not."""
+    ship_queue: list[ShipInfo] = msgspec.field(default_factory=list)
+    shipped: int = 0
+    """Archives pushed since the daemon started."""
+    metrics: dict[str, float] = {}
+    """The daemon's counters, as its metrics endpoint serves them (runner/daemon/metrics.py)."""
 
 
 DaemonMessage = Started | Progress | Finished | Refused | StatusReply

@@ -64,15 +64,15 @@ def _where(tb: TracebackType | None) -> str:
 class SensorHandle:
     """The daemon's side: the sensor process, its control socket and the run keys in use."""
 
-    def __init__(self, ringbuf_pages: int) -> None:
-        self.ringbuf_pages = ringbuf_pages
+    def __init__(self, config: MonitorConfig) -> None:
+        self.ringbuf_pages = config.ringbuf_pages
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the sensor process
             code = 1
             try:
                 ours.close()
-                code = _Sensor(theirs, ringbuf_pages).serve()
+                code = _Sensor(theirs, config).serve()
             except RunnerError as exc:
                 with contextlib.suppress(Exception):
                     theirs.send(f"error {exc}".encode())
@@ -136,7 +136,7 @@ class _Run:
 class _Sensor:
     """The sensor process's loop (runs in the child)."""
 
-    def __init__(self, control: socket.socket, ringbuf_pages: int) -> None:
+    def __init__(self, control: socket.socket, config: MonitorConfig) -> None:
         from runner.host.checks import require_run_prerequisites
 
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the daemon ends it, after its runs
@@ -144,8 +144,8 @@ class _Sensor:
         require_run_prerequisites()  # here: they import BCC, which the daemon's main process must not
         parent = RunCgroup.parent_path()
         parent.mkdir(parents=True, exist_ok=True)
-        self.monitor = Monitor(MonitorConfig(ringbuf_pages), lambda _record: None)
-        self.monitor.attach_net(parent, link=True)
+        self.monitor = Monitor(config, lambda _record: None)
+        self.monitor.attach_net(RunCgroup.root_path(), link=True)
         consumer = ring_consumer()
         self.observer: Observer | BatchObserver = (
             BatchObserver(self.monitor) if consumer == "c" else Observer(self.monitor))

@@ -26,7 +26,6 @@ import os
 import selectors
 import signal
 import socket
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,17 +33,22 @@ from pathlib import Path
 from runner.capture.cgroup import fix_mount
 from runner.capture.stale import sweep
 from runner.daemon import protocol, worker
-from runner.daemon.address import unix_address
-from runner.daemon.config import DaemonConfig
+from runner.daemon.address import BACKLOG, listen, metrics_listeners
+from runner.daemon.config import MAX_CONNECTIONS_PER_USER, DaemonConfig
+from runner.daemon.metrics import Endpoint, Metrics
+from runner.daemon.orphan import Held, recover_killed, remove_leftovers
 from runner.daemon.peer import Peer, peer_of, refusal
 from runner.daemon.sensor import SensorHandle, SharedSensor
 from runner.daemon.spare import Spare, fork_spare
+from runner.daemon.status import RunView, status_reply
+from runner.daemon.workspace import remove_run_tmp, run_tmp_path
 from runner.errors import RunnerError
 from runner.logs import get_logger
+from runner.ship.queue import Shipper, ShipQueue
 
-BACKLOG = 64
-MAX_PENDING = 64
-"""Connections that have not finished sending their request; more are closed at once."""
+MAX_PENDING = MAX_CONNECTIONS_PER_USER
+"""Connections of non-root callers that have not finished sending their request; more are refused
+at once (root's are always taken: `daemon status` must answer however busy the daemon is)."""
 log = get_logger("daemon")
 
 
@@ -52,6 +56,8 @@ log = get_logger("daemon")
 class Pending:
     conn: socket.socket
     peer: Peer
+    deadline: float
+    """When its request must have arrived in full (`limits.request_timeout_s` after the accept)."""
     reader: protocol.FrameReader = field(default_factory=protocol.FrameReader)
 
 
@@ -64,8 +70,15 @@ class ActiveRun:
     started: float
     key: int
     """The run's key in the sensor's maps."""
+    held: Held
+    """The caller's `--out` and connection, to reach it if the worker is killed (orphan.py)."""
     events: int = 0
     drops: int = 0
+    untracked: int = 0
+    command_started: float = 0.0
+    """Monotonic seconds when the command was let go (0: not reported yet)."""
+    archive_ready_s: float = 0.0
+    """From the command's exit to its archive delivered (0: not reported yet)."""
 
 
 class Daemon:
@@ -82,13 +95,17 @@ class Daemon:
         self.spare: Spare | None = None
         """The next run's worker, forked ahead (runner/daemon/spare.py)."""
         self.wake_w: socket.socket | None = None
+        self.shipper: Shipper | None = None
+        """Pushes finished archives to `[ship] ref` (runner/ship/queue.py), when configured."""
+        self.metrics = Metrics()
+        self.endpoint = Endpoint(self.metrics, self.sel, config.request_timeout_s)
 
     # --- life cycle ----------------------------------------------------------------------------
 
     def serve(self) -> int:
         """Listen until SIGTERM, then end the runs and return 0 once the last worker is gone."""
         t0 = time.monotonic()
-        self.sensor = sensor = SensorHandle(self.config.ringbuf_pages)  # forked before any plumbing
+        self.sensor = sensor = SensorHandle(self.config.monitor)  # forked before any plumbing
         log.info("daemon.sensor_loaded", seconds=round(time.monotonic() - t0, 3),
                  ringbuf_pages=sensor.ringbuf_pages, sensor_pid=sensor.pid)
         try:
@@ -103,19 +120,32 @@ class Daemon:
                 signal.signal(signum, lambda *_: None)  # handled from the wake-up pipe
             self.listener, self.owns_socket = listen(self.config)
             sweep()  # cgroups of workers (or a daemon) that died: logged as stale.cleaned
+            remove_leftovers()  # their staging directories: no one is left to deliver them
             self.sel.register(self.listener, selectors.EVENT_READ, self._accept)
             self.sel.register(wake_r, selectors.EVENT_READ, self._on_signals)
+            for scrape in metrics_listeners(self.config):
+                self.endpoint.add_listener(scrape)
             self._new_spare()
+            if self.config.ship.ref:
+                self.shipper = Shipper(ShipQueue(Path(self.config.ship.queue_dir)), self.config.ship.ref,
+                                       self.config.ship.plain_http)
+                self.shipper.start()
             log.info("daemon.listening", socket=str(self.config.socket_path), pid=os.getpid(),
                      max_concurrent_runs=self.config.max_concurrent_runs,
                      floor=self.config.floor.name if self.config.floor else None)
             while not (self.stopping and not self.runs):
-                for key, _ in self.sel.select(timeout=1.0):
+                for key, _ in self.sel.select(timeout=self._select_timeout()):
                     key.data(key.fileobj)
+                self._expire(time.monotonic())
         finally:
+            if self.shipper is not None:
+                self.shipper.stop()
             if self.spare is not None:
                 self.spare.close()
             sensor.close()
+            if self.config.metrics_socket is not None:
+                with contextlib.suppress(OSError):
+                    self.config.metrics_socket.unlink()
         log.info("daemon.stopped")
         return 0
 
@@ -175,33 +205,83 @@ class Daemon:
                 log.info("run.ended", run_id=run.run_id, uid=run.peer.uid, worker=pid,
                          status=os.waitstatus_to_exitcode(status),
                          seconds=round(time.monotonic() - run.started, 3))
-                if os.WIFSIGNALED(status):
-                    sweep()  # a killed worker cannot remove its run cgroup: do it now, not at restart
+                self._count_finished(run, os.waitstatus_to_exitcode(status) == 0)
+                if os.WIFSIGNALED(status):  # it could not remove its cgroup nor deliver: done here
+                    recover_killed(run.run_id, pid, status, run.held)
+                    tmp = run_tmp_path(run.peer.uid, run.run_id)  # nor its TMPDIR, unless in use again
+                    if all(run_tmp_path(r.peer.uid, r.run_id) != tmp for r in self.runs.values()):
+                        remove_run_tmp(tmp)
+                run.held.close()
+
+    def _count_finished(self, run: ActiveRun, ok: bool) -> None:
+        m = self.metrics
+        m.finished.labels("ok" if ok else "failed").inc()
+        m.active.set(len(self.runs))
+        m.drops.inc(run.drops)
+        m.untracked.inc(run.untracked)
+        if run.command_started:
+            m.start_to_exec.observe(max(0.0, run.command_started - run.started))
+        if run.archive_ready_s:
+            m.archive_ready.observe(run.archive_ready_s)
 
     # --- connections ---------------------------------------------------------------------------
 
     def _accept(self, listener: socket.socket) -> None:
-        try:
-            conn, _ = listener.accept()
-        except BlockingIOError:
-            return
+        """Take every connection waiting in the backlog (a flood must not keep it full for others)."""
+        for _ in range(BACKLOG):
+            try:
+                conn, _ = listener.accept()
+            except BlockingIOError:
+                return
+            self._admit(conn)
+
+    def _admit(self, conn: socket.socket) -> None:
         try:
             peer = peer_of(conn)
         except OSError as exc:  # e.g. more supplementary groups than we read
             log.warning("daemon.peer_unreadable", error=str(exc))
             conn.close()
             return
-        why = refusal(peer, self.config.allowed_gids, self.config.allowed_groups)
-        if why is None and len(self.pending) >= MAX_PENDING:
-            why = "the daemon is busy accepting other requests; try again"
+        not_allowed = refusal(peer, self.config.allowed_gids, self.config.allowed_groups)
+        why = ("not_allowed", not_allowed) if not_allowed else self._connection_limit(peer)
         if why is not None:
-            log.warning("daemon.refused", uid=peer.uid, pid=peer.pid, reason=why)
-            _reply(conn, protocol.refused(why))
+            log.warning("daemon.refused", uid=peer.uid, pid=peer.pid, reason=why[1])
+            self.metrics.refused.labels(why[0]).inc()
+            _reply(conn, protocol.refused(why[1]))
             conn.close()
             return
         conn.setblocking(False)
-        self.pending[conn.fileno()] = Pending(conn, peer)
+        self.pending[conn.fileno()] = Pending(conn, peer, time.monotonic() + self.config.request_timeout_s)
         self.sel.register(conn, selectors.EVENT_READ, self._read_request)
+
+    def _connection_limit(self, peer: Peer) -> tuple[str, str] | None:
+        """(metrics reason, message) when `peer` may not open another connection now. Root never."""
+        if peer.uid == 0:
+            return None
+        cap = self.config.max_connections_per_user
+        if sum(p.peer.uid == peer.uid for p in self.pending.values()) >= cap:
+            return "connections_per_user", (
+                f"{peer.describe()} already has {cap} connections waiting to send their request, "
+                f"the most one user may (limits.max_connections_per_user = {cap}); close some and try again")
+        if sum(p.peer.uid != 0 for p in self.pending.values()) >= MAX_PENDING:
+            return "pending_connections", (f"the daemon already has {MAX_PENDING} connections waiting to "
+                                           "send their request, its limit; try again in a few seconds")
+        return None
+
+    def _select_timeout(self) -> float:
+        """Wake up for the earliest request deadline (at most a second away)."""
+        deadlines = [p.deadline for p in self.pending.values()]
+        if (scrape := self.endpoint.next_deadline()) is not None:
+            deadlines.append(scrape)
+        return min(1.0, max(0.0, min(deadlines, default=1.0) - time.monotonic()))
+
+    def _expire(self, now: float) -> None:
+        """Refuse and close the connections whose request did not arrive in full in time."""
+        late = (f"the request did not arrive in full within {self.config.request_timeout_s:g} s "
+                "(the daemon's request deadline); connection closed")
+        for pending in [p for p in self.pending.values() if p.deadline <= now]:
+            self._refuse(pending, late, "request_deadline")
+        self.endpoint.expire(now)
 
     def _drop(self, fd: int) -> None:
         pending = self.pending.pop(fd)
@@ -222,91 +302,110 @@ class Daemon:
         except BlockingIOError:
             return
         except (protocol.ProtocolError, OSError) as exc:
-            self._refuse(pending, str(exc))
+            self._refuse(pending, str(exc), "bad_request")
             return
         if isinstance(msg, protocol.StatusQuery):
             self._answer_status(pending)
         elif isinstance(msg, protocol.RunStart):
             self._start_run(pending, msg)
         else:
-            self._refuse(pending, "expected a run or status request first")
+            self._refuse(pending, "expected a run or status request first", "bad_request")
 
-    def _refuse(self, pending: Pending, message: str, exit_code: int = 125) -> None:
+    def _refuse(self, pending: Pending, message: str, reason: str) -> None:
+        """Say `message` and close; counted under `reason` (runner/daemon/metrics.py REASONS)."""
         log.warning("daemon.refused", uid=pending.peer.uid, pid=pending.peer.pid, reason=message)
-        _reply(pending.conn, protocol.refused(message, exit_code))
+        self.metrics.refused.labels(reason).inc()
+        _reply(pending.conn, protocol.refused(message))
         self._drop(pending.conn.fileno())
 
     def _answer_status(self, pending: Pending) -> None:
-        now = time.monotonic()
         for run in self.runs.values():
             self._read_report(run)
+        now = time.monotonic()
+        runs = [RunView(r.run_id, r.peer.uid, r.peer.pid, now - r.started, r.events, r.drops, r.worker_pid)
+                for r in sorted(self.runs.values(), key=lambda r: r.started)]
         pids = [os.getpid(), *([self.sensor.pid] if self.sensor else []), *self.runs]
-        reply = protocol.StatusReply(
-            version=protocol.VERSION, pid=os.getpid(), uptime_s=round(now - self.started, 3),
-            runs=[protocol.RunInfo(run_id=r.run_id, caller_uid=r.peer.uid, caller_pid=r.peer.pid,
-                                   age_s=round(now - r.started, 3), events=r.events, drops=r.drops,
-                                   worker_pid=r.worker_pid)
-                  for r in sorted(self.runs.values(), key=lambda r: r.started)],
-            bpf_programs=len(set().union(*map(_bpf_programs, pids))), rss_bytes=sum(map(_rss_bytes, pids)),
-            max_concurrent_runs=self.config.max_concurrent_runs,
-        )
+        snapshot = self.metrics.snapshot()
+        reply = status_reply(now - self.started, runs, pids, self.config, snapshot, self.shipper)
         _reply(pending.conn, reply)
         self._drop(pending.conn.fileno())
 
     # --- runs ----------------------------------------------------------------------------------
 
-    def _at_limit(self) -> bool:
-        """At `max_concurrent_runs`, counting live workers only. A killed worker's client sees its
-        connection close before the daemon's loop reaps the worker, and may ask again at once:
-        that worker is reaped now rather than held against the new run."""
-        if len(self.runs) >= self.config.max_concurrent_runs:
+    def _run_limit(self, peer: Peer) -> tuple[str, str] | None:
+        """(metrics reason, message) when `peer` may not start a run now (`max_runs_per_user`, then
+        `max_concurrent_runs`), else None.
+
+        Only live workers count. A killed worker's client sees its connection
+        close before the daemon's loop reaps the worker, and may ask again at
+        once: that worker is reaped now rather than held against the new run.
+        Root's runs count against the daemon's limit, not a per-user one.
+        """
+        limit, per_user = self.config.max_concurrent_runs, self.config.max_runs_per_user
+        mine = sum(r.peer.uid == peer.uid for r in self.runs.values())
+        if len(self.runs) >= limit or (peer.uid != 0 and mine >= per_user):
             self._reap()
-        return len(self.runs) >= self.config.max_concurrent_runs
+            mine = sum(r.peer.uid == peer.uid for r in self.runs.values())
+        if peer.uid != 0 and mine >= per_user:
+            return "runs_per_user", (f"{peer.describe()} already runs {mine} runs, the most one user may "
+                                     f"(limits.max_runs_per_user = {per_user}); "
+                                     "try again when one has finished")
+        if len(self.runs) >= limit:
+            return "concurrent_runs", (f"the daemon already runs {len(self.runs)} runs, its limit "
+                                       f"(limits.max_concurrent_runs = {limit}); try again later")
+        return None
 
     def _start_run(self, pending: Pending, msg: protocol.RunStart) -> None:
         fds = pending.reader.take_fds()
-        problem = None
+        problem: tuple[str, str] | None = None
         if len(fds) != len(protocol.RUN_FDS):
-            problem = f"a run request needs the descriptors {', '.join(protocol.RUN_FDS)}"
+            problem = "bad_request", f"a run request needs the descriptors {', '.join(protocol.RUN_FDS)}"
         elif self.stopping:
-            problem = "the daemon is shutting down"
-        elif self._at_limit():
-            problem = (f"the daemon already runs {len(self.runs)} runs, its limit "
-                       f"(limits.max_concurrent_runs = {self.config.max_concurrent_runs}); try again later")
+            problem = "shutting_down", "the daemon is shutting down"
+        else:
+            problem = self._run_limit(pending.peer)
         assert self.sensor is not None
         if problem is None and self.spare is None:
             self._new_spare()  # the run's own worker (the descriptors it inherits are this run's)
             if self.spare is None:
-                problem = "the daemon could not fork a worker for this run (see its log); try again"
+                problem = "no_worker", ("the daemon could not fork a worker for this run (see its log); "
+                                        "try again")
         if problem is None:
             try:
                 key, worker_end = self.sensor.start_run()
             except RunnerError as exc:
-                problem = str(exc)
+                problem = "no_worker", str(exc)
         if problem is not None:
             for fd in fds:
                 os.close(fd)
-            self._refuse(pending, problem)
+            self._refuse(pending, problem[1], problem[0])
             return
-        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        report_r, report_w = (s.detach() for s in socket.socketpair())  # the worker's reports, our acks
         os.set_blocking(report_w, False)
         spare = self._take_spare(pending.conn, msg, fds, worker_end, report_w)
         os.close(report_w)
         worker_end.close()
+        out_fd = fds[protocol.RUN_FDS.index("out_dir")]
         for fd in fds:
-            os.close(fd)
+            if fd != out_fd:
+                os.close(fd)
         if spare is None:
+            os.close(out_fd)
             os.close(report_r)
             self.sensor.end_run(key)
-            self._refuse(pending, "the daemon's spare worker died before it could take this run; try again")
+            self._refuse(pending, "the daemon's spare worker died before it could take this run; try again",
+                         "no_worker")
             return
+        held = _held(pending, msg, out_fd)
         self._drop(pending.conn.fileno())  # the worker has the connection now
         pid = spare.pid
         self.runs[pid] = ActiveRun(run_id=msg.run_id, peer=pending.peer, worker_pid=pid,
-                                   report_fd=report_r, started=time.monotonic(), key=key)
+                                   report_fd=report_r, started=time.monotonic(), key=key, held=held)
         self.sel.register(report_r, selectors.EVENT_READ, lambda _fd, r=self.runs[pid]: self._read_report(r))
         log.info("run.accepted", run_id=msg.run_id, uid=pending.peer.uid, caller_pid=pending.peer.pid,
                  worker=pid, active_runs=len(self.runs))
+        self.metrics.started.inc()
+        self.metrics.active.set(len(self.runs))
         # Only now: the next spare must hold none of this run's descriptors (its report pipe's read end
         # is registered by now, and a forked worker closes everything registered).
         if not self.stopping:
@@ -361,6 +460,8 @@ class Daemon:
             self.wake_w.close()
         for pending in self.pending.values():
             pending.reader.close()
+        for run in self.runs.values():  # other callers' descriptors, held for their delivery
+            run.held.close()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         for key in list(self.sel.get_map().values()):
@@ -372,78 +473,29 @@ class Daemon:
         keep.setblocking(True)
 
     def _read_report(self, run: ActiveRun) -> None:
+        """Everything the worker reported so far; its last report counts (writes are whole records)."""
+        size = worker.REPORT.size
         with contextlib.suppress(BlockingIOError, OSError):
             os.set_blocking(run.report_fd, False)
-            data = os.read(run.report_fd, 64 * worker.REPORT.size)
-            if len(data) >= worker.REPORT.size:
-                end = len(data) - len(data) % worker.REPORT.size
-                run.events, run.drops = worker.REPORT.unpack(data[end - worker.REPORT.size:end])
+            while len(data := os.read(run.report_fd, 64 * size)) >= size:
+                for events, drops, untracked, started, ready in worker.REPORT.iter_unpack(
+                        data[:len(data) - len(data) % size]):
+                    if events == worker.LET_GO:  # delivered: the caller's --out is not ours to hold any more
+                        run.held.let_go()
+                        os.write(run.report_fd, worker.LET_GO_ACK)
+                        continue
+                    run.events, run.drops = events, drops
+                    if ready:  # the final report
+                        run.untracked, run.command_started, run.archive_ready_s = untracked, started, ready
 
 
-def listen(config: DaemonConfig) -> tuple[socket.socket, bool]:
-    """The listening socket and whether we made it: systemd's (socket activation) or bound here.
-
-    Ours is 0660 root:`socket.group` and never wider, not even for a moment;
-    with socket activation the socket unit's path, mode and group apply.
-    """
-    if os.environ.get("LISTEN_PID") == str(os.getpid()) and os.environ.get("LISTEN_FDS") == "1":
-        sock = socket.socket(fileno=3)
-        sock.setblocking(False)
-        return sock, False
-    path = config.socket_path
-    address = unix_address(path, "socket.path or --socket")
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    _remove_stale(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)  # never a moment with wider permissions than 0600
+def _held(pending: Pending, msg: protocol.RunStart, out_fd: int) -> Held:
+    """What the daemon keeps of a run it hands to a worker (`out_fd` is its own from now on)."""
     try:
-        sock.bind(address)
-    finally:
-        os.umask(old)
-    os.chown(path, 0, config.socket_gid if config.socket_gid is not None else 0)
-    os.chmod(path, 0o660)
-    sock.listen(BACKLOG)
-    sock.setblocking(False)
-    return sock, True
-
-
-def _remove_stale(path: Path) -> None:
-    """A socket left by a daemon that died is removed; a live daemon or any other file is an error."""
-    try:
-        mode = path.lstat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise RunnerError(f"{path} exists and is not a socket: remove it or choose another socket.path")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except ConnectionRefusedError:
-        path.unlink()
-        return
-    finally:
-        probe.close()
-    raise RunnerError(f"another daemon is already listening on {path}")
-
-
-def _bpf_programs(pid: int) -> set[int]:
-    """Ids of the BPF programs `pid` holds fds of (workers share the daemon's: counted once)."""
-    ids: set[int] = set()
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(f"/proc/{pid}/fdinfo"):
-            with contextlib.suppress(OSError), open(entry.path) as f:
-                for line in f:
-                    if line.startswith("prog_id:"):
-                        ids.add(int(line.split()[1]))
-    return ids
-
-
-def _rss_bytes(pid: int) -> int:
-    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+        creds = worker.command_credentials(msg, pending.peer)
+    except RunnerError:
+        creds = None  # the worker refuses the run: there will be nothing to deliver
+    return Held(out_fd=out_fd, conn=pending.conn.dup(), out_display=msg.out_display, creds=creds)
 
 
 def _reply(conn: socket.socket, msg: protocol.Refused | protocol.StatusReply) -> None:

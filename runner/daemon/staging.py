@@ -27,6 +27,7 @@ from runner.capture.spawn import Credentials
 from runner.daemon.peer import filesystem_identity
 from runner.errors import RunnerError
 from runner.evidence.archive import write_streamed
+from spool.dirfd import FILE_MODE, SPOOL_MODE
 
 STAGING = Path("/var/lib/assay-runner/staging")
 DELIVERED = (".spool", ".tar.gz")
@@ -35,10 +36,13 @@ DELIVERED = (".spool", ".tar.gz")
 
 @contextlib.contextmanager
 def staging_dir(run_id: str, root: Path = STAGING) -> Iterator[Path]:
-    """A fresh root-only directory for one run, removed afterwards whatever happened."""
+    """A fresh root-only directory for one run, removed afterwards whatever happened.
+
+    Its name carries the worker's pid (`<run id>.<pid>.<random>`): if the worker is killed, the
+    daemon finds it and delivers what it holds (runner/daemon/orphan.py)."""
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(root, 0o700)
-    path = Path(tempfile.mkdtemp(prefix=f"{run_id}.", dir=root))
+    path = Path(tempfile.mkdtemp(prefix=f"{run_id}.{os.getpid()}.", dir=root))
     try:
         yield path
     finally:
@@ -57,7 +61,8 @@ def deliver(staging: Path, run_id: str, out_fd: int, creds: Credentials,
     for name in names:
         with open(staging / name, "rb") as src, filesystem_identity(creds):  # this thread's fsuid only
             try:
-                write_streamed(Path(name), lambda f, s=src: shutil.copyfileobj(s, f, 1 << 20), out_fd)
+                write_streamed(Path(name), lambda f, s=src: shutil.copyfileobj(s, f, 1 << 20), out_fd,
+                               mode=SPOOL_MODE if name.endswith(".spool") else FILE_MODE)
             except OSError as exc:
                 raise RunnerError(f"cannot write {name} into --out: {exc.strerror or exc}") from exc
     return names

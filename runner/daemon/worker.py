@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import os
 import pwd
+import select
 import signal
 import socket
 import stat
@@ -36,7 +37,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from policy.floor import meet
-from policy.load import host_variables
 from policy.model import PolicyError, ResolvedPolicy, resolve, validate_policy
 from runner.capture.control import End, Interrupt
 from runner.capture.session import RunRequest, execute
@@ -48,13 +48,22 @@ from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, caller_may_write
 from runner.daemon.sensor import SharedSensor
 from runner.daemon.staging import Delivery, staging_dir
+from runner.daemon.workspace import home, run_tmpdir, workspace
 from runner.enforce import prepare as enforce
 from runner.errors import RunnerError
 from runner.evidence import publish
 from runner.logs import get_logger
+from runner.ship.queue import ShipQueue
 
-REPORT = struct.Struct(">QQ")
-"""events, drops: what the worker tells the daemon for `daemon status` (one atomic pipe write)."""
+REPORT = struct.Struct(">QQQdd")
+"""events, drops, untracked tasks, the command's start (monotonic s) and the seconds from its exit to
+the archive delivered: what the worker tells the daemon for `daemon status` and its metrics (one
+atomic pipe write; the last two and untracked are 0 until the run's final report)."""
+LET_GO = (1 << 64) - 1
+"""`events` of the report that says the run's evidence is delivered: the daemon closes its copy of the
+caller's `--out` descriptor and answers `LET_GO_ACK` (runner/daemon/orphan.py)."""
+LET_GO_ACK = b"k"
+LET_GO_TIMEOUT_S = 5.0
 FINISH_TIMEOUT_S = 30
 log = get_logger("daemon.worker")
 
@@ -91,7 +100,7 @@ class ClientControl:
         self._next = now + REFRESH_S
         dropped = sum(drops().values())
         with contextlib.suppress(BlockingIOError):  # the daemon is busy: the next report will do
-            os.write(self._report_fd, REPORT.pack(events, dropped))
+            os.write(self._report_fd, REPORT.pack(events, dropped, 0, 0.0, 0.0))
         if self._status_line and not self._out:
             self._out = protocol.encode(protocol.Progress(events=events, drops=dropped,
                                                           elapsed_s=now - self._started))
@@ -153,24 +162,29 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     """The worker's whole life; returns its exit status (0 when the run itself went through)."""
     stdin, stdout, stderr, out_fd, cwd_fd = fds
     try:
-        creds = _command_credentials(msg, peer)
-        os.setgroups(list(creds.groups))  # for the caller-identity file operations (peer.py)
-        with staging_dir(check_run_id(msg.run_id)) as staging:
-            req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd, staging)
+        creds = command_credentials(msg, peer)
+        os.setgroups(list(peer.groups))  # for the file operations as the caller (peer.py, staging.py)
+        with (staging_dir(check_run_id(msg.run_id)) as staging,
+              run_tmpdir(peer.uid, msg.run_id, creds) as tmpdir):
+            req = _request(msg, peer, creds, config, (stdin, stdout, stderr), out_fd, cwd_fd, staging, tmpdir)
             protocol.send(conn, protocol.Started(run_id=req.run_id))
             control = ClientControl(conn, report_fd, msg.status_line)
             log.info("run.start", run_id=req.run_id, uid=creds.uid, caller_pid=peer.pid)
-            delivery = Delivery(staging, req.run_id, out_fd, creds)
+            delivery = Delivery(staging, req.run_id, out_fd, peer.credentials)  # as direct mode: the caller's
             try:
                 result = execute(dataclasses.replace(req, control=control, sensor=sensor,
                                                      on_spool_final=delivery.spool_final))
             finally:  # the spool reaches the caller even when the archive could not be made
                 delivery.finish()
             # Everything the caller waits for is in its --out: it is told now, and the staging
-            # directory is removed after (the client's wall time ends with this message).
+            # directory is removed after (the client's wall time ends with this message). Before
+            # that, nothing of the daemon's holds the caller's --out or working directory any more.
+            let_go(report_fd, out_fd, cwd_fd)
             archive = os.path.join(msg.out_display, f"{req.run_id}.tar.gz")
             text = summary(result.normalized, result.exit_code, result.elapsed, archive)
             control.finish(protocol.Finished(exit_code=result.exit_code, summary=text))
+            _final_report(report_fd, result.normalized.kernel.count, result.marks)
+            _enqueue_for_shipping(config, staging / f"{req.run_id}.tar.gz", req.run_id)
     except RunnerError as exc:
         log.warning("run.failed", error=str(exc), uid=peer.uid)
         finish(conn, protocol.refused(str(exc), exc.exit_code))
@@ -180,7 +194,43 @@ def serve_run(conn: socket.socket, fds: list[int], msg: protocol.RunStart, peer:
     return 0
 
 
-def _command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
+def _enqueue_for_shipping(config: DaemonConfig, archive: Path, run_id: str) -> None:
+    """With `[ship] ref`, a copy of the archive joins the daemon's shipping queue (runner/ship/)."""
+    if not config.ship.ref or not archive.is_file():
+        return
+    try:
+        entry = ShipQueue(Path(config.ship.queue_dir)).enqueue(archive, run_id)
+    except OSError as exc:
+        log.error("ship.enqueue_failed", run_id=run_id, error=str(exc))
+        return
+    log.info("ship.enqueued", run_id=run_id, entry=str(entry))
+
+
+def let_go(report_fd: int, *caller_dirs: int) -> None:
+    """Close the caller's directories and have the daemon close its copy of `--out`, waiting (bounded)
+    for its answer: once `run` returns, no process of the daemon's keeps them open."""
+    for fd in caller_dirs:
+        os.close(fd)
+    try:
+        os.set_blocking(report_fd, True)
+        os.write(report_fd, REPORT.pack(LET_GO, 0, 0, 0.0, 0.0))
+        answer = select.poll()
+        answer.register(report_fd, select.POLLIN)
+        if not answer.poll(LET_GO_TIMEOUT_S * 1000) or os.read(report_fd, 1) != LET_GO_ACK:
+            log.warning("run.let_go_unanswered", hint="the daemon may still hold the caller's --out")
+    except OSError as exc:
+        log.warning("run.let_go_failed", error=str(exc))
+
+
+def _final_report(report_fd: int, events: int, marks: dict[str, float]) -> None:
+    """The run's totals and timings for the daemon's metrics (runner/daemon/metrics.py)."""
+    ready = time.monotonic() - marks["exited"]
+    with contextlib.suppress(OSError):  # the daemon is gone or busy: its metrics miss one run
+        os.write(report_fd, REPORT.pack(events, int(marks["drops"]), int(marks["untracked"]),
+                                         marks["started"], ready))
+
+
+def command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
     """The caller's own ids; only a root caller may name another user (`--user`)."""
     if msg.user is None or msg.user == peer.uid:
         return peer.credentials
@@ -195,41 +245,33 @@ def _command_credentials(msg: protocol.RunStart, peer: Peer) -> Credentials:
 
 
 def _request(msg: protocol.RunStart, peer: Peer, creds: Credentials, config: DaemonConfig,
-             stdio: tuple[int, int, int], out_fd: int, cwd_fd: int, staging: Path) -> RunRequest:
+             stdio: tuple[int, int, int], out_fd: int, cwd_fd: int, staging: Path,
+             tmpdir: Path) -> RunRequest:
     """Direct mode's request for this caller, evidence staged in `staging`; RunnerError if unusable."""
-    workdir = Path(os.fsdecode(msg.workdir))
-    _same_directory(workdir, cwd_fd, "the working directory")
+    workdir = workspace(cwd_fd, config.workspace_roots)
+    if os.fsencode(workdir) != msg.workdir:  # compared, never looked up: no answer about other paths
+        raise RunnerError(f"the working directory {os.fsdecode(msg.workdir)} is not the directory the client "
+                          "opened (did it move?)")
     if not stat.S_ISDIR(os.fstat(out_fd).st_mode):
         raise RunnerError("the output descriptor is not a directory")
-    if not caller_may_write(out_fd, creds):
+    if not caller_may_write(out_fd, peer.credentials):  # the caller's --out, whoever the command runs as
         raise RunnerError(f"--out {msg.out_display}: {peer.describe()} may not write there")
     check_ringbuf_pages(msg.ringbuf_pages)  # same refusal as direct mode; the ring is the daemon's
-    env = {os.fsdecode(k): os.fsdecode(v) for k, v in msg.env.items()}
-    policy = _policy(msg, config, workdir, creds.uid, env)
+    env = {os.fsdecode(k): os.fsdecode(v) for k, v in msg.env.items()} | {"TMPDIR": str(tmpdir)}
+    policy = _policy(msg, config, {"workspace": str(workdir), "home": home(creds.uid), "tmpdir": str(tmpdir)})
     enforce.check(policy)
     return RunRequest(
         run_id=msg.run_id, exe=os.fsdecode(msg.exe), argv=[os.fsdecode(a) for a in msg.argv],
         workdir=workdir, out_dir=staging, ringbuf_pages=config.ringbuf_pages, env=env,
         user=creds if creds.uid != 0 else None, isolate_net=msg.isolate_net, policy=policy,
         stdio=stdio, caller=CallerProcess(cwd_fd=cwd_fd, umask=msg.umask, rlimits=tuple(msg.rlimits)),
-        limits=config.limits, staged=True,
+        limits=config.limits, staged=True, allow_compat_syscalls=msg.allow_compat_syscalls,
     )
 
 
-def _same_directory(path: Path, fd: int, what: str) -> None:
-    """`path` must name the directory `fd` is (the caller's claim checked against what it opened)."""
-    try:
-        by_path, by_fd = os.stat(path), os.fstat(fd)
-    except OSError as exc:
-        raise RunnerError(f"{what} {path}: {exc.strerror}") from None
-    if (by_path.st_dev, by_path.st_ino) != (by_fd.st_dev, by_fd.st_ino) or not stat.S_ISDIR(by_fd.st_mode):
-        raise RunnerError(f"{what} {path} is not the directory the client opened (did it move?)")
-
-
-def _policy(msg: protocol.RunStart, config: DaemonConfig, workdir: Path, uid: int,
-            env: dict[str, str]) -> ResolvedPolicy | None:
-    """The caller's policy resolved for the caller, met with the floor."""
-    variables = {**host_variables(workdir, uid=uid), "tmpdir": env.get("TMPDIR") or "/tmp"}
+def _policy(msg: protocol.RunStart, config: DaemonConfig, variables: dict[str, str]) -> ResolvedPolicy | None:
+    """The caller's policy, met with the floor, both resolved from trusted data only
+    (runner/daemon/workspace.py): the caller's environment and claims play no part."""
     try:
         caller = None
         if msg.policy is not None:

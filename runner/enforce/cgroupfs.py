@@ -1,20 +1,21 @@
 """Keep the cgroup filesystem out of the command's Landlock write rights.
 
 Writing a pid into some cgroup's `cgroup.procs` moves a process out of the
-run's cgroup, the command's way to leave the BPF filter. Wherever a policy
-restricts writes, the Landlock ruleset therefore never grants write rights
-on a cgroup mount (v2 or v1), even when a write tree contains one (a policy
-that writes `/sys`, say). Landlock rules only add rights, so a tree that
-contains a cgroup mount is replaced by what is around the mount: for each
-directory on the way from the tree down to the mount, every other entry of
-it is granted on its own. What that costs, the policy's author should know:
-new entries directly in those directories cannot be created, and symlinks
-among those entries are not granted (Landlock would follow them to their
-target, which could be a cgroup mount). A write tree inside a cgroup mount
-is dropped. A policy that writes `/` does not restrict writes, Landlock is
-not used for them, and the cgroup filesystem is left to ordinary
-permissions: a command that is not root cannot write the cgroups the runner
-(root) made (docs/policy.md).
+run's cgroup, the command's way to leave the cgroup's kill and limits.
+Wherever a policy restricts writes or the network, the Landlock ruleset
+therefore never grants write rights on a cgroup mount (v2 or v1), even when
+a write tree contains one (a policy that writes `/sys`, or `/`, say).
+Landlock rules only add rights, so a tree that contains a cgroup mount is
+replaced by what is around the mount: for each directory on the way from the
+tree down to the mount, every other entry of it is granted on its own. What
+that costs, the policy's author should know: new entries directly in those
+directories cannot be created, and symlinks among those entries are not
+granted (Landlock would follow them to their target, which could be a cgroup
+mount). A write tree inside a cgroup mount
+is dropped. A policy that writes `/` and allows the network does not
+restrict writes, Landlock is not used for them, and the cgroup filesystem is
+left to ordinary permissions: a command that is not root cannot write the
+cgroups the runner (root) made (docs/policy.md).
 """
 
 from __future__ import annotations

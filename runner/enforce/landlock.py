@@ -72,6 +72,9 @@ class FilePolicy:
 
     read: tuple[str, ...]
     write: tuple[str, ...]
+    cgroups_only: bool = False
+    """The policy writes everywhere; the write trees are `/` with the cgroup mounts cut out
+    (runner/enforce/cgroupfs.py): any ABI's write rights keep a `cgroup.procs` write out."""
 
     @property
     def restricts_reads(self) -> bool:
@@ -91,7 +94,7 @@ def require_enforceable(policy: FilePolicy, abi: int) -> None:
             "the policy needs Landlock, which this kernel does not offer "
             "(enable CONFIG_SECURITY_LANDLOCK and lsm=landlock); refusing to run unconfined"
         )
-    if policy.restricts_writes and abi < 3:
+    if policy.restricts_writes and abi < 3 and not policy.cgroups_only:
         raise RunnerError(
             f"the policy restricts writes, but this kernel's Landlock ABI {abi} cannot restrict "
             "truncate(2) (needs ABI 3, Linux 6.2); refusing to run with an unenforceable policy"

@@ -33,7 +33,7 @@ from normalizer import deflate
 from normalizer.artifacts import MANIFEST_SCHEMA, Manifest, ManifestEntry
 from runner.evidence.bounded import MANIFEST, member_bytes, open_archive, open_members
 from runner.evidence.bounded import ArchiveError as ArchiveError  # re-exported: callers catch it from here
-from spool.dirfd import create_new, remove_within, rename_within
+from spool.dirfd import FILE_MODE, create_new, remove_within, rename_within
 
 MEMBER_ORDER = (
     "capability-surface.json",
@@ -160,20 +160,21 @@ def write_atomic(path: Path, data: bytes, dir_fd: int | None = None) -> None:
 
 
 def write_streamed(path: Path, write: Callable[[BinaryIO], object], dir_fd: int | None = None,
-                   sync: bool = True) -> None:
+                   sync: bool = True, mode: int = FILE_MODE) -> None:
     """Call `write(file)` on a new temp file beside `path`, then rename it into place.
 
     Everything happens inside one directory fd (`dir_fd`, or `path`'s parent
     opened once): the temp file is created with O_EXCL|O_NOFOLLOW and renamed
     within that directory, so a symlink planted at either name, or a parent
     swapped for a symlink meanwhile, never redirects the write. `sync=False`
-    skips the fsync, for a staging copy that is itself copied durably.
+    skips the fsync, for a staging copy that is itself copied durably. `mode`:
+    the file's exact permissions (spool.dirfd.SPOOL_MODE for a raw spool).
     """
     owned = dir_fd is None
     directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if owned else dir_fd
     tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
     try:
-        with create_new(directory, tmp) as f:
+        with create_new(directory, tmp, mode) as f:
             write(f)
             f.flush()
             if sync:
