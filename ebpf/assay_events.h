@@ -39,6 +39,20 @@
 #define HOOK_IO_URING 57 /* io_uring_setup enter: its operations are not traced */
 #define HOOK_OPEN_BY_HANDLE 58 /* open_by_handle_at: joined (no path exists) */
 #define HOOK_MKNOD 59    /* mknod, mknodat: joined */
+#define HOOK_UNSHARE 60  /* unshare: joined */
+#define HOOK_SETNS 61    /* setns: joined */
+#define HOOK_MOUNT 62    /* mount: joined, source + target */
+#define HOOK_UMOUNT 63   /* umount2: joined */
+#define HOOK_PIVOT_ROOT 64 /* pivot_root: joined, new root + put old */
+#define HOOK_CHROOT 65   /* chroot: joined */
+#define HOOK_OPEN_TREE 66 /* open_tree: joined */
+#define HOOK_MOVE_MOUNT 67 /* move_mount: joined, from + to */
+#define HOOK_FSMOUNT 68  /* fsmount: joined (no path) */
+#define HOOK_CHOWN 69    /* chown, lchown, fchownat, fchown: joined */
+#define HOOK_UTIMES 70   /* utimensat, futimesat, utimes, utime: joined */
+#define HOOK_XATTR 71    /* setxattr, removexattr families: joined, path + attribute name */
+#define HOOK_BIND 72     /* bind: joined, the address */
+#define HOOK_MEMFD 73    /* memfd_create: joined, the name */
 #define HOOK_PTRACE 80   /* ptrace ATTACH, SEIZE, TRACEME: joined */
 #define HOOK_PROCESS_VM 81 /* process_vm_readv, process_vm_writev: joined */
 #define HOOK_MAX 96      /* size of the per-hook counter array */
@@ -53,7 +67,11 @@
 #define TRUNC_FIRST 1    /* the (first) string was longer than ASSAY_DATA_MAX - 1 */
 #define TRUNC_SECOND 2   /* the second string was */
 #define TRUNC_ARGV 4     /* argv had more entries than were captured */
-#define TRUNC_UNREAD 8   /* a user string could not be read (page not resident) */
+#define TRUNC_UNREAD 8   /* a user string or argv pointer could not be read (page not resident) */
+#define TRUNC_ARGS 16    /* an argument struct could not be read (openat2 how: a1 is O_ACCMODE,
+                          * access unknown; sendmsg msghdr: no address; utimes times) */
+#define RET_INTERRUPTED 32 /* a signal interrupted the call (-ERESTART* at exit) and it was not
+                          * restarted: ret is -EINTR (a restarted call is only its restart's record) */
 
 /* Fixed 64-byte header; `data_len` bytes of payload follow (a NUL-terminated
  * path, two of them back to back, argv entries, a raw sockaddr, or nothing). Argument meaning per hook:
@@ -79,6 +97,18 @@
  *   IO_URING: a0 entries; OPEN_BY_HANDLE: a0 mount dirfd, a1 flags
  *   PTRACE:  a0 request, a1 target host pid; PROCESS_VM: a0 target host pid, a1 1 for writev
  *   NET_BLOCK: a0 HOOK_CONNECT or HOOK_SENDMSG (what was denied), a1 IP protocol
+ *   UNSHARE: a0 flags; SETNS: a0 fd, a1 nstype; FSMOUNT: a0 fs fd, a1 flags, a2 attr flags
+ *   MOUNT:   a0 flags; payload: source (empty when NULL), target
+ *   UMOUNT/CHROOT: a0 AT_FDCWD, a1 flags (umount2); payload: path
+ *   PIVOT_ROOT: a0, a1 AT_FDCWD; payload: new root, put old
+ *   OPEN_TREE: a0 dirfd, a1 flags; payload: path
+ *   MOVE_MOUNT: a0 from dirfd, a1 to dirfd, a2 flags; payload: from path, to path
+ *   CHOWN:   a0 dirfd (the fd for fchown: a3 has AT_EMPTY_PATH), a1 uid, a2 gid, a3 flags
+ *   UTIMES:  a0 dirfd, a1 flags, a2 mtime seconds asked for, a3 0 now, 1 explicit times, 2 unread
+ *   XATTR:   a0 dirfd (the fd when a3 = 1), a1 0 set / 1 remove, a2 value size, a3 1 by fd;
+ *            payload: path (empty by fd), attribute name
+ *   BIND:    a0 fd, a1 sockaddr length; payload: raw sockaddr
+ *   MEMFD:   a0 flags; payload: the name asked for (ret: the fd)
  */
 struct assay_hdr {
     unsigned long long ts;   /* bpf_ktime_get_ns() at syscall exit: the runner clock */

@@ -13,8 +13,11 @@
  *   WAKE_EVERY                       records per CPU between reader wakeups
  *   SYS_EXIT_RET_OFFSET              offset of `ret` in sys_exit_* records
  *   TASKS_MAX, TASKS_PER_RUN         live tasks tracked in all, and per run slot
- * With a network policy, ebpf/netpolicy.c is appended to this source (BCC
- * only exports programs defined in the main file), sharing its ring buffer.
+ *   HELD_MAX                         interrupted calls held at once (`held`)
+ *   HAVE_SYS_<NAME>                  the kernel has that optional syscall's tracepoints
+ * ebpf/changes.c (namespaces, mounts, owners, times, xattrs, binds, memfds)
+ * and ebpf/netpolicy.c are appended to this source (BCC only exports programs
+ * defined in the main file), sharing its helpers and ring buffer.
  *
  * Design rules (see docs/architecture.md):
  *   - never read kernel struct fields: tracepoint args and helpers only;
@@ -38,6 +41,7 @@ struct task_t {
     s64 a3;
     u32 hook;
     u32 run;
+    u32 interrupted; /* a call of this task exited with -ERESTART*: held in `held` */
 };
 
 struct open_how_t {
@@ -54,6 +58,17 @@ struct user_msghdr_head_t {
 BPF_RINGBUF_OUTPUT(rb, RINGBUF_PAGES);
 BPF_HASH(tasks, u32, struct task_t, TASKS_MAX);
 BPF_HASH(run_cgroups, u64, u32, RUN_SLOTS); /* cgroup v2 id -> run key */
+/* A syscall that exited with -ERESTART* (a signal interrupted it), by host
+ * tid, until the task's next joined syscall exits: a restart (the same call
+ * again) replaces it, anything else writes its record, made at the
+ * interruption and marked RET_INTERRUPTED with -EINTR. Rare, so it lives
+ * apart from `tasks` and costs the hot path one flag test. */
+struct held_t {
+    struct task_t args;
+    struct assay_rec rec;
+};
+BPF_HASH(held, u32, struct held_t, HELD_MAX);
+BPF_PERCPU_ARRAY(held_scratch, struct held_t, 1);
 /* Counters per run slot (key % RUN_SLOTS; slot 0: the run could not be known):
  * ring writes that failed and succeeded per hook, and tasks the full `tasks`
  * map could not take. One entry per slot, so user space reads a run's
@@ -130,13 +145,9 @@ static __always_inline void track(u32 tid, u32 run)
     __sync_fetch_and_add(n, 1);
 }
 
-/* Starts a record in the per-CPU scratch slot; `run` is the run key it belongs to. */
-static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
+/* Starts record `r`; `run` is the run key it belongs to. */
+static __always_inline struct assay_rec *rec_begin_in(struct assay_rec *r, u32 hook, s64 ret, u32 run)
 {
-    u32 zero = 0;
-    struct assay_rec *r = scratch.lookup(&zero);
-    if (!r)
-        return 0;
     u64 id = bpf_get_current_pid_tgid();
     r->h.ts = bpf_ktime_get_ns();
     r->h.tgid = id >> 32;
@@ -151,6 +162,14 @@ static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
     r->h.a2 = 0;
     r->h.a3 = 0;
     return r;
+}
+
+/* Starts a record in the per-CPU scratch slot. */
+static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
+{
+    u32 zero = 0;
+    struct assay_rec *r = scratch.lookup(&zero);
+    return r ? rec_begin_in(r, hook, ret, run) : 0;
 }
 
 static __always_inline void rec_submit(struct assay_rec *r)
@@ -187,6 +206,14 @@ static __always_inline int ends_at_max(u64 ptr)
     return c == 0;
 }
 
+/* ends_at_max for a string in kernel memory (a tracepoint's __data_loc field). */
+static __always_inline int ends_at_max_kernel(void *ptr)
+{
+    char c = 1;
+    bpf_probe_read_kernel(&c, 1, ptr + ASSAY_DATA_MAX - 1);
+    return c == 0;
+}
+
 /* Reads a user string at `ptr` into the record payload. */
 static __always_inline void rec_str(struct assay_rec *r, u64 ptr)
 {
@@ -211,7 +238,12 @@ static __always_inline void rec_argv(struct assay_rec *r, u64 argv)
     u32 i;
     for (i = 0; i < ARGV_MAX; i++) {
         u64 p = 0;
-        if (bpf_probe_read_user(&p, sizeof(p), (void *)(argv + i * sizeof(p))) != 0 || !p)
+        if (bpf_probe_read_user(&p, sizeof(p), (void *)(argv + i * sizeof(p))) != 0) {
+            if (argv)
+                trunc |= TRUNC_UNREAD; /* argv ends here as far as we know: say so */
+            break;
+        }
+        if (!p)
             break;
         asm volatile("%0 &= 16383" : "+r"(off));
         if (off > ASSAY_PAYLOAD_MAX - ASSAY_DATA_MAX) {
@@ -239,7 +271,7 @@ static __always_inline void rec_argv(struct assay_rec *r, u64 argv)
 }
 
 /* Reads two user strings back to back (two-path syscalls): the first
- * NUL-terminated (an unreadable one is stored empty), the second after it. */
+ * NUL-terminated (an unreadable or NULL one is stored empty), the second after it. */
 static __always_inline void rec_str2(struct assay_rec *r, u64 p1, u64 p2)
 {
     u32 trunc = 0;
@@ -247,7 +279,8 @@ static __always_inline void rec_str2(struct assay_rec *r, u64 p1, u64 p2)
     if (n <= 0) {
         r->data[0] = 0;
         n = 1;
-        trunc |= TRUNC_UNREAD;
+        if (p1)
+            trunc |= TRUNC_UNREAD;
     } else if (n >= ASSAY_DATA_MAX && !ends_at_max(p1)) {
         trunc |= TRUNC_FIRST;
     }
@@ -262,7 +295,7 @@ static __always_inline void rec_str2(struct assay_rec *r, u64 p1, u64 p2)
         trunc |= TRUNC_SECOND;
     }
     r->h.data_len = off + m;
-    r->h.truncated = trunc;
+    r->h.truncated |= trunc;
 }
 
 /* Reads a user sockaddr of `len` bytes (capped at 128) into the payload. */
@@ -273,8 +306,12 @@ static __always_inline void rec_sockaddr(struct assay_rec *r, u64 ptr, s64 len)
         n = 128;
     /* keep clang from folding the bound away before the verifier sees it */
     asm volatile("%0 &= 255" : "+r"(n));
-    if (n && bpf_probe_read_user(r->data, n, (void *)ptr) == 0)
+    if (!n)
+        return;
+    if (bpf_probe_read_user(r->data, n, (void *)ptr) == 0)
         r->h.data_len = n;
+    else
+        r->h.truncated |= TRUNC_UNREAD;
 }
 
 /* Saves a syscall's enter arguments in the task's slot, for its exit. */
@@ -295,6 +332,102 @@ static __always_inline void save(struct task_t *t, u32 hook, u64 ptr, s64 a0, s6
     save2(t, hook, ptr, 0, a0, a1, a2, a3);
 }
 
+#define ERESTART_LAST_ -512 /* -ERESTARTSYS; -ERESTARTNOINTR .. -ERESTART_RESTARTBLOCK follow */
+#define ERESTART_FIRST_ -516
+#define EINTR_ -4
+
+/* An argument struct that could not be read at enter (page not resident),
+ * read again at exit, when the kernel has faulted it in: openat2's `how`
+ * (`ptr2`), sendmsg's msghdr (`ptr2`, then `ptr` is msg_name). Returns the
+ * TRUNC_ARGS bit when it still cannot be read, -1 when there is nothing to
+ * record (a sendmsg without an address). */
+static __always_inline int reread_args(struct task_t *s)
+{
+    u64 ptr = s->ptr2;
+    s->ptr2 = 0;
+    if (s->hook == HOOK_OPEN) {
+        struct open_how_t how = {};
+        if (bpf_probe_read_user(&how, sizeof(how), (void *)ptr) != 0)
+            return TRUNC_ARGS; /* a1 stays O_ACCMODE: access unknown */
+        s->a1 = how.flags;
+        s->a2 = how.mode;
+        s->a3 = how.resolve;
+    } else {
+        struct user_msghdr_head_t m = {};
+        if (bpf_probe_read_user(&m, sizeof(m), (void *)ptr) != 0)
+            return TRUNC_ARGS;
+        if (!m.name)
+            return -1;
+        s->ptr = m.name;
+        s->a1 = m.namelen;
+    }
+    return 0;
+}
+
+/* Fills `r` with the record of a joined syscall from its saved arguments
+ * `s`; returns nonzero when there is nothing to record. */
+static __always_inline int fill(struct assay_rec *r, struct task_t *s, s64 ret, u32 flags)
+{
+    if (s->ptr2 && (s->hook == HOOK_OPEN || s->hook == HOOK_SENDMSG)) {
+        int got = reread_args(s);
+        if (got < 0)
+            return 1;
+        flags |= got;
+    }
+    rec_begin_in(r, s->hook, ret, s->run);
+    r->h.a0 = s->a0;
+    r->h.a1 = s->a1;
+    r->h.a2 = s->a2;
+    r->h.a3 = s->a3;
+    r->h.truncated = flags;
+    if (s->hook == HOOK_CONNECT || s->hook == HOOK_SENDTO || s->hook == HOOK_SENDMSG
+        || s->hook == HOOK_BIND)
+        rec_sockaddr(r, s->ptr, s->a1);
+    else if (s->ptr2)
+        rec_str2(r, s->ptr, s->ptr2);
+    else if (s->ptr)
+        rec_str(r, s->ptr);
+    return 0;
+}
+
+/* The interrupted call `t` holds (its record was made when it was
+ * interrupted, while its strings were still there): dropped when `now` is its
+ * restart (the same call again: the restart is the one record), else written
+ * as interrupted. `now` is null when the task ends. */
+static __always_inline void settle_held(struct task_t *t, u32 tid, struct task_t *now)
+{
+    t->interrupted = 0;
+    struct held_t *h = held.lookup(&tid);
+    if (!h)
+        return;
+    struct task_t *was = &h->args;
+    if (!(now && now->hook == was->hook && now->ptr == was->ptr && now->ptr2 == was->ptr2
+          && now->a0 == was->a0 && now->a1 == was->a1))
+        rec_submit(&h->rec);
+    held.delete(&tid);
+}
+
+/* Holds an interrupted call's record until the task's next call says whether
+ * the kernel restarted it; a full `held` map is a drop, never silent. */
+static __always_inline void hold(struct task_t *t, u32 tid, struct task_t *s)
+{
+    u32 zero = 0;
+    struct held_t *hs = held_scratch.lookup(&zero);
+    if (!hs)
+        return;
+    s->interrupted = 0;
+    hs->args = *s;
+    if (fill(&hs->rec, s, EINTR_, RET_INTERRUPTED) != 0)
+        return;
+    if (held.update(&tid, hs) == 0) {
+        t->interrupted = 1;
+        return;
+    }
+    struct run_counts *c = counts_of(s->run);
+    if (c && s->hook < HOOK_MAX)
+        c->drops[s->hook]++;
+}
+
 /* Joins a syscall exit with its saved enter arguments and emits one record. */
 static __always_inline void finish(s64 ret)
 {
@@ -306,22 +439,20 @@ static __always_inline void finish(s64 ret)
     /* Mark consumed: the slot is reused by the thread's next syscall and
      * deleted when the thread exits (sched_process_exit below). */
     t->hook = 0;
+    if (s.interrupted)
+        settle_held(t, tid, &s);
+    if (ret >= ERESTART_FIRST_ && ret <= ERESTART_LAST_) {
+        /* Interrupted: the kernel restarts it or returns -EINTR after this
+         * tracepoint, so wait for the task's next call to know which. */
+        hold(t, tid, &s);
+        return;
+    }
     if (s.hook == HOOK_EXECVE && ret == 0)
         return; /* success: sched_process_exec said so, and the path is gone */
-    struct assay_rec *r = rec_begin(s.hook, ret, s.run);
-    if (!r)
-        return;
-    r->h.a0 = s.a0;
-    r->h.a1 = s.a1;
-    r->h.a2 = s.a2;
-    r->h.a3 = s.a3;
-    if (s.hook == HOOK_CONNECT || s.hook == HOOK_SENDTO || s.hook == HOOK_SENDMSG)
-        rec_sockaddr(r, s.ptr, s.a1);
-    else if (s.ptr2)
-        rec_str2(r, s.ptr, s.ptr2);
-    else if (s.ptr)
-        rec_str(r, s.ptr);
-    rec_submit(r);
+    u32 zero = 0;
+    struct assay_rec *r = scratch.lookup(&zero);
+    if (r && fill(r, &s, ret, 0) == 0)
+        rec_submit(r);
 }
 
 /* One program for every traced sys_exit_* tracepoint (ebpf/monitor.py
@@ -352,8 +483,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_openat2)
     if (!t)
         return 0;
     struct open_how_t how = {};
-    bpf_probe_read_user(&how, sizeof(how), (void *)args->how);
-    save(t, HOOK_OPEN, (u64)args->filename, args->dfd, how.flags, how.mode, how.resolve);
+    if (bpf_probe_read_user(&how, sizeof(how), (void *)args->how) == 0)
+        save(t, HOOK_OPEN, (u64)args->filename, args->dfd, how.flags, how.mode, how.resolve);
+    else /* read again at exit (reread_args); access unknown until then */
+        save2(t, HOOK_OPEN, (u64)args->filename, (u64)args->how, args->dfd, 03 /* O_ACCMODE */, 0, 0);
     return 0;
 }
 
@@ -402,9 +535,10 @@ TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg)
     if (!t)
         return 0;
     struct user_msghdr_head_t m = {};
-    if (bpf_probe_read_user(&m, sizeof(m), (void *)args->msg) != 0 || !m.name)
-        return 0;
-    save(t, HOOK_SENDMSG, m.name, args->fd, m.namelen, 0, 0);
+    if (bpf_probe_read_user(&m, sizeof(m), (void *)args->msg) != 0)
+        save2(t, HOOK_SENDMSG, 0, (u64)args->msg, args->fd, 0, 0, 0); /* read again at exit */
+    else if (m.name)
+        save(t, HOOK_SENDMSG, m.name, args->fd, m.namelen, 0, 0);
     return 0;
 }
 
@@ -418,6 +552,8 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
         /* A non-leader thread exec'd and took the leader's id: its slot moves. */
         struct task_t *o = tasks.lookup(&old);
         if (o) {
+            if (o->interrupted) /* `held` is by tid: settle it before the id changes */
+                settle_held(o, old, 0);
             struct task_t moved = *o;
             moved.hook = 0;
             if (tasks.update(&tid, &moved) != 0) {
@@ -438,7 +574,10 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
     u16 off = args->data_loc_filename & 0xFFFF;
     long n = bpf_probe_read_kernel_str(r->data, ASSAY_DATA_MAX, (void *)args + off);
     r->h.data_len = n < 0 ? 0 : n;
-    r->h.truncated = n >= ASSAY_DATA_MAX ? TRUNC_FIRST : 0;
+    if (n < 0)
+        r->h.truncated = TRUNC_UNREAD;
+    else if (n >= ASSAY_DATA_MAX && !ends_at_max_kernel((void *)args + off))
+        r->h.truncated = TRUNC_FIRST;
     rec_submit(r);
     return 0;
 }
@@ -450,6 +589,8 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     struct task_t *t = tasks.lookup(&tid);
     if (!t)
         return 0;
+    if (t->interrupted)
+        settle_held(t, tid, 0);
     if (args->group_dead) {
         struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0, t->run);
         if (r)

@@ -1,6 +1,6 @@
 """The sensor: load and attach the kernel monitor, once.
 
-`ebpf/monitor.c` (+ `netpolicy.c`) is compiled by BCC only the first time
+`ebpf/monitor.c` (+ `changes.c`, `netpolicy.c`) is compiled by BCC only the first time
 for a given source, flags, kernel and BCC (about 1.4 CPU seconds of clang
 and LLVM); the compiled object is cached (ebpf/bpfobject.py) and loaded by
 our own loader (ebpf/loader.py) in about 0.06 s, without importing BCC.
@@ -52,12 +52,26 @@ JOINED_SYSCALLS = (
     "execve", "execveat", "unlink", "unlinkat", "rmdir", "rename", "renameat", "renameat2",
     "mkdir", "mkdirat", "mknod", "mknodat", "symlink", "symlinkat", "link", "linkat", "truncate",
     "chmod", "fchmodat", "fchmodat2", "fchmod", "dup", "dup2", "dup3", "fcntl", "open_by_handle_at",
+    "unshare", "setns", "mount", "umount", "pivot_root", "chroot", "open_tree", "move_mount", "fsmount",
+    "chown", "lchown", "fchownat", "fchown", "utimensat", "futimesat", "utimes", "utime",
+    "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr", "bind",
+    "memfd_create",
     "ptrace", "process_vm_readv", "process_vm_writev",
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
+OPTIONAL_SYSCALLS = ("setxattrat", "removexattrat")
+"""Joined syscalls newer than the kernels we support: compiled in (`-DHAVE_SYS_<NAME>`) and
+attached only where tracefs has them."""
+
+
+def optional_syscalls(events: Path = TRACEFS_EVENTS) -> tuple[str, ...]:
+    """The OPTIONAL_SYSCALLS this kernel has tracepoints for."""
+    return tuple(n for n in OPTIONAL_SYSCALLS if (events / "syscalls" / f"sys_enter_{n}" / "format").exists())
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TASKS_MAX = 32768
 """Live tasks the lineage map can track at once; more are counted as untracked."""
+HELD_MAX = 128
+"""Interrupted calls waiting for their task's next call (monitor.c `held`, 8 KiB each); more are drops."""
 RUN_KEY = 1
 """Direct mode's one run (the daemon gives each run its own key)."""
 RUN_CGROUP_LEVEL = 2
@@ -170,16 +184,18 @@ def monitor_object(config: MonitorConfig) -> tuple[BpfObject, bool]:
         f"-I{SOURCE_DIR}",
         f"-DTASKS_MAX={config.tasks_max}",
         f"-DTASKS_PER_RUN={config.tasks_per_run}",
+        f"-DHELD_MAX={HELD_MAX}",
         f"-DRINGBUF_PAGES={config.ringbuf_pages}",
         f"-DWAKE_EVERY={config.wake_every}",
         f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
         f"-DRUN_CGROUP_LEVEL={config.run_level}",
         f"-DNET_RULES_MAX={NET_RULES_MAX}",
+        *(f"-DHAVE_SYS_{name.upper()}" for name in optional_syscalls()),
         "-Wno-ignored-attributes",
         "-Wno-macro-redefined",
         "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
     ]
-    source = (SOURCE_DIR / "monitor.c").read_text() + (SOURCE_DIR / "netpolicy.c").read_text()
+    source = "".join((SOURCE_DIR / name).read_text() for name in ("monitor.c", "changes.c", "netpolicy.c"))
     return compiled(source, cflags, sorted(SOURCE_DIR.glob("*.h")))
 
 
@@ -209,7 +225,7 @@ class Monitor:
                 if name.startswith(AUTOLOAD_PREFIX):
                     category, event = name[len(AUTOLOAD_PREFIX):].split("__", 1)
                     self._obj.attach_tracepoint(category, event, name)
-            for name in JOINED_SYSCALLS:
+            for name in JOINED_SYSCALLS + optional_syscalls():
                 self._obj.attach_tracepoint("syscalls", f"sys_exit_{name}", "on_sys_exit")
         except (LoadError, OSError) as exc:
             self._obj.close()
@@ -249,6 +265,10 @@ class Monitor:
             with contextlib.suppress(KeyError):
                 del tasks[k]
         self._zero_live(key % RUN_SLOTS)
+        held = self._obj.maps["held"]
+        for k in [k for k, v in held.items() if v.args.run == key]:
+            with contextlib.suppress(KeyError):
+                del held[k]
         return len(stale)
 
     def _zero_live(self, slot: int) -> None:

@@ -50,6 +50,20 @@ HOOK_CHMOD = 56
 HOOK_IO_URING = 57
 HOOK_OPEN_BY_HANDLE = 58
 HOOK_MKNOD = 59
+HOOK_UNSHARE = 60
+HOOK_SETNS = 61
+HOOK_MOUNT = 62
+HOOK_UMOUNT = 63
+HOOK_PIVOT_ROOT = 64
+HOOK_CHROOT = 65
+HOOK_OPEN_TREE = 66
+HOOK_MOVE_MOUNT = 67
+HOOK_FSMOUNT = 68
+HOOK_CHOWN = 69
+HOOK_UTIMES = 70
+HOOK_XATTR = 71
+HOOK_BIND = 72
+HOOK_MEMFD = 73
 HOOK_PTRACE = 80
 HOOK_PROCESS_VM = 81
 HOOK_MAX = 96
@@ -58,6 +72,8 @@ TRUNC_FIRST = 1
 TRUNC_SECOND = 2
 TRUNC_ARGV = 4
 TRUNC_UNREAD = 8
+TRUNC_ARGS = 16
+RET_INTERRUPTED = 32
 """`truncated` bits (ebpf/assay_events.h)."""
 
 HOOK_NAMES = {
@@ -89,6 +105,20 @@ HOOK_NAMES = {
     HOOK_IO_URING: "io_uring_setup",
     HOOK_OPEN_BY_HANDLE: "open_by_handle_at",
     HOOK_MKNOD: "mknod",
+    HOOK_UNSHARE: "unshare",
+    HOOK_SETNS: "setns",
+    HOOK_MOUNT: "mount",
+    HOOK_UMOUNT: "umount",
+    HOOK_PIVOT_ROOT: "pivot_root",
+    HOOK_CHROOT: "chroot",
+    HOOK_OPEN_TREE: "open_tree",
+    HOOK_MOVE_MOUNT: "move_mount",
+    HOOK_FSMOUNT: "fsmount",
+    HOOK_CHOWN: "chown",
+    HOOK_UTIMES: "utimes",
+    HOOK_XATTR: "xattr",
+    HOOK_BIND: "bind",
+    HOOK_MEMFD: "memfd_create",
     HOOK_PTRACE: "ptrace",
     HOOK_PROCESS_VM: "process_vm",
 }

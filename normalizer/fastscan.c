@@ -44,7 +44,6 @@
 #define HOOK_CLOSE 47
 #define AT_FDCWD (-100)
 
-#define TRUNC_FIRST 1
 #define EACCES_RET (-13)
 #define ENOENT_RET (-2)
 #define O_CREAT_BIT 0100
@@ -99,7 +98,7 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
     int64_t flags = (int64_t)u64_at(p + 40), mode = (int64_t)u64_at(p + 48), resolve = (int64_t)u64_at(p + 56);
     const char *name = (const char *)p + HEADER_SIZE;
     Py_ssize_t n = (Py_ssize_t)strnlen(name, dlen);
-    if (n == 0 || n > JOIN_MAX || cut & TRUNC_FIRST
+    if (n == 0 || n > JOIN_MAX || cut /* cut, unread or interrupted: Python's way */
         || (PyTuple_GET_ITEM(ctx, CX_JUDGING) == Py_True && ret == EACCES_RET))
         return NULL;
     int creates = (flags & O_CREAT_BIT) && (ret >= 0 || ret == ENOENT_RET);

@@ -21,6 +21,12 @@ Rules (contract "observation-health.json", decisions in docs/artifacts.md):
 - network coverage comes from the normalized network evidence; drops on a
   network hook make it `unknown`, since peers may be missing, and so does an
   io_uring instance (its connects and sends are not traced).
+- a process of the run that changed its mount namespace or root, or any
+  change of the mount table, makes `cgroup_correlation` partial with an
+  `s3_path_namespace` note: the paths the run reports afterwards may not be
+  host paths, and tracepoint arguments cannot map them back.
+- records whose user memory could not be read (a path, argv, openat2's
+  `how`, sendmsg's msghdr) are counted per hook in `s2_unread_user_memory`.
 - io_uring_setup and open_by_handle_at get an `s2_untraced_io` note: what
   goes through them is not in the kernel layer, whatever `kernel_layer` says
   about ring-buffer loss.
@@ -65,6 +71,12 @@ class CaptureFacts:
     """The spool was closed by a recovery after the runner died: its end is missing."""
     compat_syscalls_allowed: bool = False
     """The command could make non-native ABI syscalls, which no tracepoint sees."""
+    unread: dict[str, int] = field(default_factory=dict)
+    """Records per hook whose user memory (a path, argv, an argument struct) could not be read."""
+    moved_processes: int = 0
+    """Processes that changed their mount namespace or root: their paths are not host paths."""
+    mount_changes: int = 0
+    """Successful mount, umount2 and move_mount calls: any path may be an alias afterwards."""
 
     @property
     def lost_in_transit(self) -> int:
@@ -105,7 +117,7 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
         return "failed"
     if facts.unattributed_events or facts.drops.get("newtask", 0) or facts.untracked_tasks \
             or facts.cgroup_escapes or facts.clone_into_cgroup or facts.recovered \
-            or facts.compat_syscalls_allowed:
+            or facts.compat_syscalls_allowed or facts.moved_processes or facts.mount_changes:
         return "partial"
     return "clean"
 
@@ -158,6 +170,12 @@ def observation_health(
                      f"clone_into_cgroup={facts.clone_into_cgroup} followed_by_lineage=true")
     if facts.untracked_tasks:
         notes.append(f"s3_lineage: untracked_tasks={facts.untracked_tasks} tracking_map_full=true")
+    if facts.unread:
+        unread = " ".join(f"{k}={v}" for k, v in sorted(facts.unread.items()))
+        notes.append(f"s2_unread_user_memory: {unread}")
+    if facts.moved_processes or facts.mount_changes:
+        notes.append(f"s3_path_namespace: processes={facts.moved_processes} "
+                     f"mount_changes={facts.mount_changes} host_paths=unmapped")
     if facts.truncated_paths:
         notes.append(f"s2_path_capture: truncated_paths={facts.truncated_paths}")
     correlation = cgroup_correlation(facts)

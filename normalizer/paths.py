@@ -18,7 +18,9 @@ directory, and a reopen through `/proc/<who>/fd/N`, `/dev/fd/N` or
 target with the reopen's own access mode. `<who>` is `self`, `thread-self` or
 a host pid of the run (the command sees the host's /proc). A link whose
 target is unknown (a process outside the run, an fd of unknown origin) keeps
-the path as written, counted for health.
+the path as written, counted for health. An exec of such a path (fexecve:
+the kernel names it `/dev/fd/N`) is the fd's path too; a memfd_create fd
+stands for `memfd:NAME`, an open_tree fd for its path.
 Paths are normalized lexically (`a/./b/../c` -> `a/c`), never by reading the
 host filesystem, so normalization stays pure.
 """
@@ -34,27 +36,39 @@ import msgspec
 from ebpf.wire import (
     HOOK_CHDIR,
     HOOK_CHMOD,
+    HOOK_CHOWN,
+    HOOK_CHROOT,
     HOOK_CLOSE,
     HOOK_CLOSE_RANGE,
     HOOK_DUP,
     HOOK_EXEC,
     HOOK_EXECVE,
     HOOK_FCHDIR,
+    HOOK_FSMOUNT,
     HOOK_LINK,
+    HOOK_MEMFD,
     HOOK_MKDIR,
     HOOK_MKNOD,
+    HOOK_MOUNT,
+    HOOK_MOVE_MOUNT,
     HOOK_NEWTASK,
     HOOK_OPEN,
     HOOK_OPEN_BY_HANDLE,
+    HOOK_OPEN_TREE,
+    HOOK_PIVOT_ROOT,
     HOOK_RENAME,
+    HOOK_SETNS,
     HOOK_SYMLINK,
     HOOK_TRUNCATE,
+    HOOK_UMOUNT,
     HOOK_UNLINK,
+    HOOK_UTIMES,
+    HOOK_XATTR,
     TRUNC_FIRST,
     TRUNC_SECOND,
 )
 from normalizer.decode import RawEvent
-from normalizer.reopen import OPENER_PREFIXES, Link, may_hold_link, pinned, walk
+from normalizer.reopen import Link, may_hold_link, walk
 from normalizer.telemetry import is_telemetry_path
 from normalizer.text import escape_bytes
 from normalizer.tree import Attributed, Process, Thread
@@ -68,7 +82,26 @@ CLOSE_RANGE_CLOEXEC = 4
 FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP, HOOK_OPEN_BY_HANDLE})
 JOIN_MEMO = 1 << 12
 """Distinct (base, payload) joins remembered at once."""
-ONE_PATH_HOOKS = frozenset({HOOK_UNLINK, HOOK_MKDIR, HOOK_MKNOD, HOOK_TRUNCATE, HOOK_CHMOD})
+ONE_PATH_HOOKS = frozenset({HOOK_UNLINK, HOOK_MKDIR, HOOK_MKNOD, HOOK_TRUNCATE, HOOK_CHMOD, HOOK_CHOWN,
+                            HOOK_UTIMES, HOOK_UMOUNT, HOOK_CHROOT, HOOK_OPEN_TREE})
+MS_BIND, MS_MOVE = 0x1000, 0x2000
+MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
+MOUNT_TWO_PATH_HOOKS = frozenset({HOOK_MOUNT, HOOK_PIVOT_ROOT, HOOK_MOVE_MOUNT})
+MFD_CLOEXEC = FSMOUNT_CLOEXEC = 1
+MEMFD_PREFIX = "memfd:"
+"""The path a memfd_create fd stands for in the fd table: `memfd:NAME` (lossless, as any path)."""
+
+
+def empty_path_is_fd(e: RawEvent) -> bool:
+    """Does an empty path of this one-path record name its dirfd itself (AT_EMPTY_PATH,
+    fchmod, fchown, utimensat(fd, NULL))?"""
+    if e.hook == HOOK_CHMOD:
+        return bool(e.a3 == 1 or e.a2 & AT_EMPTY_PATH)
+    if e.hook == HOOK_CHOWN:
+        return bool(e.a3 & AT_EMPTY_PATH)
+    if e.hook == HOOK_OPEN_TREE:
+        return bool(e.a1 & AT_EMPTY_PATH)
+    return e.hook == HOOK_UTIMES
 
 
 def c_string(data: bytes, truncated: bool = False) -> str | None:
@@ -229,7 +262,7 @@ class PathResolver:
             else:
                 path = self._join(item, state, to_int32(e.a0), e.data, first_cut(e))
             if e.ret >= 0:
-                state.fds[e.ret] = (pinned(path, e.tgid, e.tid), bool(e.a1 & O_CLOEXEC))
+                state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
             if self.aliased(path):
                 self.reopens += 1  # its answer depends on the run's links: never memoized
                 return Resolved(item, path, aliased=True)
@@ -245,26 +278,45 @@ class PathResolver:
             if e.ret == 0:
                 state.cwd = state.fd_path(to_int32(e.a0))
             return Resolved(item, None)
-        if e.hook == HOOK_EXEC:
+        if e.hook == HOOK_EXEC:  # a memfd or any fd exec'd by /dev/fd/N: the fd's path (the walk)
+            path = self._join(item, state, AT_FDCWD, e.data, first_cut(e))  # before close-on-exec
             state.fds = {fd: v for fd, v in state.fds.items() if not v[1]}
-            return Resolved(item, self._join(item, state, AT_FDCWD, e.data, first_cut(e)))
+            return Resolved(item, path)
         if e.hook == HOOK_EXECVE:  # a failed exec: the path it asked for
             by_fd = bool(e.a1 & AT_EMPTY_PATH)
             return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
         if e.hook == HOOK_CHDIR:
             path = self._join(item, state, AT_FDCWD, e.data, first_cut(e))
             if e.ret == 0:
-                state.cwd = pinned(path, e.tgid, e.tid)
+                state.cwd = path
             return Resolved(item, path)
         if e.hook in ONE_PATH_HOOKS:
-            by_fd = e.hook == HOOK_CHMOD and bool(e.a3 == 1 or e.a2 & AT_EMPTY_PATH)
-            return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
+            path = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), empty_path_is_fd(e))
+            if e.hook == HOOK_OPEN_TREE and e.ret >= 0:
+                state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
+            return Resolved(item, path)
         if e.hook in (HOOK_RENAME, HOOK_LINK):
             by_fd = e.hook == HOOK_LINK and bool(e.a2 & AT_EMPTY_PATH)
             old = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd)
             new = self.path_at(item, to_int32(e.a1), second_string(e.data), second_cut(e))
             self._made_alias(e.ret, new)
             return Resolved(item, old, new)
+        if e.hook in MOUNT_TWO_PATH_HOOKS:
+            return self._mount_paths(item)
+        if e.hook == HOOK_XATTR:  # the path (the fd's by fd); the attribute name as written
+            path = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), e.a3 == 1)
+            self.truncated += second_cut(e)
+            return Resolved(item, path, c_string(second_string(e.data), second_cut(e)))
+        if e.hook == HOOK_MEMFD:
+            self.truncated += first_cut(e)
+            path = MEMFD_PREFIX + (c_string(e.data, first_cut(e)) or "")
+            if e.ret >= 0:
+                state.fds[e.ret] = (path, bool(e.a0 & MFD_CLOEXEC))
+            return Resolved(item, path)
+        if e.hook == HOOK_SETNS:
+            return Resolved(item, state.fd_path(to_int32(e.a0)))
+        if e.hook == HOOK_FSMOUNT and e.ret >= 0:
+            state.fds[e.ret] = (None, bool(e.a1 & FSMOUNT_CLOEXEC))  # a new mount: no path yet
         if e.hook == HOOK_SYMLINK:  # the link path; the target text as written
             link = self.path_at(item, to_int32(e.a0), second_string(e.data), second_cut(e))
             self.truncated += first_cut(e)
@@ -285,6 +337,27 @@ class PathResolver:
                 return True
             path = path.rsplit("/", 1)[0]
         return False
+
+    def _mount_paths(self, item: Attributed) -> Resolved:
+        """mount (source: a path for a bind or move, else the text as written), pivot_root and
+        move_mount (each side by its dirfd, or the dirfd itself with its EMPTY_PATH flag)."""
+        e = item.event
+        first, second = e.data, second_string(e.data)
+        if e.hook == HOOK_MOUNT:
+            if e.a0 & (MS_BIND | MS_MOVE):
+                source = self.path_at(item, AT_FDCWD, first, first_cut(e))
+            else:
+                self.truncated += first_cut(e)
+                source = c_string(first, first_cut(e))
+            return Resolved(item, source, self.path_at(item, AT_FDCWD, second, second_cut(e)))
+        if e.hook == HOOK_PIVOT_ROOT:
+            return Resolved(item, self.path_at(item, AT_FDCWD, first, first_cut(e)),
+                            self.path_at(item, AT_FDCWD, second, second_cut(e)))
+        return Resolved(item,
+                        self.path_at(item, to_int32(e.a0), first, first_cut(e),
+                                     bool(e.a2 & MOVE_MOUNT_F_EMPTY_PATH)),
+                        self.path_at(item, to_int32(e.a1), second, second_cut(e),
+                                     bool(e.a2 & MOVE_MOUNT_T_EMPTY_PATH)))
 
     def path_at(self, item: Attributed, dirfd: int, data: bytes, cut: bool,
                 empty_path_fd: bool = False) -> str | None:
@@ -361,7 +434,7 @@ class PathResolver:
         raw = text if text.startswith("/") or base is None else base + "/" + text
         e = item.event
         path, stuck, opener = walk(raw, lambda link: self._target(item.thread, link), e.tgid, e.tid)
-        self.reopens += opener or path.startswith(OPENER_PREFIXES)  # its fd or cwd is pinned
+        self.reopens += opener
         if stuck is not None:
             if stuck.what == "fd":
                 self.unresolved_reopens += 1

@@ -32,21 +32,6 @@ _LINK = re.compile(
 _STD_FDS = {"stdin": 0, "stdout": 1, "stderr": 2}
 
 
-OPENER_PREFIXES = ("/proc/self", "/proc/thread-self")
-"""Paths that name the opener itself (whole components: `pinned` checks)."""
-
-
-def pinned(path: str | None, tgid: int, tid: int) -> str | None:
-    """`path` as an fd table or cwd keeps it: the opener's `/proc/self` (`thread-self`) becomes its
-    host ids, since the fd or cwd still names that process when a child inherits it."""
-    if path is None or not path.startswith(OPENER_PREFIXES):
-        return path
-    for prefix, ids in (("/proc/self", f"/proc/{tgid}"), ("/proc/thread-self", f"/proc/{tgid}/task/{tid}")):
-        if path == prefix or path.startswith(prefix + "/"):
-            return ids + path[len(prefix):]
-    return path
-
-
 class Link(NamedTuple):
     """A magic link: whose (`self`, `thread-self`, a host pid; None: the opener), what, which fd."""
 
@@ -106,7 +91,7 @@ def walk(raw: str, target: Callable[[Link], str | None], tgid: int,
         to = target(link)
         if to is None:
             return "/" + "/".join(comps + parts[i + 1:]), link, opener
+        if not to.startswith("/"):  # what an fd stands for without a path (`memfd:NAME`), as it is
+            return to + "".join("/" + p for p in parts[i + 1:]), None, opener
         comps = [c for c in to.split("/") if c]
-        if len(comps) >= 2 and comps[0] == "proc" and comps[1] in (str(tgid), str(tid)):
-            comps[1] = "self" if comps[1] == str(tgid) else "thread-self"  # a pinned fd of its own
     return "/" + "/".join(comps), None, opener

@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from itertools import islice
 
-from ebpf.wire import HEADER, HOOK_CLOSE, HOOK_NAMES, HOOK_OPEN, TRUNC_FIRST
+from ebpf.wire import HEADER, HOOK_CLOSE, HOOK_NAMES, HOOK_NEWTASK, HOOK_OPEN, TRUNC_ARGS, TRUNC_UNREAD
 from normalizer import accel
 from normalizer.blocks import EACCES, FileBlockJudge, NetBlockMerge
 from normalizer.buckets import Run, ThreadBuckets, full, shape_of
@@ -47,6 +47,7 @@ from normalizer.decode import decode_one
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts
+from normalizer.nsops import NS_HOOKS, NamespaceWatch
 from normalizer.paths import (
     AT_FDCWD,
     O_CLOEXEC,
@@ -65,7 +66,7 @@ from normalizer.transient import TransientNames, random_span
 from normalizer.tree import Process, Thread, TreeBuilder
 from spool.format import Spool, SpoolTrailer
 
-EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS | TRACE_HOOKS
+EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS | NS_HOOKS | TRACE_HOOKS
 """Hooks that can give evidence; the others (close, dup, exit, ...) only update state."""
 OPEN_MEMO = 1 << 13
 """Open answers remembered per generation (two generations: memory stays flat, hot keys survive)."""
@@ -184,6 +185,9 @@ class Scan:
         self.resolver = PathResolver(header.workdir, self.tree.thread_of)
         self.escapes = EscapeWatch(header.cgroup_path)
         self.untraced_io: Counter[str] = Counter()
+        self.namespaces = NamespaceWatch()
+        self.unread: Counter[str] = Counter()
+        """Records per hook with user memory the kernel could not read (TRUNC_UNREAD, TRUNC_ARGS)."""
         self.judge = FileBlockJudge(header.policy, header.uid, spool.dac)
         self.captured = 0
         self._records = spool.records
@@ -281,8 +285,8 @@ class Scan:
         """What an open resolves to from its base and bytes alone, as `resolve` and `classify`
         would give it; None when the answer depends on more (see the module docstring)."""
         _ts, _tgid, _tid, _hook, dlen, cut, _run, _ret, _a0, flags, mode, resolve, = _unpack(rec)
-        if cut & TRUNC_FIRST or self.judge.may_judge(ret) or resolve & RESOLVE_IN_ROOT:
-            return None  # before `_metas` learns it: C works out only opens whose meta it holds
+        if cut or self.judge.may_judge(ret) or resolve & RESOLVE_IN_ROOT:
+            return None  # a cut, unread or interrupted open, or one under a dirfd root: the general way
         data = rec[_SIZE:_SIZE + dlen]
         text = c_string(data)
         path = None if text is None else joined(base, text)
@@ -318,6 +322,8 @@ class Scan:
         if not self._merge.keep(r):
             return 0
         e = item.event
+        if e.truncated & (TRUNC_UNREAD | TRUNC_ARGS):
+            self.unread[HOOK_NAMES.get(e.hook, str(e.hook))] += 1
         if e.hook not in EVIDENCE_HOOKS:
             return 1
         thread = item.thread
@@ -327,7 +333,7 @@ class Scan:
             filed = (shape_of(c), drop_telemetry and is_telemetry(c))
             if not filed[1]:
                 buckets.add(thread, filed[0], c.order, c.ts)
-        if key is not None and filed is not None and not self.judge.may_judge(e.ret) \
+        if key is not None and filed is not None and not self.judge.may_judge(e.ret) and not e.truncated \
                 and counters == (resolver.truncated, resolver.unresolved, resolver.reopens):
             fd_entry = resolver.states[thread.process].fds.get(e.ret) if e.ret >= 0 else None
             self._remember(key, (fd_entry, filed[0], filed[1], TransientNames.inert(filed[0])))
@@ -341,10 +347,13 @@ class Scan:
             return list(fs_events(r, order))
         if hook in TRACE_HOOKS:
             return [trace_event(r, order)]
+        if hook in NS_HOOKS:
+            return self.namespaces.lines(r, order)
         if hook in ESCAPE_HOOKS:
             c = self.escapes.classify(r, order)
-        else:
-            c = classify(r, order, self.judge.blocked_access(r))
+            lines = self.namespaces.spawned(r, order) if hook == HOOK_NEWTASK else []
+            return lines if c is None else [c, *lines]
+        c = classify(r, order, self.judge.blocked_access(r))
         return [] if c is None else [c]
 
     def facts(self, trailer: SpoolTrailer, platform: str) -> CaptureFacts:
@@ -365,4 +374,7 @@ class Scan:
             truncated_paths=self.resolver.truncated,
             recovered=trailer.recovered is not None,
             compat_syscalls_allowed=trailer.compat_syscalls_allowed,
+            unread=dict(self.unread),
+            moved_processes=len(self.namespaces.moved),
+            mount_changes=self.namespaces.mount_changes,
         )

@@ -14,7 +14,8 @@ and every process_vm call (ebpf/monitor.c). The lines (docs/artifacts.md):
 | 81 | process_vm_readv | `pid:<n>`, the process read |
 | 82 | process_vm_writev | `pid:<n>`, the process written |
 
-A failed attempt is the same id plus 100 (180-182), as for file changes.
+A failed attempt is the same id plus 300 (380-382): plus 100, as file changes
+use, would be 180-182, which are bind and memfd_create lines (normalizer/nsops.py).
 `<n>` is the pid as the command passed it: a pid of the run's own pid
 namespace (the runner starts the command in a fresh one, so every process
 these calls can reach by pid is one of the run's), not a host pid and not
@@ -27,10 +28,11 @@ from __future__ import annotations
 
 from ebpf.wire import HOOK_PROCESS_VM, HOOK_PTRACE
 from normalizer.classify import Classified, kind_name
-from normalizer.fsops import FAILED
 from normalizer.paths import Resolved, to_int32
 
 PTRACE, VM_READ, VM_WRITE = 80, 81, 82
+FAILED = 300
+"""Added to an id when the call failed."""
 PTRACE_TRACEME = 0
 TRACE_HOOKS = frozenset({HOOK_PTRACE, HOOK_PROCESS_VM})
 

@@ -14,34 +14,57 @@ import fnmatch
 import os
 
 from ebpf.wire import (
+    HOOK_BIND,
     HOOK_CHMOD,
+    HOOK_CHOWN,
+    HOOK_CHROOT,
     HOOK_CONNECT,
     HOOK_EXEC,
     HOOK_EXECVE,
+    HOOK_FSMOUNT,
     HOOK_IO_URING,
     HOOK_LINK,
+    HOOK_MEMFD,
     HOOK_MKDIR,
     HOOK_MKNOD,
+    HOOK_MOUNT,
+    HOOK_MOVE_MOUNT,
     HOOK_NET_BLOCK,
+    HOOK_NEWTASK,
     HOOK_OPEN,
     HOOK_OPEN_BY_HANDLE,
+    HOOK_OPEN_TREE,
+    HOOK_PIVOT_ROOT,
     HOOK_PROCESS_VM,
     HOOK_PTRACE,
     HOOK_RENAME,
     HOOK_SENDMSG,
     HOOK_SENDTO,
+    HOOK_SETNS,
     HOOK_SYMLINK,
     HOOK_TRUNCATE,
+    HOOK_UMOUNT,
     HOOK_UNLINK,
+    HOOK_UNSHARE,
+    HOOK_UTIMES,
+    HOOK_XATTR,
 )
 from normalizer.decode import RawEvent, decode
 from spool.format import Spool
 
 AT_FDCWD = 0xFFFFFF9C  # -100 as the monitor's unsigned argument
-TWO_LINE_HOOKS = {HOOK_RENAME: 2, HOOK_LINK: 2, HOOK_SYMLINK: 2}
+TWO_LINE_HOOKS = {HOOK_RENAME: 2, HOOK_LINK: 2, HOOK_SYMLINK: 2, HOOK_MOUNT: 2, HOOK_PIVOT_ROOT: 2,
+                  HOOK_MOVE_MOUNT: 2, HOOK_XATTR: 2}
 FS_CHANGE_HOOKS = (HOOK_UNLINK, HOOK_RENAME, HOOK_MKDIR, HOOK_MKNOD, HOOK_SYMLINK, HOOK_LINK,
-                   HOOK_TRUNCATE, HOOK_CHMOD, HOOK_IO_URING, HOOK_OPEN_BY_HANDLE)
-"""docs/artifacts.md's event_120..141 sources, listed here from the wire, not from the normalizer."""
+                   HOOK_TRUNCATE, HOOK_CHMOD, HOOK_IO_URING, HOOK_OPEN_BY_HANDLE,
+                   HOOK_UNSHARE, HOOK_SETNS, HOOK_MOUNT, HOOK_UMOUNT, HOOK_PIVOT_ROOT, HOOK_CHROOT,
+                   HOOK_OPEN_TREE, HOOK_MOVE_MOUNT, HOOK_FSMOUNT, HOOK_CHOWN, HOOK_UTIMES, HOOK_XATTR,
+                   HOOK_BIND, HOOK_MEMFD)
+"""docs/artifacts.md's event_120..141 and event_160..181 sources, listed here from the wire,
+not from the normalizer."""
+CLONE_NEW_BITS = 0x7E020080
+"""CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME: a task made with
+any of them is an event_162 line."""
 TELEMETRY_GLOBS = (
     # shared/spec/runner-artifacts-v0.md, "Telemetry Versus Evidence", row by row as globs
     "/etc/ld.so.cache", "/lib/*", "/lib32/*", "/lib64/*", "/usr/lib/*",
@@ -106,6 +129,9 @@ def raw_counts(spool: Spool) -> dict[str, int]:
                 continue
         elif r.hook == HOOK_OPEN:
             if not r.a1 & MAY_CHANGE and is_telemetry_path(_raw_path(r, spool.header.workdir)):
+                continue
+        elif r.hook == HOOK_NEWTASK:
+            if not r.a1 & CLONE_NEW_BITS:
                 continue
         elif r.hook not in (HOOK_EXEC, HOOK_EXECVE, HOOK_PTRACE, HOOK_PROCESS_VM, *FS_CHANGE_HOOKS):
             continue

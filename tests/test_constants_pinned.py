@@ -44,7 +44,6 @@ PINNED = [
     ("normalizer/fastscan.c", "HEADER_SIZE", wire.HEADER.size),
     ("normalizer/fastscan.c", "HOOK_OPEN", wire.HOOK_OPEN),
     ("normalizer/fastscan.c", "HOOK_CLOSE", wire.HOOK_CLOSE),
-    ("normalizer/fastscan.c", "TRUNC_FIRST", wire.TRUNC_FIRST),
     ("normalizer/fastscan.c", "EACCES_RET", -errno.EACCES),
     ("normalizer/fastscan.c", "ENOENT_RET", -errno.ENOENT),
     ("normalizer/fastscan.c", "O_CREAT_BIT", os.O_CREAT),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support import Archive, assay, run_observed
 
-from ebpf.wire import HOOK_OPEN, TRUNC_FIRST
+from ebpf.wire import HOOK_EXEC, HOOK_OPEN, TRUNC_FIRST
 from normalizer.decode import decode
 from spool.format import read_spool
 
@@ -31,18 +31,26 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Archive, list, P
     proc = run_observed(out, "longpaths", PY, PROGRAMS / "long_paths.py", work, workdir=work)
     assert proc.returncode == 0, proc.stderr
     opens = [r for r in decode(read_spool(out / "longpaths.spool").records)
-             if r.hook == HOOK_OPEN and r.data.startswith(b"./")]
+             if r.hook in (HOOK_OPEN, HOOK_EXEC) and r.data.startswith(b"./")]
     return Archive(out / "longpaths.tar.gz"), opens, work
 
 
 def test_a_4095_byte_path_is_whole(observed) -> None:
     archive, opens, work = observed
-    exact = [r for r in opens if r.ret >= 0]
+    exact = [r for r in opens if r.ret >= 0 and r.hook == HOOK_OPEN]
     assert len(exact) == 1
     assert len(exact[0].data.rstrip(b"\0")) == 4095 and not exact[0].truncated
     reads = [e for e in archive.kernel if e["kind"] == "openat" and e["value"] == f"{work}/f"
              and e["access_mode"] == "read"]
     assert len(reads) == 1
+
+
+def test_a_4095_byte_exec_path_is_whole(observed) -> None:
+    """The exec path comes from the kernel's copy (sched_process_exec), tested like the others."""
+    archive, records, work = observed
+    (execs,) = [r for r in records if r.hook == HOOK_EXEC]
+    assert len(execs.data.rstrip(b"\0")) == 4095 and not execs.truncated
+    assert f"{work}/t" in archive.values("exec")
 
 
 def test_longer_paths_are_flagged_cut(observed) -> None:

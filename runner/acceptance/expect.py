@@ -53,10 +53,12 @@ from normalizer.fsops import (
     TRUNCATE,
     UNLINK,
 )
+from normalizer.nsops import CHOWN, MOUNT_TARGET, MOVE_TO, UTIMES_GIVEN, UTIMES_NOW, XATTR_REMOVE, XATTR_SET
 from runner.review.view import EventRef, RunView
 
 _CHANGES = (UNLINK, RMDIR, RENAME_FROM, RENAME_TO, MKDIR, SYMLINK, LINK_TO, TRUNCATE, CHMOD,
-            CHMOD_SETID, MKNOD)
+            CHMOD_SETID, MKNOD, CHOWN, UTIMES_NOW, UTIMES_GIVEN, XATTR_SET, XATTR_REMOVE, MOUNT_TARGET,
+            MOVE_TO)
 WRITE_EVENTS = frozenset(f"event_{op + failed}" for op in _CHANGES for failed in (0, FAILED))
 """Kernel lines (besides write opens) that are writes to their `value` path (docs/acceptance.md).
 
@@ -66,7 +68,10 @@ directory's entries: an open for writing, a `file_blocked` write, and the
 rmdir (121), both sides of a rename (122 old: the name leaves its
 directory; 123 new: it enters or replaces one), mkdir (124), the link a
 symlink makes (125, not its target text 126), a hard link's new name (128,
-not the existing file 127), truncate (129), chmod (130/131) and mknod (132).
+not the existing file 127), truncate (129), chmod (130/131), mknod (132),
+chown (173), times (174/175), xattrs set or removed (176/178: the file, not
+the name lines 177/179) and a mount over a path (164 mount target, 171
+move_mount destination: what the directory shows changes).
 As with opens, an attempt counts whatever its outcome (the +100 ids): the
 gate checks what a tool call tried to write, and a denied attempt is the
 same undeclared intent as a `file_blocked` write.

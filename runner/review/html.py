@@ -17,7 +17,7 @@ import html
 import shlex
 
 from runner.display import printable
-from runner.review.view import PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
+from runner.review.view import NOT_HOST_PATHS, PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
 
 WIDTH = 960
 """Timeline drawing width in CSS pixels."""
@@ -53,6 +53,8 @@ def _tree(processes: list[ProcessEntry]) -> str:
         execs = "".join(f"<div><code>{esc(exec_text(x))}</code></div>" for x in p.execs) \
             or '<div class="muted">no exec recorded</div>'
         ended = f", {esc(p.exit)}" if p.exit else ""
+        if p.paths_not_host:
+            ended += f", {esc(NOT_HOST_PATHS)}"
         kids = "".join(node(by_pid[c]) for c in p.children)
         return (f'<li class="proc"><span class="pid">pid {p.pid}</span> '
                 f'<span class="muted">{p.events} events{ended}</span>{execs}'

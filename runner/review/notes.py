@@ -47,10 +47,34 @@ MEANINGS = {
         "flushed: the records of its last moments, the command's exit status and the kernel's drop "
         "counters are missing, so correlation is partial. Re-run for a complete capture."
     ),
+    "s2_unread_user_memory": (
+        "The monitor could not read some of the command's memory at a syscall (a path, an argv "
+        "entry, openat2's open_how, sendmsg's header), per hook: those lines carry what could be "
+        "read (a null value, an unknown access mode, a datagram without its peer). Pages not yet "
+        "faulted in cause it; many of them is a program hiding its arguments."
+    ),
+    "s3_path_namespace": (
+        "A process of the run changed its mount namespace or root (unshare, clone or setns with a "
+        "mount namespace, chroot, pivot_root; processes= counts them and what they started), or "
+        "the mount table changed (mount_changes=): after that a path in the archive may name a "
+        "different file than the same path on the host (a bind mount over a directory, say). The "
+        "event_160-172 lines say what was done; correlation is partial."
+    ),
     "s2_untraced_io": (
         "The command used io_uring or open_by_handle_at: operations done that way are not in "
         "the kernel layer, so files and endpoints may be missing (network coverage becomes "
         "unknown with io_uring)."
+    ),
+    "s2_compat_syscalls": (
+        "The run was allowed compat-ABI syscalls (--allow-compat-syscalls: int $0x80, x32), which "
+        "the kernel's per-syscall tracepoints never see: whatever the command did that way is not "
+        "in the kernel layer, so correlation is partial."
+    ),
+    "s3_syscalls_refused": (
+        "The run's seccomp filter refused syscalls (counts by class): compat-ABI calls always, "
+        "io_uring and new user namespaces under a policy that restricts writes or the network. "
+        "The command got an error instead; nothing happened unseen. Many refusals are a sign of "
+        "a command trying to get around the tracepoints or the sandbox."
     ),
     "s3_resource_limits": (
         "A resource limit of the run's cgroup refused the command (pids_refused: forks that failed "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from runner.display import printable as p
-from runner.review.view import PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
+from runner.review.view import NOT_HOST_PATHS, PASSING_RULE, BindingEntry, ProcessEntry, RunView, exec_text
 
 
 def _ms(value: float | None) -> str:
@@ -24,6 +24,8 @@ def _tree(processes: list[ProcessEntry]) -> list[str]:
     def walk(proc: ProcessEntry, depth: int) -> None:
         pad = "  " * depth
         ended = f", {proc.exit}" if proc.exit else ""
+        if proc.paths_not_host:
+            ended += f", {NOT_HOST_PATHS}"
         lines.append(f"  {pad}pid {proc.pid} ({proc.events} events{ended})")
         lines.extend(f"  {pad}  exec {p(exec_text(x))}" for x in proc.execs)
         for child in proc.children:

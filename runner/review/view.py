@@ -116,6 +116,9 @@ class ProcessEntry(msgspec.Struct):
     exit: str | None
     """How it ended (`exited 0`, `signaled 9`, `unknown`), from the spool; None if not known."""
     events: int
+    paths_not_host: bool = False
+    """It, or a process it descends from, changed its mount namespace or root, or it changed the
+    mount table (normalizer/nsops.py): its paths may not name the host's files."""
 
 
 class BlockEntry(msgspec.Struct):
@@ -305,6 +308,32 @@ def _argv(raw: list[bytes], redactor: Redactor) -> list[str]:
     return [redactor.redact(escape_bytes(a)) for a in raw]
 
 
+NOT_HOST_PATHS = "paths may not be host paths (mount namespace, root or mounts changed)"
+"""How show marks a process with `paths_not_host`."""
+MOVING_LINES = frozenset({161, 163, 165, 166, 168, 170})
+"""Successful setns, mount, umount2, pivot_root, chroot, move_mount lines (normalizer/nsops.py);
+unshare (160) and clone (162) move a process only with CLONE_NEWNS."""
+
+
+def _moved(kernel: list[KernelEvent], children: dict[int, list[int]]) -> set[int]:
+    """Processes whose paths may not be host paths: those whose lines changed their mount view or
+    the mount table, their descendants, and the children of a clone with CLONE_NEWNS."""
+    roots: set[int] = set()
+    for e in kernel:
+        newns = e.event_type in (160, 162) and "CLONE_NEWNS" in (e.value or "").split("|")
+        if e.event_type in MOVING_LINES or (newns and e.event_type == 160):
+            roots.add(e.pid)
+        elif newns:
+            roots.update(children.get(e.pid, ()))
+    moved: set[int] = set()
+    while roots:
+        pid = roots.pop()
+        if pid not in moved:
+            moved.add(pid)
+            roots.update(children.get(pid, ()))
+    return moved
+
+
 def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
     parents: dict[int, int | None] = dict(facts.parents) if facts else {}
     execs: dict[int, list[ExecEntry]] = defaultdict(list)
@@ -328,8 +357,9 @@ def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[Proc
     for pid, parent in parents.items():
         if parent is not None:
             children[parent].append(pid)
+    moved = _moved(kernel, children)
     return [ProcessEntry(pid=pid, parent=parents[pid], children=sorted(children[pid]), execs=execs[pid],
-                         exit=exits.get(pid), events=events[pid])
+                         exit=exits.get(pid), events=events[pid], paths_not_host=pid in moved)
             for pid in sorted(parents)]
 
 
