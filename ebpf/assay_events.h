@@ -53,6 +53,8 @@
 #define HOOK_XATTR 71    /* setxattr, removexattr families: joined, path + attribute name */
 #define HOOK_BIND 72     /* bind: joined, the address */
 #define HOOK_MEMFD 73    /* memfd_create: joined, the name */
+#define HOOK_PTRACE 80   /* ptrace ATTACH, SEIZE, TRACEME: joined */
+#define HOOK_PROCESS_VM 81 /* process_vm_readv, process_vm_writev: joined */
 #define HOOK_MAX 96      /* size of the per-hook counter array */
 
 #define RUN_SLOTS 64     /* runs live at once; a run key's slot is key % RUN_SLOTS, slot 0 = unknown */
@@ -93,6 +95,7 @@
  *   MKDIR/MKNOD: a0 dirfd, a1 mode (MKNOD: a2 dev); TRUNCATE: a0 dirfd (AT_FDCWD), a1 length
  *   CHMOD:   a0 dirfd (fd when a3 = 1: fchmod), a1 mode, a2 flags
  *   IO_URING: a0 entries; OPEN_BY_HANDLE: a0 mount dirfd, a1 flags
+ *   PTRACE:  a0 request, a1 target host pid; PROCESS_VM: a0 target host pid, a1 1 for writev
  *   NET_BLOCK: a0 HOOK_CONNECT or HOOK_SENDMSG (what was denied), a1 IP protocol
  *   UNSHARE: a0 flags; SETNS: a0 fd, a1 nstype; FSMOUNT: a0 fs fd, a1 flags, a2 attr flags
  *   MOUNT:   a0 flags; payload: source (empty when NULL), target

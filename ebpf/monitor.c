@@ -1001,3 +1001,37 @@ TRACEPOINT_PROBE(syscalls, sys_enter_open_by_handle_at)
         save(t, HOOK_OPEN_BY_HANDLE, 0, args->mountdirfd, args->flags, 0, 0);
     return 0;
 }
+
+/* ---- another process's memory: ptrace attach, process_vm_readv/writev ------ */
+
+#define PTRACE_TRACEME_ 0
+#define PTRACE_ATTACH_ 16
+#define PTRACE_SEIZE_ 0x4206
+
+/* Only the requests that make a tracer: every other request needs one first. */
+TRACEPOINT_PROBE(syscalls, sys_enter_ptrace)
+{
+    long request = args->request;
+    if (request != PTRACE_ATTACH_ && request != PTRACE_SEIZE_ && request != PTRACE_TRACEME_)
+        return 0;
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_PTRACE, 0, request, args->pid, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_process_vm_readv)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_PROCESS_VM, 0, args->pid, 0, 0, 0);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_process_vm_writev)
+{
+    struct task_t *t = tracked();
+    if (t)
+        save(t, HOOK_PROCESS_VM, 0, args->pid, 1, 0, 0);
+    return 0;
+}

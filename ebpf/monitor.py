@@ -56,6 +56,7 @@ JOINED_SYSCALLS = (
     "chown", "lchown", "fchownat", "fchown", "utimensat", "futimesat", "utimes", "utime",
     "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr", "bind",
     "memfd_create",
+    "ptrace", "process_vm_readv", "process_vm_writev",
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
 OPTIONAL_SYSCALLS = ("setxattrat", "removexattrat")

@@ -64,6 +64,8 @@ HOOK_UTIMES = 70
 HOOK_XATTR = 71
 HOOK_BIND = 72
 HOOK_MEMFD = 73
+HOOK_PTRACE = 80
+HOOK_PROCESS_VM = 81
 HOOK_MAX = 96
 
 TRUNC_FIRST = 1
@@ -117,6 +119,8 @@ HOOK_NAMES = {
     HOOK_XATTR: "xattr",
     HOOK_BIND: "bind",
     HOOK_MEMFD: "memfd_create",
+    HOOK_PTRACE: "ptrace",
+    HOOK_PROCESS_VM: "process_vm",
 }
 """Hooks the monitor attaches, by id: the keys of drop counters and notes."""
 

@@ -1,6 +1,7 @@
 """Stage 4: turn resolved events into contract kinds with their values.
 
-Kinds: 1 openat (open, openat, openat2, creat), 2 connect, 4 exec, and
+Kinds: 1 openat (open, openat, openat2, creat; an open the telemetry table
+must not fold is 83 or 84, normalizer/telemetry.py), 2 connect, 4 exec, and
 datagram peers from sendto/sendmsg as `event_6` / `event_7`; a failed
 execve/execveat is `event_101` with the path it asked for (docs/artifacts.md
 has the table of every `event_<id>`). Process-tree
@@ -27,6 +28,7 @@ from ebpf.wire import (
     HOOK_SENDTO,
 )
 from normalizer.paths import Resolved
+from normalizer.telemetry import O_TMPFILE_BIT, open_event_type
 from normalizer.text import escape_bytes
 
 KIND_BY_TYPE = {1: "openat", 2: "connect", 4: "exec", 10: "file_blocked", 20: "connect_blocked"}
@@ -39,7 +41,6 @@ CLASSIFIED_HOOKS = frozenset({HOOK_OPEN, HOOK_EXEC, HOOK_EXECVE, HOOK_NET_BLOCK,
 
 O_ACCMODE = 0o3
 ACCESS_MODES = ("read", "write", "read_write", "unknown")
-O_TMPFILE_BIT = 0o20000000  # __O_TMPFILE, without O_DIRECTORY
 O_EXCL = 0o200
 OPERATION_FLAGS = (  # the open flags' meaning, in upstream's serialized order
     ("create", 0o100),
@@ -178,6 +179,8 @@ def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> 
         meta = cached_open_meta(e.a1, e.a2, e.a3, min(e.ret, 0))
         if file_denied is not None:
             event_type, denied = FILE_BLOCKED, file_denied
+        else:
+            event_type = open_event_type(value, meta.flags, resolved.aliased)
     elif e.hook == HOOK_EXEC:
         value = resolved.path
     elif e.hook == HOOK_EXECVE:  # written only when the exec failed

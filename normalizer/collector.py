@@ -18,7 +18,7 @@ from operator import attrgetter
 
 from normalizer import accel
 from normalizer.buckets import Ahead, Run, Spilled
-from normalizer.classify import O_TMPFILE_BIT, Classified
+from normalizer.classify import O_TMPFILE_BIT, Classified, kind_name
 from normalizer.correlate import END, Block
 from normalizer.kernel_lines import (
     LINES_PER_WRITE,
@@ -31,9 +31,11 @@ from normalizer.kernel_lines import (
 from normalizer.redact import Redactor, may_hold_secrets
 from normalizer.sdk import ToolCall
 from normalizer.surface import DistinctValues
+from normalizer.telemetry import RUNTIME_WRITE
 from normalizer.transient import Substitution
 
 FILE_KINDS = frozenset({"openat", "file_blocked"})
+RUNTIME_WRITE_KIND = kind_name(RUNTIME_WRITE)
 BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
 ENDPOINT_KINDS = frozenset({"connect", "connect_blocked", "event_6", "event_7"})
 """Kinds whose values are network endpoints: connects and datagram peers (sendto,
@@ -81,13 +83,16 @@ Route = tuple[set[str] | None, set[str] | None, set[str] | None]
 
 def routes(values: dict[str, set[str]]) -> dict[str, Route]:
     """Each surface kind's route into `values`: files (successful writes also in `written`),
-    endpoints, execs; blocks also in `blocked`."""
+    endpoints, execs; blocks also in `blocked`. A write of a path Assay keeps out of the surface
+    (`event_83`, normalizer/telemetry.py) is in `written` only."""
     def into(kind: str) -> set[str]:
         return values["files"] if kind in FILE_KINDS else values["endpoints"] if kind in ENDPOINT_KINDS \
             else values["execs"]
-    return {kind: (into(kind), values["blocked"] if kind in BLOCK_KINDS else None,
-                   values["written"] if kind == "openat" else None)
-            for kind in FILE_KINDS | ENDPOINT_KINDS | {"exec"}}
+    surface: dict[str, Route] = {
+        kind: (into(kind), values["blocked"] if kind in BLOCK_KINDS else None,
+               values["written"] if kind == "openat" else None)
+        for kind in FILE_KINDS | ENDPOINT_KINDS | {"exec"}}
+    return surface | {RUNTIME_WRITE_KIND: (None, None, values["written"])}
 
 
 def collect_values(shapes: list[Classified], values: list[str | None], kinds: set[str],

@@ -58,9 +58,9 @@ static uint32_t u32_at(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); r
 static uint16_t u16_at(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
 /* What the scan passes for working out a plain open the memo does not hold (`OpenContext` in
- * normalizer/scan.py): (Classified, kind, metas, judging, drop_telemetry, telemetry prefixes,
- * telemetry substrings, memo limit, reopen prefixes, transient.random_span). */
-enum { CX_TYPE, CX_KIND, CX_METAS, CX_JUDGING, CX_DROP, CX_TPREFIX, CX_TSUB, CX_LIMIT, CX_REOPEN, CX_RANDOM, CX_SIZE };
+ * normalizer/scan.py): (Classified, kind, metas, judging, telemetry prefixes, telemetry
+ * substrings, memo limit, procfs link prefixes, transient.random_span). */
+enum { CX_TYPE, CX_KIND, CX_METAS, CX_JUDGING, CX_TPREFIX, CX_TSUB, CX_LIMIT, CX_REOPEN, CX_RANDOM, CX_SIZE };
 
 static int has(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m)
 {
@@ -86,8 +86,9 @@ static int any_of(PyObject *t, const char *s, Py_ssize_t n, int prefix)
 
 /* The memo answer of a plain open (new reference), as Scan._open_answer gives it: a whole
  * printable-ASCII name without a backslash, joined without posixpath (an absolute path already
- * normal, or one plain component under a normal absolute base), no /proc fd reopen, no
- * telemetry candidate, open metadata already in `metas`. NULL without an exception: not plain,
+ * normal, or one plain component under a normal absolute base), no path that may hold a procfs
+ * link, no telemetry candidate (folded, or an event_83/84 line: Python decides), open metadata
+ * already in `metas`. NULL without an exception: not plain,
  * Python works it out. A create (or an attempt that found no directory) is inert for transient
  * names only when no template calls its name random: TransientNames.inert asks random_span,
  * and so does this (a Python call, memoized there). */
@@ -130,11 +131,10 @@ static PyObject *plain_answer(PyObject *ctx, const unsigned char *p, PyObject *b
         size = bn + 1 + n;
     }
     int hit = any_of(PyTuple_GET_ITEM(ctx, CX_REOPEN), buf, size, 1);
-    if (hit == 0 && PyTuple_GET_ITEM(ctx, CX_DROP) == Py_True) {
+    if (hit == 0)
         hit = any_of(PyTuple_GET_ITEM(ctx, CX_TPREFIX), buf, size, 1);
-        if (hit == 0)
-            hit = any_of(PyTuple_GET_ITEM(ctx, CX_TSUB), buf, size, 0);
-    }
+    if (hit == 0)
+        hit = any_of(PyTuple_GET_ITEM(ctx, CX_TSUB), buf, size, 0);
     if (hit != 0) {
         if (hit < 0)
             PyErr_Clear();

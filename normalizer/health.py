@@ -58,6 +58,8 @@ class CaptureFacts:
     unresolved_paths: int
     platform: str = "linux"
     unresolved_reopens: int = 0
+    unresolved_aliases: int = 0
+    """/proc/<pid>/root and cwd links that could not be followed (their lines keep the path as written)."""
     cgroup_escapes: int = 0
     clone_into_cgroup: int = 0
     untracked_tasks: int = 0
@@ -155,9 +157,11 @@ def observation_health(
         if facts.lost_after_death:
             parts.append("after_runner_death=at_least_1")
         notes.append("s2_kernel_drops: " + " ".join(parts))
-    if facts.unresolved_paths or facts.unresolved_reopens:
+    if facts.unresolved_paths or facts.unresolved_reopens or facts.unresolved_aliases:
         notes.append(f"s2_path_resolution: unresolved_paths={facts.unresolved_paths} "
-                     f"unresolved_fd_reopens={facts.unresolved_reopens}")
+                     f"unresolved_fd_reopens={facts.unresolved_reopens}"
+                     + (f" unresolved_proc_aliases={facts.unresolved_aliases}"
+                        if facts.unresolved_aliases else ""))
     if facts.untraced_io:
         notes.append("s2_untraced_io: " + " ".join(f"{k}={v}" for k, v in sorted(facts.untraced_io.items()))
                      + " operations_not_in_kernel_layer=true")

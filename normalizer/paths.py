@@ -10,12 +10,17 @@ path. A dirfd whose origin is unknown (inherited from outside the run, made
 by an untraced syscall or by open_by_handle_at) cannot be resolved: the event
 keeps `value: null` and is counted in health notes.
 
-A reopen through `/proc/self/fd/N`, `/proc/thread-self/fd/N`,
-`/proc/<pid>/fd/N` (host pids: the command sees the host's /proc) or
-`/dev/fd/N` resolves to the path fd N was opened with, so it carries the
-target with the reopen's own access mode (normalizer/reopen.py). An exec
-of such a path (fexecve: the kernel names it `/dev/fd/N`) is the fd's path
-too; a memfd_create fd stands for `memfd:NAME`, an open_tree fd for its path.
+A path through a procfs magic link resolves to what the link names
+(normalizer/reopen.py): `/proc/<who>/root` to `/` (a process's paths are
+reported in its own root's terms), `/proc/<who>/cwd` to that process's working
+directory, and a reopen through `/proc/<who>/fd/N`, `/dev/fd/N` or
+`/dev/std{in,out,err}` to the path fd N was opened with, so it carries the
+target with the reopen's own access mode. `<who>` is `self`, `thread-self` or
+a host pid of the run (the command sees the host's /proc). A link whose
+target is unknown (a process outside the run, an fd of unknown origin) keeps
+the path as written, counted for health. An exec of such a path (fexecve:
+the kernel names it `/dev/fd/N`) is the fd's path too; a memfd_create fd
+stands for `memfd:NAME`, an open_tree fd for its path.
 Paths are normalized lexically (`a/./b/../c` -> `a/c`), never by reading the
 host filesystem, so normalization stays pure.
 """
@@ -63,12 +68,15 @@ from ebpf.wire import (
     TRUNC_SECOND,
 )
 from normalizer.decode import RawEvent
-from normalizer.reopen import PROC_FD_PREFIXES, proc_fd_target
+from normalizer.reopen import Link, may_hold_link, walk
+from normalizer.telemetry import is_telemetry_path
 from normalizer.text import escape_bytes
 from normalizer.tree import Attributed, Process, Thread
 
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
+RESOLVE_IN_ROOT = 0x10
+"""openat2 `how.resolve`: resolve the path as if the dirfd were the root directory."""
 O_CLOEXEC = 0o2000000
 CLOSE_RANGE_CLOEXEC = 4
 FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP, HOOK_OPEN_BY_HANDLE})
@@ -199,6 +207,8 @@ class Resolved(msgspec.Struct, gc=False):
     item: Attributed
     path: str | None
     path2: str | None = None
+    aliased: bool = False
+    """An open at or under a telemetry-table path the run made point elsewhere (`aliases`)."""
 
 
 class PathResolver:
@@ -210,12 +220,19 @@ class PathResolver:
         self._thread_of = thread_of or (lambda _tid: None)
         self.unresolved = 0
         self.unresolved_reopens = 0
-        """/proc fd reopens whose fd has no known path (value null)."""
+        """fd reopens (/proc/<who>/fd/N, /dev/fd/N) whose fd has no known path (kept as written)."""
+        self.unresolved_aliases = 0
+        """/proc/<who>/root and cwd links of a process outside the run or of an unknown cwd."""
         self.truncated = 0
         """Path payloads the kernel cut at its capture limit (marked in their values)."""
         self.reopens = 0
-        """Opens of a /proc fd path (their answer depends on another fd table: never memoized)."""
+        """Paths whose answer depended on the opener or on another process's state: a magic link
+        or a /proc/<pid> of the opener (never memoized by the scan)."""
         self._joined: dict[tuple[str | None, bytes, bool], tuple[bool, str | None]] = {}
+        self.aliases: set[str] = set()
+        """Paths of the telemetry table the run made name another file: a symlink made there, a
+        hard link or a rename onto one (`ln -s ~/.ssh/id_rsa /dev/shm/k`). A read at or under one
+        is evidence, not a runtime lookup (normalizer/telemetry.py)."""
 
     @property
     def states(self) -> dict[Process, FsState]:
@@ -240,12 +257,15 @@ class PathResolver:
         state = self._state(item.thread.process)
         # the hottest hooks first (hooks are disjoint, so the order is only speed)
         if e.hook == HOOK_OPEN:
-            path = self._join(state, to_int32(e.a0), e.data, first_cut(e))
-            if path is not None and path.startswith(PROC_FD_PREFIXES):
-                self.reopens += 1
-                path = self._reopen(item.thread, path)
+            if e.a3 & RESOLVE_IN_ROOT:
+                path = self._in_root(state, to_int32(e.a0), e.data, first_cut(e))
+            else:
+                path = self._join(item, state, to_int32(e.a0), e.data, first_cut(e))
             if e.ret >= 0:
                 state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
+            if self.aliased(path):
+                self.reopens += 1  # its answer depends on the run's links: never memoized
+                return Resolved(item, path, aliased=True)
             return Resolved(item, path)
         if e.hook in FD_HOOKS:
             state.on_fd_event(e.hook, e.ret, e.a0, e.a1, e.a2)
@@ -258,17 +278,15 @@ class PathResolver:
             if e.ret == 0:
                 state.cwd = state.fd_path(to_int32(e.a0))
             return Resolved(item, None)
-        if e.hook == HOOK_EXEC:  # a memfd or any fd exec'd by /dev/fd/N: the fd's path
-            path = self._join(state, AT_FDCWD, e.data, first_cut(e))
-            if path is not None and path.startswith(PROC_FD_PREFIXES):
-                path = self._reopen(item.thread, path)
+        if e.hook == HOOK_EXEC:  # a memfd or any fd exec'd by /dev/fd/N: the fd's path (the walk)
+            path = self._join(item, state, AT_FDCWD, e.data, first_cut(e))  # before close-on-exec
             state.fds = {fd: v for fd, v in state.fds.items() if not v[1]}
             return Resolved(item, path)
         if e.hook == HOOK_EXECVE:  # a failed exec: the path it asked for
             by_fd = bool(e.a1 & AT_EMPTY_PATH)
             return Resolved(item, self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd))
         if e.hook == HOOK_CHDIR:
-            path = self._join(state, AT_FDCWD, e.data, first_cut(e))
+            path = self._join(item, state, AT_FDCWD, e.data, first_cut(e))
             if e.ret == 0:
                 state.cwd = path
             return Resolved(item, path)
@@ -281,6 +299,7 @@ class PathResolver:
             by_fd = e.hook == HOOK_LINK and bool(e.a2 & AT_EMPTY_PATH)
             old = self.path_at(item, to_int32(e.a0), e.data, first_cut(e), by_fd)
             new = self.path_at(item, to_int32(e.a1), second_string(e.data), second_cut(e))
+            self._made_alias(e.ret, new)
             return Resolved(item, old, new)
         if e.hook in MOUNT_TWO_PATH_HOOKS:
             return self._mount_paths(item)
@@ -301,8 +320,23 @@ class PathResolver:
         if e.hook == HOOK_SYMLINK:  # the link path; the target text as written
             link = self.path_at(item, to_int32(e.a0), second_string(e.data), second_cut(e))
             self.truncated += first_cut(e)
+            self._made_alias(e.ret, link)
             return Resolved(item, link, c_string(e.data, first_cut(e)))
         return Resolved(item, None)
+
+    def _made_alias(self, ret: int, path: str | None) -> None:
+        if ret == 0 and path is not None and is_telemetry_path(path):
+            self.aliases.add(path)
+
+    def aliased(self, path: str | None) -> bool:
+        """Is `path` at or under one of `aliases`?"""
+        if not self.aliases:
+            return False
+        while path and path != "/":
+            if path in self.aliases:
+                return True
+            path = path.rsplit("/", 1)[0]
+        return False
 
     def _mount_paths(self, item: Attributed) -> Resolved:
         """mount (source: a path for a bind or move, else the text as written), pivot_root and
@@ -334,29 +368,27 @@ class PathResolver:
         state = self._state(item.thread.process)
         if empty_path_fd and not data.split(b"\0", 1)[0]:
             return state.fd_path(dirfd)
-        return self._join(state, dirfd, data, cut)
+        return self._join(item, state, dirfd, data, cut)
 
-    def _reopen(self, opener: Thread, path: str | None) -> str | None:
-        """The target of a /proc fd reopen, else `path` unchanged."""
-        if path is None:
+    def _target(self, opener: Thread, link: Link) -> str | None:
+        """What `link` names for `opener`, or None when it is not known."""
+        thread = opener if link.who in (None, "self", "thread-self") else self._thread_of(int(link.who or 0))
+        if thread is None:
             return None
-        target = proc_fd_target(path)
-        if target is None:
-            return path
-        who, fd, rest = target
-        thread = opener if who is None else self._thread_of(who)
-        known = self._state(thread.process).fd_path(fd) if thread is not None else None
-        if known is None:
-            self.unresolved_reopens += 1
-            return None
-        return known + rest
+        if link.what == "root":
+            return "/"
+        state = self._state(thread.process)
+        return state.cwd if link.what == "cwd" else state.fd_path(link.fd)
 
-    def _join(self, state: FsState, base_fd: int, data: bytes, cut: bool = False) -> str | None:
-        """`data`'s path against `base_fd`; `cut`: the kernel cut it (the value is marked).
+    def _join(self, item: Attributed, state: FsState, base_fd: int, data: bytes,
+              cut: bool = False) -> str | None:
+        """`data`'s path against `base_fd` for `item`'s opener; `cut`: the kernel cut it (the value
+        is marked).
 
-        The answer depends only on the base directory, the payload and `cut`,
-        and agents open the same names again and again, so it is memoized on
-        those (the memo is emptied past `JOIN_MEMO` entries: memory stays flat).
+        The lexical answer depends only on the base directory, the payload and
+        `cut`, and agents open the same names again and again, so it is
+        memoized on those (the memo is emptied past `JOIN_MEMO` entries: memory
+        stays flat). A path that may hold a magic link is walked instead.
         """
         if data[:1] == b"/":
             base = None
@@ -376,4 +408,36 @@ class PathResolver:
         if has_text:
             self.truncated += cut
             self.unresolved += path is None
+            if path is not None and may_hold_link(path, base, data):
+                path = self._walked(item, base, data, cut)
+        return path
+
+    def _in_root(self, state: FsState, dirfd: int, data: bytes, cut: bool) -> str | None:
+        """An openat2 path under RESOLVE_IN_ROOT: `/` and `..` stay inside `dirfd` (or the cwd),
+        and the kernel follows no magic link. Its answer depends on the dirfd's path, so the
+        scan never memoizes it (counted in `reopens`)."""
+        root = state.cwd if dirfd == AT_FDCWD else state.fd_path(dirfd)
+        text = c_string(data, cut)
+        if text is None:
+            return None
+        self.reopens += 1
+        self.truncated += cut
+        if root is None:
+            self.unresolved += 1
+            return None
+        inner = joined("/", "/" + text)  # lexically inside the root: a leading .. stays at /
+        return root if inner == "/" else root.rstrip("/") + inner
+
+    def _walked(self, item: Attributed, base: str | None, data: bytes, cut: bool) -> str:
+        """The path with its magic links followed (normalizer/reopen.py), counted for health."""
+        text = c_string(data, cut) or ""
+        raw = text if text.startswith("/") or base is None else base + "/" + text
+        e = item.event
+        path, stuck, opener = walk(raw, lambda link: self._target(item.thread, link), e.tgid, e.tid)
+        self.reopens += opener
+        if stuck is not None:
+            if stuck.what == "fd":
+                self.unresolved_reopens += 1
+            else:
+                self.unresolved_aliases += 1
         return path

@@ -17,7 +17,9 @@ fast path that does the same with no object per record:
   way's answer for that key is memoized: the shape the event is filed as, the
   fd-table entry it makes, whether it is telemetry, and whether following
   transient names could care. An open whose answer depends on anything else
-  is never memoized: a /proc fd reopen, a cut or unresolvable path (health
+  is never memoized: a path through a procfs link or naming the opener's
+  pid (normalizer/reopen.py), an openat2 RESOLVE_IN_ROOT path (its root is
+  the dirfd), a cut or unresolvable path (health
   counts those per record), an EACCES under a policy (the block judge). An
   open that transient names must see (a create of a name a template could
   call random, or any open while names are tracked) is still answered from
@@ -46,14 +48,25 @@ from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts
 from normalizer.nsops import NS_HOOKS, NamespaceWatch
-from normalizer.paths import AT_FDCWD, O_CLOEXEC, FsState, PathResolver, Resolved, c_string, joined, to_int32
-from normalizer.reopen import PROC_FD_PREFIXES
-from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, is_telemetry
+from normalizer.paths import (
+    AT_FDCWD,
+    O_CLOEXEC,
+    RESOLVE_IN_ROOT,
+    FsState,
+    PathResolver,
+    Resolved,
+    c_string,
+    joined,
+    to_int32,
+)
+from normalizer.reopen import ALIAS_PREFIXES, may_hold_link
+from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, is_telemetry, open_event_type
+from normalizer.tracing import TRACE_HOOKS, trace_event
 from normalizer.transient import TransientNames, random_span
 from normalizer.tree import Process, Thread, TreeBuilder
 from spool.format import Spool, SpoolTrailer
 
-EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS | NS_HOOKS
+EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS | NS_HOOKS | TRACE_HOOKS
 """Hooks that can give evidence; the others (close, dup, exit, ...) only update state."""
 OPEN_MEMO = 1 << 13
 """Open answers remembered per generation (two generations: memory stays flat, hot keys survive)."""
@@ -84,13 +97,14 @@ OpenAnswer = tuple[tuple[str, bool] | None, Classified, bool, bool]
 filed as, whether it is dropped telemetry, and whether transient names can ignore it."""
 
 
-OpenContext = tuple[type, str, dict[tuple[int, int, int, int], OpenMeta], bool, bool,
+OpenContext = tuple[type, str, dict[tuple[int, int, int, int], OpenMeta], bool,
                     tuple[str, ...], tuple[str, ...], int, tuple[str, ...],
                     Callable[[str, bool], tuple[int, int] | None]]
 """What the C fast path needs to work out a plain open itself (normalizer/fastscan.c): the
 Classified type, its kind, the open metadata seen so far, whether the block judge can act,
-whether telemetry is dropped, telemetry's prefixes and substrings, the memo's limit, the
-/proc fd reopen prefixes, and `transient.random_span` (whether a create is inert)."""
+telemetry's prefixes and substrings (such a path may be folded, or be an `event_83`/`event_84`
+line: Python decides), the memo's limit, the prefixes of paths that may hold a procfs link or
+the opener's pid, and `transient.random_span` (whether a create is inert)."""
 
 
 def fast_records(batch: list[bytes], i: int, tasks: dict[int, Thread], states: dict[Process, FsState],
@@ -192,8 +206,8 @@ class Scan:
         """
         tasks, states, held, tracked = self.tree.tasks, self.resolver.states, buckets.held, transient.tracked
         fast = (accel.native.fast_records if accel.native else fast_records) if FAST else None
-        ctx: OpenContext = (Classified, _OPENAT, self._metas, self.judge.may_judge(-EACCES), drop_telemetry,
-                            TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, OPEN_MEMO, PROC_FD_PREFIXES,
+        ctx: OpenContext = (Classified, _OPENAT, self._metas, self.judge.may_judge(-EACCES),
+                            TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, OPEN_MEMO, ALIAS_PREFIXES,
                             random_span)
         self._memo.clear()
         self._older.clear()
@@ -271,11 +285,12 @@ class Scan:
         """What an open resolves to from its base and bytes alone, as `resolve` and `classify`
         would give it; None when the answer depends on more (see the module docstring)."""
         _ts, _tgid, _tid, _hook, dlen, cut, _run, _ret, _a0, flags, mode, resolve, = _unpack(rec)
-        if cut or self.judge.may_judge(ret):  # a cut, unread or interrupted open: the general way
-            return None
-        text = c_string(rec[_SIZE:_SIZE + dlen])
+        if cut or self.judge.may_judge(ret) or resolve & RESOLVE_IN_ROOT:
+            return None  # a cut, unread or interrupted open, or one under a dirfd root: the general way
+        data = rec[_SIZE:_SIZE + dlen]
+        text = c_string(data)
         path = None if text is None else joined(base, text)
-        if path is None or path.startswith(PROC_FD_PREFIXES):
+        if path is None or may_hold_link(path, base, data) or self.resolver.aliased(path):
             return None
         meta_key = (flags, mode, resolve, min(ret, 0))
         meta = self._metas.get(meta_key)
@@ -283,7 +298,9 @@ class Scan:
             if len(self._metas) >= OPEN_MEMO:
                 self._metas.clear()
             meta = self._metas[meta_key] = cached_open_meta(*meta_key)
-        shape = Classified(event_type=HOOK_OPEN, kind=_OPENAT, value=path, meta=meta, order=0, ts=0)
+        event_type = open_event_type(path, flags)
+        shape = Classified(event_type=event_type, kind=kind_name(event_type), value=path, meta=meta,
+                           order=0, ts=0)
         fd_entry = (path, bool(flags & O_CLOEXEC)) if ret >= 0 else None
         return fd_entry, shape, drop_telemetry and is_telemetry(shape), TransientNames.inert(shape)
 
@@ -297,7 +314,11 @@ class Scan:
             return 0
         resolver = self.resolver
         counters = (resolver.truncated, resolver.unresolved, resolver.reopens)
+        aliases = len(resolver.aliases)
         r = resolver.resolve(item)
+        if len(resolver.aliases) != aliases:  # a remembered read under the new link may fold no more
+            self._memo.clear()
+            self._older.clear()
         if not self._merge.keep(r):
             return 0
         e = item.event
@@ -324,6 +345,8 @@ class Scan:
             if hook in UNTRACED_IO_HOOKS:
                 self.untraced_io[HOOK_NAMES[hook]] += 1
             return list(fs_events(r, order))
+        if hook in TRACE_HOOKS:
+            return [trace_event(r, order)]
         if hook in NS_HOOKS:
             return self.namespaces.lines(r, order)
         if hook in ESCAPE_HOOKS:
@@ -343,6 +366,7 @@ class Scan:
             unresolved_paths=self.resolver.unresolved,
             platform=platform,
             unresolved_reopens=self.resolver.unresolved_reopens,
+            unresolved_aliases=self.resolver.unresolved_aliases,
             cgroup_escapes=self.escapes.migrations,
             clone_into_cgroup=self.escapes.clone_into_cgroup,
             untracked_tasks=trailer.untracked_tasks,

@@ -35,6 +35,8 @@ from ebpf.wire import (
     HOOK_OPEN_BY_HANDLE,
     HOOK_OPEN_TREE,
     HOOK_PIVOT_ROOT,
+    HOOK_PROCESS_VM,
+    HOOK_PTRACE,
     HOOK_RENAME,
     HOOK_SENDMSG,
     HOOK_SENDTO,
@@ -76,6 +78,9 @@ TELEMETRY_GLOBS = (
 )
 """The contract's telemetry table, written here from the spec as globs, independently of
 normalizer/telemetry.py's regex: the recount below must not share the code it checks."""
+MAY_CHANGE = 0o3 | 0o100 | 0o1000 | 0o20000000
+"""Write access (1, 2, 3), O_CREAT, O_TRUNC, O_TMPFILE: such an open is never telemetry
+(docs/artifacts.md, "The telemetry table folds reads only")."""
 
 
 def is_telemetry_path(path: str) -> bool:
@@ -101,10 +106,10 @@ def raw_counts(spool: Spool) -> dict[str, int]:
 
     Evidence is: records of the command's processes (not the runner's helper
     or shim) from the open, connect, exec, failed-exec, datagram,
-    policy-block and file-system-change hooks (rename, link and symlink are
-    two lines each);
+    policy-block, file-system-change, ptrace and process_vm hooks (rename,
+    link and symlink are two lines each);
     not the EPERM connect/send that a policy-block record of the same thread
-    stands for; not AF_UNSPEC connects; not telemetry opens.
+    stands for; not AF_UNSPEC connects; not telemetry opens (reads only).
     """
     control = {*spool.header.control_pids, spool.header.shim_pid}
     wins = windows(spool)
@@ -123,12 +128,12 @@ def raw_counts(spool: Spool) -> dict[str, int]:
             if r.data[:2] == b"\0\0":
                 continue
         elif r.hook == HOOK_OPEN:
-            if is_telemetry_path(_raw_path(r, spool.header.workdir)):
+            if not r.a1 & MAY_CHANGE and is_telemetry_path(_raw_path(r, spool.header.workdir)):
                 continue
         elif r.hook == HOOK_NEWTASK:
             if not r.a1 & CLONE_NEW_BITS:
                 continue
-        elif r.hook not in (HOOK_EXEC, HOOK_EXECVE, *FS_CHANGE_HOOKS):
+        elif r.hook not in (HOOK_EXEC, HOOK_EXECVE, HOOK_PTRACE, HOOK_PROCESS_VM, *FS_CHANGE_HOOKS):
             continue
         for call, (start, end) in wins.items():
             if start <= r.ts <= end:

@@ -99,6 +99,8 @@ NAMES = st.sampled_from([
     b"f", b"abench-m-1", b"abench-c-001", b"tmp_obj_a1B2c3", b"tmpab12cd34", b"/tmp/rec/work/f",
     b"/tmp/rec/work//f", b"/tmp/rec/work/./f", b"/tmp/rec/work/", b"..", b".", b"a/b", b"../x",
     b"/proc/self/fd/3", b"/dev/fd/4", b"fd/3", b"/etc/ld.so.cache", b"/usr/lib/x.so", b"node_modules",
+    b"/proc/self/root/tmp/rec/work/f", b"/proc/self/cwd/../f", b"/proc/1/environ", b"/dev/stdout",
+    b"/dev/shm/x", b"../proc/self/cwd/f",
     b"x/node_modules/y", b"key=AKIAABCDEFGHIJKLMNOP", b"token=secretvalue123", b"caf\xc3\xa9", b"\xff\xfe",
     b"a\\b", b"new\nline", b"\x7f", b"\xc2\x85", b"e" * 300, b"",
 ]) | st.binary(max_size=24)

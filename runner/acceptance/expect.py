@@ -170,7 +170,7 @@ def _exact(what: str, want: list[str], got: list[str]) -> list[str]:
 def is_write(e: EventRef) -> bool:
     """Whether a kernel line is a write to its path (see WRITE_EVENTS)."""
     return e.value is not None and (
-        (e.kind == "openat" and e.access_mode in ("write", "read_write"))
+        (e.kind in ("openat", "event_83") and e.access_mode in ("write", "read_write"))
         or (e.kind == "file_blocked" and e.access_mode == "write")
         or e.kind in WRITE_EVENTS)
 

@@ -30,7 +30,10 @@ MEANINGS = {
     ),
     "s2_path_resolution": (
         "Some paths could not be made absolute (their working directory or directory fd "
-        "was never seen); those files appear as the relative path the program passed."
+        "was never seen); those files appear as the relative path the program passed. "
+        "unresolved_fd_reopens and unresolved_proc_aliases count opens through /proc/<pid>/fd/N, "
+        "/dev/fd/N, /proc/<pid>/root or /proc/<pid>/cwd whose target is unknown (an fd of unknown "
+        "origin, a process outside the run): those lines keep the path as written."
     ),
     "s2_run_ended": (
         "The run did not end by the command exiting: it was ended from outside (reason: a signal "

@@ -45,7 +45,10 @@ KERNEL = "layers/kernel.ndjson"
 POLICY = "layers/policy.ndjson"
 SDK = "layers/sdk.ndjson"
 PHASES = "events.ndjson"
-FILE_KINDS = frozenset({"openat", "file_blocked"})
+OPEN_KINDS = frozenset({"openat", "event_83", "event_84"})
+"""Opens: `openat`, and those Assay keeps out of it (a write of a runtime path, a read through
+/proc of another process; normalizer/telemetry.py)."""
+FILE_KINDS = OPEN_KINDS | {"file_blocked"}
 ENDPOINT_KINDS = {"connect": "connect", "connect_blocked": "connect blocked",
                   "event_6": "datagram (sendto)", "event_7": "datagram (sendmsg)"}
 BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
@@ -466,7 +469,7 @@ def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts 
         phases = [PhaseEntry(p.name, facts.offset_ms(p.ts)) for p in facts.phases]
     else:
         phases = [PhaseEntry(e.type, None) for e in run_events]
-    written = sorted({e.value for e in kernel if e.kind == "openat" and e.value is not None
+    written = sorted({e.value for e in kernel if e.kind in OPEN_KINDS and e.value is not None
                       and e.status != "error" and e.access_mode in ("write", "read_write")
                       and not (isinstance(e.flags, int) and e.flags & O_TMPFILE_BIT)})  # as the summary
     at = {p.name: p.offset_ms for p in phases if p.offset_ms is not None}
