@@ -35,6 +35,8 @@ from typing import BinaryIO
 
 import msgspec
 
+from runner.evidence.intact import Damaged, check_intact
+
 MANIFEST = "manifest.json"
 MAX_MEMBERS = 64
 MAX_HEADER_BYTES = 4096
@@ -255,7 +257,9 @@ def open_archive(path: Path) -> dict[str, ReadMember]:
 
     Refuses (ArchiveError, one line) links, devices, sparse files, unsafe
     names, duplicates, oversize headers, and sizes past the manifest or the
-    caps. Directories are skipped. Nothing is ever extracted to disk.
+    caps; then a damaged file: the whole gzip stream and the tar layout's
+    zero bytes are checked (runner/evidence/intact.py). Directories are
+    skipped. Nothing is ever extracted to disk.
     """
     members: dict[str, ReadMember] = {}
     budget = _Budget()
@@ -282,7 +286,9 @@ def open_archive(path: Path) -> dict[str, ReadMember]:
                 members[name] = data
                 if name == MANIFEST:
                     budget.declare(data)
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+            headers, end = tar.members, tar.offset
+        check_intact(path, headers, end)
+    except (tarfile.TarError, OSError, EOFError, zlib.error, Damaged) as exc:
         raise ArchiveError(f"cannot read {path}: {exc}") from exc
     return members
 
