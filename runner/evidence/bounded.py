@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import re
 import tarfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -61,8 +60,6 @@ _EXTENDED = {tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE
              tarfile.SOLARIS_XHDTYPE}
 _PLAIN = {tarfile.REGTYPE, tarfile.AREGTYPE}
 _SPACES = b" \t\r\x0b\x0c"
-_BLANKS = re.compile(rb"[ \t\n\r\x0b\x0c]*")
-"""What `bytes.strip()` removes: a line of only these is blank and skipped."""
 
 
 class ArchiveError(ValueError):
@@ -173,27 +170,32 @@ def iter_line_blocks(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Li
         yield number, carry
 
 
-def iter_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Lines:
-    """(line number, line) for every non-blank line of an NDJSON stream; None for one over `limit`.
+def block_lines(number: int, block: bytes, limit: int = MAX_LINE_BYTES) -> Lines:
+    """(line number, line) for every non-blank line of one block of `iter_line_blocks`, whose first
+    line is `number`; None for a line over `limit`.
 
     A line is given from its first non-blank byte (JSON ignores leading
-    whitespace), and that is where its length counts from. Runs of blank
-    lines are skipped at C speed, so a member of newlines costs no per-line work.
+    whitespace), and that is where its length counts from. The block is split
+    in C, and a block of only blank lines (a member of newlines) is skipped
+    whole, so a line costs no more than its own bytes.
     """
+    if not block.strip():
+        return
+    for line_number, line in enumerate(block.split(b"\n"), start=number):
+        if line[:1] in _SPACES:
+            line = line.lstrip(_SPACES)
+        if line:
+            yield line_number, (line if len(line) <= limit else None)
+
+
+def iter_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Lines:
+    """(line number, line) for every non-blank line of an NDJSON stream; None for one over `limit`
+    (`block_lines` of every block)."""
     for number, block in iter_line_blocks(chunks, limit):
         if block is None:
             yield number, None
-            continue
-        pos, size = 0, len(block)
-        while pos <= size:
-            end = _BLANKS.match(block, pos).end()  # type: ignore[union-attr]
-            if end == size:
-                break
-            number += block.count(b"\n", pos, end)
-            nl = block.find(b"\n", end)
-            nl = size if nl < 0 else nl
-            yield number, (block[end:nl] if nl - end <= limit else None)
-            number, pos = number + 1, nl + 1
+        else:
+            yield from block_lines(number, block, limit)
 
 
 def safe_name(name: str) -> str:
