@@ -90,17 +90,19 @@ def surface_values(count: int) -> Iterator[bytes]:
           b'"policy_decisions":[]}\n'
 
 
-def kernel_lines(count: int) -> Iterator[bytes]:
-    """The golden kernel layer's lines, then opens of a listed file up to `count` lines in all."""
+def kernel_lines(count: int, execs: bool = True) -> Iterator[bytes]:
+    """The golden kernel layer's lines, then opens of a listed file up to `count` lines in all,
+    every other one an exec instead with `execs`."""
+    templates = KERNEL_LINES if execs else KERNEL_LINES[:1] * 2
     golden = (GOLDEN / KERNEL).read_bytes()
     yield golden
     for start in range(golden.count(b"\n"), count, BLOCK_LINES):
-        yield b"".join([KERNEL_LINES[seq % 2] % seq for seq in range(start, min(start + BLOCK_LINES, count))])
+        yield b"".join([templates[seq % 2] % seq for seq in range(start, min(start + BLOCK_LINES, count))])
 
 
 def surface_bomb(path: Path, values: int) -> Path:
     return write_replacing(path, SURFACE, lambda: surface_values(values))
 
 
-def kernel_flood(path: Path, lines: int) -> Path:
-    return write_replacing(path, KERNEL, lambda: kernel_lines(lines))
+def kernel_flood(path: Path, lines: int, execs: bool = True) -> Path:
+    return write_replacing(path, KERNEL, lambda: kernel_lines(lines, execs))

@@ -13,13 +13,14 @@ Every tar header is checked before its data is touched:
   declared totals past the hard caps are refused on their header, so a
   small archive that inflates to gigabytes is stopped before it inflates.
 
-Members up to `INLINE_BYTES` are read into memory (JSON documents always,
-up to `MAX_DOCUMENT_BYTES`: they are decoded whole). Larger NDJSON members
-stay in the archive as `ArchiveMember`s, streamed again from the compressed
-file in `CHUNK_BYTES` pieces whenever they are read, and `iter_lines` walks
-them line by line with each line bounded by `MAX_LINE_BYTES`. Memory is then
-flat whatever the member's size; time grows with the declared sizes, which
-the hard caps bound. docs/artifacts.md ("Reading limits") lists the limits.
+NDJSON members up to `INLINE_BYTES` and JSON documents up to
+`INLINE_DOCUMENT_BYTES` are read into memory. Larger members stay in the
+archive as `ArchiveMember`s, streamed again from the compressed file in
+`CHUNK_BYTES` pieces whenever they are read: `iter_lines` walks NDJSON line
+by line with each line bounded by `MAX_LINE_BYTES`, and
+runner/evidence/docstream.py parses a document a token at a time. Memory is
+then flat whatever the member's size; time grows with the declared sizes,
+which the hard caps bound. docs/artifacts.md ("Reading limits") lists the limits.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ MAX_UNDECLARED_BYTES = 1 << 20
 """A member the manifest does not declare (or one read before the manifest): it is a
 validation problem anyway, so it is read only far enough to report it."""
 MAX_DOCUMENT_BYTES = 64 << 20
-"""A JSON document member (surface, health, correlation) is decoded whole."""
+"""A JSON document member (surface, health, correlation): streamed when large, but one JSON value."""
 MAX_MEMBER_BYTES = 1 << 30
 MAX_TOTAL_BYTES = 2 << 30
 MAX_LINE_BYTES = 1 << 20
@@ -54,6 +55,9 @@ MAX_LINE_BYTES = 1 << 20
 payload, escaped at most sixfold in JSON, so this is over twenty times that."""
 INLINE_BYTES = 8 << 20
 """NDJSON members up to this size are held in memory; larger ones are streamed."""
+INLINE_DOCUMENT_BYTES = 1 << 20
+"""JSON documents up to this size are held in memory (and decoded whole); larger ones are streamed
+(runner/evidence/docstream.py)."""
 CHUNK_BYTES = 1 << 20
 
 _EXTENDED = {tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
@@ -67,7 +71,7 @@ class ArchiveError(ValueError):
 
 
 class ArchiveMember:
-    """An NDJSON member too large to hold: read again from the archive each time.
+    """A member too large to hold: read again from the archive each time.
 
     Satisfies `archive.StreamedMember`. The digest is computed on the first
     full read and kept.
@@ -278,7 +282,8 @@ def open_archive(path: Path) -> dict[str, ReadMember]:
                 if name in members:
                     raise ArchiveError(f"member {name!r} appears twice")
                 budget.admit(name, info.size)
-                if name.endswith(".ndjson") and info.size > INLINE_BYTES:
+                if name != MANIFEST and info.size > (INLINE_BYTES if name.endswith(".ndjson") else
+                                                     INLINE_DOCUMENT_BYTES):
                     members[name] = ArchiveMember(path, name, info.offset_data, info.size)
                     continue
                 handle = tar.extractfile(info)

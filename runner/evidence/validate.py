@@ -39,7 +39,6 @@ from runner.evidence.bounded import (
     ArchiveError,
     ReadMember,
     iter_line_blocks,
-    member_bytes,
     member_sha256,
     member_size,
     open_members,
@@ -54,8 +53,13 @@ from runner.evidence.conformance.base import (
     Parsed,
     Problem,
 )
-from runner.evidence.conformance.secrets import secret_problems, secret_problems_in_blocks
-from runner.evidence.lines import LINE_TYPES, check_lines, decode_error, locator
+from runner.evidence.conformance.secrets import (
+    secret_problems,
+    secret_problems_in_blocks,
+    secret_problems_in_document,
+)
+from runner.evidence.docstream import DocumentError, decode_document
+from runner.evidence.lines import LINE_TYPES, MAX_HELD_LINES, check_lines, locator
 
 __all__ = ["Problem", "Report", "validate_member", "validate_members", "validate_path"]
 
@@ -69,9 +73,6 @@ DOCUMENT_TYPES: dict[str, type[msgspec.Struct]] = {
 
 V0_MEMBERS = (MANIFEST, *MEMBER_ORDER)
 
-
-_decoders: dict[type, msgspec.json.Decoder[Any]] = {t: msgspec.json.Decoder(t)
-                                                    for t in DOCUMENT_TYPES.values()}
 
 
 # --- 1. structure ----------------------------------------------------------
@@ -118,13 +119,15 @@ DOCUMENT_RULES: dict[type, Callable[[Any], Iterable[str]]] = {
     CapabilitySurface: documents.surface_rules,
     CorrelationReport: documents.correlation_rules,
 }
-def _check_document(name: str, data: bytes, parsed: Parsed) -> Iterator[Problem]:
+def _check_document(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Problem]:
+    """A document decoded strictly, streamed when large (docstream): the surface's lists stay
+    streamed (its rules only iterate them), the other documents' are held up to a ceiling."""
     kind = DOCUMENT_TYPES[name]
     try:
-        doc = _decoders[kind].decode(data)
-    except (msgspec.MsgspecError, UnicodeDecodeError) as exc:  # msgspec: a str not UTF-8
+        doc = decode_document(data, kind, None if name == SURFACE else MAX_HELD_LINES)
+    except DocumentError as exc:
         parsed.broken.add(name)
-        yield Problem(name, decode_error(exc))
+        yield Problem(name, str(exc))
         return
     parsed.documents[name] = doc
     parsed.saw_run_id(name, None, doc.run_id)
@@ -138,7 +141,7 @@ MAX_PROBLEMS = 1000
 
 def _check_member(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Problem]:
     if name in DOCUMENT_TYPES:
-        yield from _check_document(name, member_bytes(data), parsed)
+        yield from _check_document(name, data, parsed)
     elif name in LINE_TYPES:
         yield from check_lines(name, data, parsed)
     else:
@@ -222,8 +225,12 @@ def find_problems(members: dict[str, ReadMember], sweep: bool = True) -> tuple[l
     if sweep:
         for name in (*known, *extra):
             data = members[name]
-            problems += (secret_problems(name, data) if isinstance(data, bytes)
-                         else secret_problems_in_blocks(name, iter_line_blocks(data.chunks())))
+            if isinstance(data, bytes):
+                problems += secret_problems(name, data)
+            elif name.endswith(".ndjson"):
+                problems += secret_problems_in_blocks(name, iter_line_blocks(data.chunks()))
+            else:
+                problems += secret_problems_in_document(name, data.chunks())
     return problems, parsed
 
 

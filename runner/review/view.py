@@ -16,8 +16,9 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 
@@ -34,7 +35,7 @@ from normalizer.artifacts import (
 from normalizer.redact import Redactor
 from normalizer.text import escape_bytes
 from runner.evidence.bounded import MAX_LINE_BYTES, ReadMember, iter_lines, member_chunks
-from runner.evidence.capdiff import decode_artifacts
+from runner.evidence.capdiff import MAX_HELD_ITEMS, decode_artifacts
 from runner.evidence.compare import PASSING, check_health
 from runner.review.notes import meaning
 from runner.review.spool_facts import SpoolFacts
@@ -226,20 +227,39 @@ class RunView(msgspec.Struct):
 
 
 def decode_lines(members: dict[str, ReadMember], name: str, kind: type[T]) -> list[T]:
-    """The NDJSON member `name` decoded line by line, streamed when it is large."""
-    out: list[T] = []
-    for number, line in iter_lines(member_chunks(members.get(name, b""))):
-        if line is None:
-            raise ReviewError(f"{name}: line {number} is longer than {MAX_LINE_BYTES} bytes "
-                              "(run 'assay-runner validate' on it)")
-        try:
-            out.append(msgspec.json.decode(line, type=kind))
-        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
-            raise ReviewError(f"{name}: line {number}: {exc} (run 'assay-runner validate' on it)") from exc
-    return out
+    """The NDJSON member `name` decoded line by line, held (the small layers: at most
+    `MAX_HELD_ITEMS` lines, a tool call or a phase each)."""
+    lines = StreamedLines(members, name, kind)
+    if len(lines) > MAX_HELD_ITEMS:
+        raise ReviewError(f"{name}: {len(lines)} lines, more than the {MAX_HELD_ITEMS} shown "
+                          "(run 'assay-runner validate' on it)")
+    return list(lines)
 
 
-def _directories(kernel: list[KernelEvent]) -> list[DirectoryGroup]:
+class StreamedLines(Generic[T]):
+    """An NDJSON member's lines, decoded again each time they are iterated: the kernel layer is
+    never held, whatever its size (each use of it here is one pass)."""
+
+    def __init__(self, members: dict[str, ReadMember], name: str, kind: type[T]) -> None:
+        self._member, self._name, self._decoder = members.get(name, b""), name, msgspec.json.Decoder(kind)
+        self._size = sum(1 for _ in self)  # the first pass also finds a line that does not decode
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[T]:
+        for number, line in iter_lines(member_chunks(self._member)):
+            if line is None:
+                raise ReviewError(f"{self._name}: line {number} is longer than {MAX_LINE_BYTES} bytes "
+                                  "(run 'assay-runner validate' on it)")
+            try:
+                yield self._decoder.decode(line)
+            except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
+                raise ReviewError(f"{self._name}: line {number}: {exc} (run 'assay-runner validate' "
+                                  "on it)") from exc
+
+
+def _directories(kernel: Iterable[KernelEvent]) -> list[DirectoryGroup]:
     files: dict[str, FileEntry] = {}
     for e in kernel:
         if e.kind not in FILE_KINDS or e.value is None:
@@ -262,7 +282,7 @@ def _directories(kernel: list[KernelEvent]) -> list[DirectoryGroup]:
     return [DirectoryGroup(d, groups[d]) for d in sorted(groups)]
 
 
-def _endpoints(kernel: list[KernelEvent]) -> list[EndpointEntry]:
+def _endpoints(kernel: Iterable[KernelEvent]) -> list[EndpointEntry]:
     found: dict[str, EndpointEntry] = {}
     for e in kernel:
         if e.kind not in ENDPOINT_KINDS or e.value is None:
@@ -302,7 +322,7 @@ def _argv(raw: list[bytes], redactor: Redactor) -> list[str]:
     return [redactor.redact(escape_bytes(a)) for a in raw]
 
 
-def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
+def _processes(kernel: Iterable[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
     parents: dict[int, int | None] = dict(facts.parents) if facts else {}
     execs: dict[int, list[ExecEntry]] = defaultdict(list)
     events: dict[int, int] = defaultdict(int)
@@ -337,7 +357,7 @@ def _enclosing(facts: SpoolFacts, ts: int) -> str | None:
     return inside[0] if len(inside) == 1 else None
 
 
-def _blocks(kernel: list[KernelEvent], policy: list[PolicyEvent],
+def _blocks(kernel: Iterable[KernelEvent], policy: list[PolicyEvent],
             facts: SpoolFacts | None) -> list[BlockEntry]:
     lines = {p.tool_call_id: p for p in policy}
     out = []
@@ -355,7 +375,7 @@ def _blocks(kernel: list[KernelEvent], policy: list[PolicyEvent],
     return out
 
 
-def _bindings(correlation_bindings: list[Binding], sdk: list[SdkEvent], kernel: list[KernelEvent],
+def _bindings(correlation_bindings: list[Binding], sdk: list[SdkEvent], kernel: Iterable[KernelEvent],
               facts: SpoolFacts | None) -> list[BindingEntry]:
     tools = {e.tool_call_id: e.tool for e in sdk
              if isinstance(e.tool_call_id, str) and isinstance(e.tool, str)}
@@ -414,15 +434,18 @@ def _transient(directories: list[DirectoryGroup], facts: SpoolFacts | None) -> l
 
 def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts | None) -> RunView:
     """Arrange one run for review; ReviewError when a member does not decode."""
-    documents = {name: m for name, m in members.items() if isinstance(m, bytes)}  # never streamed
+    documents = {name: m for name, m in members.items() if isinstance(m, bytes)}  # not streamed
     try:
-        art = decode_artifacts(documents)
+        art = decode_artifacts(members)
     except ValueError as exc:
         raise ReviewError(f"{exc} (run 'assay-runner validate' on it)") from exc
+    if len(art.surface.policy_decisions) > MAX_HELD_ITEMS:
+        raise ReviewError(f"capability-surface.json: {len(art.surface.policy_decisions)} policy_decisions, "
+                          f"more than the {MAX_HELD_ITEMS} shown (run 'assay-runner validate' on it)")
     if not is_safe_run_id(art.health.run_id) or len(art.health.run_id) > RUN_ID_MAX:
         raise ReviewError(f"run id {art.health.run_id!r} is not one Assay accepts "
                           "(run 'assay-runner validate' on it)")
-    kernel = decode_lines(members, KERNEL, KernelEvent)
+    kernel = StreamedLines(members, KERNEL, KernelEvent)
     policy = decode_lines(members, POLICY, PolicyEvent)
     sdk = decode_lines(members, SDK, SdkEvent)
     run_events = decode_lines(members, PHASES, RunEvent)

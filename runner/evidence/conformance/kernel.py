@@ -9,14 +9,13 @@ Across members: network coverage and the capability surface versus the lines.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
+from itertools import groupby, islice, pairwise
 
 import msgspec
 
 from normalizer.artifacts import CapabilitySurface, KernelEvent, ObservationHealth
 from normalizer.surface import DistinctValues
 from runner.evidence.conformance.base import HEALTH, KERNEL, SURFACE, Problem
-from runner.evidence.conformance.documents import sorted_set_problem
 from runner.evidence.conformance.upstream import kernel_schema_errors
 
 KIND_BY_EVENT_TYPE = {1: "openat", 2: "connect", 4: "exec", 10: "file_blocked", 20: "connect_blocked"}
@@ -138,11 +137,11 @@ value -> (line number, kind)."""
 
 
 def _sorted_distinct(values: Iterable[str]) -> Iterator[str]:
-    """`values` in order, each once: as they come when already a strictly sorted set, else sorted
-    through a spill (a surface that breaks the set rule is reported already, and still compared).
-    `values` is iterated twice (a list, or a streamed document's list)."""
-    if sorted_set_problem(values) is None:  # type: ignore[arg-type]  # any re-iterable
-        return iter(values)
+    """`values` in order, each once: as they come (repeats dropped) when already in order, else
+    sorted through a spill (a surface that breaks the set rule is reported already, and still
+    compared). `values` is iterated twice (a list, or a streamed document's list)."""
+    if all(a <= b for a, b in pairwise(values)):
+        return (v for v, _ in groupby(values))
     spill = DistinctValues(["values"])
     stream = iter(values)
     while batch := list(islice(stream, 1024)):

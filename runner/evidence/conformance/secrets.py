@@ -10,6 +10,7 @@ redactor.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from itertools import chain
 
 from normalizer.redact import PLACEHOLDER, find_unredacted, find_unredacted_bytes, rules
 from runner.evidence.conformance.base import Problem
@@ -48,3 +49,42 @@ def secret_problems_in_blocks(name: str, blocks: Iterable[tuple[int, bytes | Non
         if rule in first:
             yield Problem(name, f"unredacted {rule}-shaped value: refused by Assay's fail-closed sweep",
                           first[rule])
+
+
+SWEEP_SPAN_BYTES = 4 << 20
+"""The longest stretch without a `"` a streamed document's sweep holds (one JSON string: a path is
+at most a few KiB)."""
+
+
+def secret_problems_in_document(name: str, chunks: Iterable[bytes]) -> Iterator[Problem]:
+    """`secret_problems` for a JSON document too large to hold, swept a window at a time.
+
+    No rule can match across a `"` (their classes leave it out, and compact JSON
+    has no whitespace outside strings), so windows are cut at the last `"` of
+    what has been read: every match lies inside one window, and the report is
+    the whole document's. A stretch without a `"` longer than `SWEEP_SPAN_BYTES`
+    is a problem itself, never a gap in the sweep (fail closed).
+    """
+    found: set[str] = set()
+    carry = b""
+    for chunk in chain(chunks, (None,)):
+        if chunk is None:
+            window, carry = carry, b""
+        else:
+            buffer = carry + chunk
+            cut = buffer.rfind(b'"')
+            if cut < 0:
+                if len(buffer) > SWEEP_SPAN_BYTES:
+                    yield Problem(name, f"more than {SWEEP_SPAN_BYTES} bytes without a '\"': too long a "
+                                  "string for the secret sweep to hold")
+                    return
+                carry = buffer
+                continue
+            window, carry = buffer[:cut], buffer[cut:]
+        if find_unredacted_bytes(window) is None:
+            continue
+        text = PLACEHOLDER.sub(" ", window.decode("utf-8", "replace"))
+        found.update(rule for rule, pattern in rules() if rule not in found and pattern.search(text))
+    for rule, _ in rules():
+        if rule in found:
+            yield Problem(name, f"unredacted {rule}-shaped value: refused by Assay's fail-closed sweep")
