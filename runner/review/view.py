@@ -238,17 +238,21 @@ def decode_lines(members: dict[str, ReadMember], name: str, kind: type[T]) -> li
 
 class StreamedLines(Generic[T]):
     """An NDJSON member's lines, decoded again each time they are iterated: the kernel layer is
-    never held, whatever its size (each use of it here is one pass)."""
+    never held, whatever its size (each use of it here is one pass; the review makes five)."""
 
     def __init__(self, members: dict[str, ReadMember], name: str, kind: type[T]) -> None:
         self._member, self._name, self._decoder = members.get(name, b""), name, msgspec.json.Decoder(kind)
-        self._size = sum(1 for _ in self)  # the first pass also finds a line that does not decode
+        self._size: int | None = None
 
     def __len__(self) -> int:
+        if self._size is None:
+            self._size = sum(1 for _ in self)
         return self._size
 
     def __iter__(self) -> Iterator[T]:
+        count = 0
         for number, line in iter_lines(member_chunks(self._member)):
+            count += 1
             if line is None:
                 raise ReviewError(f"{self._name}: line {number} is longer than {MAX_LINE_BYTES} bytes "
                                   "(run 'assay-runner validate' on it)")
@@ -257,6 +261,7 @@ class StreamedLines(Generic[T]):
             except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
                 raise ReviewError(f"{self._name}: line {number}: {exc} (run 'assay-runner validate' "
                                   "on it)") from exc
+        self._size = count
 
 
 def _directories(kernel: Iterable[KernelEvent]) -> list[DirectoryGroup]:
@@ -329,16 +334,14 @@ def _processes(kernel: Iterable[KernelEvent], facts: SpoolFacts | None) -> list[
     for e in kernel:
         events[e.pid] += 1
         parents.setdefault(e.pid, None)
+        if facts is None and e.kind == "exec":
+            execs[e.pid].append(ExecEntry(e.value, None, False, "success"))
     if facts is not None:
         redactor = Redactor()
         for x in facts.execs.execs:
             parents.setdefault(x.process, None)
             execs[x.process].append(ExecEntry(x.path, _argv(x.argv, redactor) if x.argv else None,
                                               x.argv_complete, x.result, x.errno))
-    else:
-        for e in kernel:
-            if e.kind == "exec":
-                execs[e.pid].append(ExecEntry(e.value, None, False, "success"))
     exits = {pid: f"{s.how} {s.code}" if s.code is not None else s.how
              for pid, s in facts.execs.exits.items()} if facts else {}
     children: dict[int, list[int]] = defaultdict(list)
@@ -456,13 +459,19 @@ def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts 
         phases = [PhaseEntry(p.name, facts.offset_ms(p.ts)) for p in facts.phases]
     else:
         phases = [PhaseEntry(e.type, None) for e in run_events]
-    written = sorted({e.value for e in kernel if e.kind == "openat" and e.value is not None
-                      and e.status != "error" and e.access_mode in ("write", "read_write")})
+    kinds: Counter[str] = Counter()
+    written_set: set[str] = set()
+    for e in kernel:
+        kinds[e.kind] += 1
+        if e.kind == "openat" and e.value is not None and e.status != "error" \
+                and e.access_mode in ("write", "read_write"):
+            written_set.add(e.value)
+    written = sorted(written_set)
     ends = [p.offset_ms for p in phases if p.offset_ms is not None]
     summary = Summary(
         run_id=art.health.run_id, platform=art.health.platform,
         command=facts.argv if facts else None, kernel_events=len(kernel),
-        kinds=dict(sorted(Counter(e.kind for e in kernel).items())),
+        kinds=dict(sorted(kinds.items())),
         files=sum(len(d.files) for d in directories), files_written=written,
         endpoints=len(art.surface.network_endpoints), processes=len(processes), blocks=len(blocks),
         tool_calls=len(art.correlation.bindings), correlation=art.correlation.status,
