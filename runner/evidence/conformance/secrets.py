@@ -72,15 +72,12 @@ def secret_problems_in_document(name: str, chunks: Iterable[bytes]) -> Iterator[
             window, carry = carry, b""
         else:
             buffer = carry + chunk
-            cut = buffer.rfind(b'"')
-            if cut < 0:
-                if len(buffer) > SWEEP_SPAN_BYTES:
-                    yield Problem(name, f"more than {SWEEP_SPAN_BYTES} bytes without a '\"': too long a "
-                                  "string for the secret sweep to hold")
-                    return
-                carry = buffer
-                continue
+            cut = max(buffer.rfind(b'"'), 0)
             window, carry = buffer[:cut], buffer[cut:]
+            if len(carry) > SWEEP_SPAN_BYTES:
+                yield Problem(name, f"more than {SWEEP_SPAN_BYTES} bytes without a '\"': too long a "
+                              "string for the secret sweep to hold")
+                return
         if find_unredacted_bytes(window) is None:
             continue
         text = PLACEHOLDER.sub(" ", window.decode("utf-8", "replace"))
