@@ -45,7 +45,7 @@ class SchemaSpec:
 
 # Policy and SDK line Structs do not exist yet; when they land in
 # normalizer/artifacts.py, add `policy-event-v0.schema.json` and
-# `sdk-event-v0.schema.json` here (and in runner/evidence/validate.py LINE_TYPES).
+# `sdk-event-v0.schema.json` here (and in runner/evidence/lines.py LINE_TYPES).
 SCHEMAS: tuple[SchemaSpec, ...] = (
     SchemaSpec(
         "archive-manifest-v0.schema.json",

@@ -62,7 +62,7 @@ def load_run(path: Path, role: str) -> RunArtifacts:
             EXIT_BAD_INPUT,
         )
     try:
-        return decode_artifacts({name: m for name, m in members.items() if isinstance(m, bytes)})
+        return decode_artifacts(members)
     except CapDiffError as exc:  # validation passed, so only a validator gap gets here
         raise RunnerError(f"{role} {path}: {exc}", EXIT_BAD_INPUT) from exc
 
@@ -70,7 +70,10 @@ def load_run(path: Path, role: str) -> RunArtifacts:
 def main(args: argparse.Namespace) -> int:
     base = load_run(args.base, "BASE")
     new = load_run(args.new, "NEW")
-    diff = diff_runs(str(args.base), base, str(args.new), new)
+    try:
+        diff = diff_runs(str(args.base), base, str(args.new), new)
+    except CapDiffError as exc:  # validation passed, so only a validator gap gets here
+        raise RunnerError(str(exc), EXIT_BAD_INPUT) from exc
     if args.json:
         sys.stdout.write(msgspec.json.encode(diff).decode() + "\n")
     else:

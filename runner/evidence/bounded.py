@@ -13,20 +13,20 @@ Every tar header is checked before its data is touched:
   declared totals past the hard caps are refused on their header, so a
   small archive that inflates to gigabytes is stopped before it inflates.
 
-Members up to `INLINE_BYTES` are read into memory (JSON documents always,
-up to `MAX_DOCUMENT_BYTES`: they are decoded whole). Larger NDJSON members
-stay in the archive as `ArchiveMember`s, streamed again from the compressed
-file in `CHUNK_BYTES` pieces whenever they are read, and `iter_lines` walks
-them line by line with each line bounded by `MAX_LINE_BYTES`. Memory is then
-flat whatever the member's size; time grows with the declared sizes, which
-the hard caps bound. docs/artifacts.md ("Reading limits") lists the limits.
+NDJSON members up to `INLINE_BYTES` and JSON documents up to
+`INLINE_DOCUMENT_BYTES` are read into memory. Larger members stay in the
+archive as `ArchiveMember`s, streamed again from the compressed file in
+`CHUNK_BYTES` pieces whenever they are read: `iter_lines` walks NDJSON line
+by line with each line bounded by `MAX_LINE_BYTES`, and
+runner/evidence/docstream.py parses a document a token at a time. Memory is
+then flat whatever the member's size; time grows with the declared sizes,
+which the hard caps bound. docs/artifacts.md ("Reading limits") lists the limits.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import re
 import tarfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -34,6 +34,8 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 import msgspec
+
+from runner.evidence.intact import Damaged, check_intact
 
 MANIFEST = "manifest.json"
 MAX_MEMBERS = 64
@@ -45,7 +47,7 @@ MAX_UNDECLARED_BYTES = 1 << 20
 """A member the manifest does not declare (or one read before the manifest): it is a
 validation problem anyway, so it is read only far enough to report it."""
 MAX_DOCUMENT_BYTES = 64 << 20
-"""A JSON document member (surface, health, correlation) is decoded whole."""
+"""A JSON document member (surface, health, correlation): streamed when large, but one JSON value."""
 MAX_MEMBER_BYTES = 1 << 30
 MAX_TOTAL_BYTES = 2 << 30
 MAX_LINE_BYTES = 1 << 20
@@ -53,14 +55,15 @@ MAX_LINE_BYTES = 1 << 20
 payload, escaped at most sixfold in JSON, so this is over twenty times that."""
 INLINE_BYTES = 8 << 20
 """NDJSON members up to this size are held in memory; larger ones are streamed."""
+INLINE_DOCUMENT_BYTES = 1 << 20
+"""JSON documents up to this size are held in memory (and decoded whole); larger ones are streamed
+(runner/evidence/docstream.py)."""
 CHUNK_BYTES = 1 << 20
 
 _EXTENDED = {tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
              tarfile.SOLARIS_XHDTYPE}
 _PLAIN = {tarfile.REGTYPE, tarfile.AREGTYPE}
 _SPACES = b" \t\r\x0b\x0c"
-_BLANKS = re.compile(rb"[ \t\n\r\x0b\x0c]*")
-"""What `bytes.strip()` removes: a line of only these is blank and skipped."""
 
 
 class ArchiveError(ValueError):
@@ -68,7 +71,7 @@ class ArchiveError(ValueError):
 
 
 class ArchiveMember:
-    """An NDJSON member too large to hold: read again from the archive each time.
+    """A member too large to hold: read again from the archive each time.
 
     Satisfies `archive.StreamedMember`. The digest is computed on the first
     full read and kept.
@@ -171,27 +174,32 @@ def iter_line_blocks(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Li
         yield number, carry
 
 
-def iter_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Lines:
-    """(line number, line) for every non-blank line of an NDJSON stream; None for one over `limit`.
+def block_lines(number: int, block: bytes, limit: int = MAX_LINE_BYTES) -> Lines:
+    """(line number, line) for every non-blank line of one block of `iter_line_blocks`, whose first
+    line is `number`; None for a line over `limit`.
 
     A line is given from its first non-blank byte (JSON ignores leading
-    whitespace), and that is where its length counts from. Runs of blank
-    lines are skipped at C speed, so a member of newlines costs no per-line work.
+    whitespace), and that is where its length counts from. The block is split
+    in C, and a block of only blank lines (a member of newlines) is skipped
+    whole, so a line costs no more than its own bytes.
     """
+    if not block.strip():
+        return
+    for line_number, line in enumerate(block.split(b"\n"), start=number):
+        if line[:1] in _SPACES:
+            line = line.lstrip(_SPACES)
+        if line:
+            yield line_number, (line if len(line) <= limit else None)
+
+
+def iter_lines(chunks: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Lines:
+    """(line number, line) for every non-blank line of an NDJSON stream; None for one over `limit`
+    (`block_lines` of every block)."""
     for number, block in iter_line_blocks(chunks, limit):
         if block is None:
             yield number, None
-            continue
-        pos, size = 0, len(block)
-        while pos <= size:
-            end = _BLANKS.match(block, pos).end()  # type: ignore[union-attr]
-            if end == size:
-                break
-            number += block.count(b"\n", pos, end)
-            nl = block.find(b"\n", end)
-            nl = size if nl < 0 else nl
-            yield number, (block[end:nl] if nl - end <= limit else None)
-            number, pos = number + 1, nl + 1
+        else:
+            yield from block_lines(number, block, limit)
 
 
 def safe_name(name: str) -> str:
@@ -255,7 +263,9 @@ def open_archive(path: Path) -> dict[str, ReadMember]:
 
     Refuses (ArchiveError, one line) links, devices, sparse files, unsafe
     names, duplicates, oversize headers, and sizes past the manifest or the
-    caps. Directories are skipped. Nothing is ever extracted to disk.
+    caps; then a damaged file: the whole gzip stream and the tar layout's
+    zero bytes are checked (runner/evidence/intact.py). Directories are
+    skipped. Nothing is ever extracted to disk.
     """
     members: dict[str, ReadMember] = {}
     budget = _Budget()
@@ -272,7 +282,8 @@ def open_archive(path: Path) -> dict[str, ReadMember]:
                 if name in members:
                     raise ArchiveError(f"member {name!r} appears twice")
                 budget.admit(name, info.size)
-                if name.endswith(".ndjson") and info.size > INLINE_BYTES:
+                if name != MANIFEST and info.size > (INLINE_BYTES if name.endswith(".ndjson") else
+                                                     INLINE_DOCUMENT_BYTES):
                     members[name] = ArchiveMember(path, name, info.offset_data, info.size)
                     continue
                 handle = tar.extractfile(info)
@@ -282,7 +293,9 @@ def open_archive(path: Path) -> dict[str, ReadMember]:
                 members[name] = data
                 if name == MANIFEST:
                     budget.declare(data)
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+            headers, end = tar.members, tar.offset
+        check_intact(path, headers, end)
+    except (tarfile.TarError, OSError, EOFError, zlib.error, Damaged) as exc:
         raise ArchiveError(f"cannot read {path}: {exc}") from exc
     return members
 

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import posixpath
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Literal
 
 import msgspec
 
 from normalizer.artifacts import Binding, CapabilitySurface, CorrelationReport, ObservationHealth
 from runner.display import printable_lines
+from runner.evidence.bounded import ReadMember
+from runner.evidence.docstream import DocumentError, decode_document
 
 SURFACE = "capability-surface.json"
 HEALTH = "observation-health.json"
@@ -47,6 +49,8 @@ HEALTH_FIELDS = (
 )
 
 FailOn = Literal["added", "removed", "any"]
+MAX_HELD_ITEMS = 100_000
+"""Items a correlation report's or health's list may hold here (bindings are one per tool call)."""
 
 
 class CapDiffError(ValueError):
@@ -149,15 +153,18 @@ class RunArtifacts(msgspec.Struct):
     correlation: CorrelationReport
 
 
-def decode_artifacts(members: dict[str, bytes]) -> RunArtifacts:
-    """Decode the surface, health and correlation members; CapDiffError if one is unusable."""
+def decode_artifacts(members: dict[str, ReadMember]) -> RunArtifacts:
+    """Decode the surface, health and correlation members; CapDiffError if one is unusable.
+
+    Large members are streamed (runner/evidence/docstream.py): the surface's lists stay
+    streamed, the health's and correlation's are held up to `MAX_HELD_ITEMS`."""
 
     def one(name: str, kind: type[msgspec.Struct]) -> msgspec.Struct:
         if name not in members:
             raise CapDiffError(f"no {name}")
         try:
-            return msgspec.json.decode(members[name], type=kind)
-        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
+            return decode_document(members[name], kind, None if name == SURFACE else MAX_HELD_ITEMS)
+        except DocumentError as exc:
             raise CapDiffError(f"{name}: {exc}") from exc
 
     return RunArtifacts(
@@ -173,9 +180,39 @@ def set_change(base: Iterable[str], new: Iterable[str]) -> SetChange:
     return SetChange(added=sorted(n - b), removed=sorted(b - n))
 
 
+def sorted_change(base: Iterable[str], new: Iterable[str]) -> SetChange:
+    """`set_change` of two strictly sorted sets (a valid surface's), merged as they stream: neither
+    side is held, only what changed. CapDiffError if a side is out of order."""
+    added: list[str] = []
+    removed: list[str] = []
+    old_side, new_side = _in_order(base, "base"), _in_order(new, "new")
+    b, n = next(old_side, None), next(new_side, None)
+    while b is not None or n is not None:
+        if n is None or (b is not None and b < n):
+            removed.append(b)  # type: ignore[arg-type]  # b is not None here
+            b = next(old_side, None)
+        elif b is None or n < b:
+            added.append(n)
+            n = next(new_side, None)
+        else:
+            b, n = next(old_side, None), next(new_side, None)
+    return SetChange(added=added, removed=removed)
+
+
+def _in_order(values: Iterable[str], side: str) -> Iterator[str]:
+    previous = None
+    for value in values:
+        if previous is not None and value <= previous:
+            raise CapDiffError(f"{side} surface is not a sorted set at {value!r} "
+                               "(run 'assay-runner validate')")
+        yield value
+        previous = value
+
+
 def diff_surfaces(base: CapabilitySurface, new: CapabilitySurface) -> dict[str, SetChange]:
-    """Added/removed entries for every capability-surface set, in contract order."""
-    return {name: set_change(getattr(base, name), getattr(new, name)) for name in SURFACE_SETS}
+    """Added/removed entries for every capability-surface set, in contract order (the sets are
+    sorted, as validation checks, so they are merged without being held)."""
+    return {name: sorted_change(getattr(base, name), getattr(new, name)) for name in SURFACE_SETS}
 
 
 def diff_health(base: ObservationHealth, new: ObservationHealth) -> HealthDiff:

@@ -30,7 +30,7 @@ import msgspec
 from normalizer.artifacts import CapabilitySurface, ObservationHealth
 from runner.display import printable_lines
 from runner.evidence.archive import MANIFEST, MEMBER_ORDER
-from runner.evidence.capdiff import HEALTH, SURFACE, SetChange, diff_surfaces
+from runner.evidence.capdiff import HEALTH, SURFACE, CapDiffError, SetChange, diff_surfaces
 from runner.evidence.endstate import NOT_COMPARED, state_digest
 
 REPORT_SCHEMA = "assay.runner.determinism_report.v0"
@@ -233,9 +233,10 @@ def _surface_changes(base: bytes, other: bytes) -> dict[str, SetChange] | None:
     try:
         a = msgspec.json.decode(base, type=CapabilitySurface)
         b = msgspec.json.decode(other, type=CapabilitySurface)
-    except (msgspec.MsgspecError, UnicodeDecodeError):
+        changes = diff_surfaces(a, b)
+    except (msgspec.MsgspecError, UnicodeDecodeError, CapDiffError):
         return None
-    return {name: change for name, change in diff_surfaces(a, b).items() if not change.empty}
+    return {name: change for name, change in changes.items() if not change.empty}
 
 
 def _line_count(data: bytes | None) -> int | None:

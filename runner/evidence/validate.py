@@ -30,23 +30,15 @@ import msgspec
 from normalizer.artifacts import (
     CapabilitySurface,
     CorrelationReport,
-    KernelEvent,
     Manifest,
     ObservationHealth,
-    PolicyEvent,
-    RunEvent,
-    SdkEvent,
     is_safe_run_id,
 )
 from runner.evidence.archive import MANIFEST, MEMBER_ORDER
 from runner.evidence.bounded import (
-    MAX_LINE_BYTES,
     ArchiveError,
     ReadMember,
     iter_line_blocks,
-    iter_lines,
-    member_bytes,
-    member_chunks,
     member_sha256,
     member_size,
     open_members,
@@ -55,16 +47,19 @@ from runner.evidence.conformance import documents, kernel, layers
 from runner.evidence.conformance.base import (
     ARCHIVE,
     CORRELATION,
-    EVENTS,
     HEALTH,
     KERNEL,
-    POLICY,
-    SDK,
     SURFACE,
     Parsed,
     Problem,
 )
-from runner.evidence.conformance.secrets import secret_problems, secret_problems_in_blocks
+from runner.evidence.conformance.secrets import (
+    secret_problems,
+    secret_problems_in_blocks,
+    secret_problems_in_document,
+)
+from runner.evidence.docstream import DocumentError, decode_document
+from runner.evidence.lines import LINE_TYPES, MAX_HELD_LINES, check_lines, locator
 
 __all__ = ["Problem", "Report", "validate_member", "validate_members", "validate_path"]
 
@@ -76,21 +71,8 @@ DOCUMENT_TYPES: dict[str, type[msgspec.Struct]] = {
 }
 """JSON members: one document each."""
 
-LINE_TYPES: dict[str, type[msgspec.Struct]] = {
-    EVENTS: RunEvent,
-    KERNEL: KernelEvent,
-    POLICY: PolicyEvent,
-    SDK: SdkEvent,
-}
-"""NDJSON members: every non-empty line decodes independently as this type, and its
-`seq` runs 0..n-1 in line order (kernel.rs:217,234; policy.rs:112; sdk.rs:105-113; run.rs:166-209)."""
-
 V0_MEMBERS = (MANIFEST, *MEMBER_ORDER)
 
-
-_decoders: dict[type, msgspec.json.Decoder[Any]] = {
-    t: msgspec.json.Decoder(t) for t in (*DOCUMENT_TYPES.values(), *LINE_TYPES.values())
-}
 
 
 # --- 1. structure ----------------------------------------------------------
@@ -137,63 +119,31 @@ DOCUMENT_RULES: dict[type, Callable[[Any], Iterable[str]]] = {
     CapabilitySurface: documents.surface_rules,
     CorrelationReport: documents.correlation_rules,
 }
-LINE_RULES: dict[type, Callable[[Any], Iterable[str]]] = {
-    KernelEvent: kernel.line_rules,
-    SdkEvent: layers.sdk_line_rules,
-}
-
-
-def _decode_error(exc: msgspec.MsgspecError | UnicodeDecodeError) -> str:
-    return str(exc) or type(exc).__name__
-
-
-def _check_document(name: str, data: bytes, parsed: Parsed) -> Iterator[Problem]:
+def _check_document(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Problem]:
+    """A document decoded strictly, streamed when large (docstream): the surface's lists stay
+    streamed (its rules only iterate them), the other documents' are held up to a ceiling."""
     kind = DOCUMENT_TYPES[name]
     try:
-        doc = _decoders[kind].decode(data)
-    except (msgspec.MsgspecError, UnicodeDecodeError) as exc:  # msgspec: a str not UTF-8
+        doc = decode_document(data, kind, None if name == SURFACE else MAX_HELD_LINES)
+    except DocumentError as exc:
         parsed.broken.add(name)
-        yield Problem(name, _decode_error(exc))
+        yield Problem(name, str(exc))
         return
     parsed.documents[name] = doc
+    parsed.saw_run_id(name, None, doc.run_id)
     for message in DOCUMENT_RULES.get(kind, lambda _: ())(doc):
         yield Problem(name, message)
 
 
-def _check_lines(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Problem]:
-    kind = LINE_TYPES[name]
-    rules = LINE_RULES.get(kind, lambda _: ())
-    decoded: list[tuple[int, Any]] = []
-    offset = 0  # seq minus position on the previous decoded line
-    position = -1
-    for number, raw in iter_lines(member_chunks(data)):
-        position += 1
-        if raw is None:
-            parsed.broken.add(name)
-            yield Problem(name, f"longer than {MAX_LINE_BYTES} bytes, the most a line may hold", number)
-            continue
-        try:
-            item = _decoders[kind].decode(raw)
-        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:  # msgspec: a str not UTF-8
-            parsed.broken.add(name)
-            yield Problem(name, _decode_error(exc), number)
-            continue
-        # A missing, extra or renumbered line shifts every later seq by the
-        # same amount: report the shift once, where it starts.
-        if item.seq != position and item.seq - position != offset:
-            yield Problem(name, f"seq is {item.seq}, expected {position}", number)
-        offset = item.seq - position
-        for message in rules(item):
-            yield Problem(name, message, number)
-        decoded.append((number, item))
-    parsed.lines[name] = decoded
+MAX_PROBLEMS = 1000
+"""Problems listed per member and check; the rest are counted in one more line."""
 
 
 def _check_member(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Problem]:
     if name in DOCUMENT_TYPES:
-        yield from _check_document(name, member_bytes(data), parsed)
+        yield from _check_document(name, data, parsed)
     elif name in LINE_TYPES:
-        yield from _check_lines(name, data, parsed)
+        yield from check_lines(name, data, parsed)
     else:
         yield Problem(name, "not a v0 archive member")
 
@@ -211,48 +161,46 @@ def validate_member(name: str, data: bytes) -> list[str]:
 # --- 3. across members -----------------------------------------------------
 
 
-def _run_ids(parsed: Parsed) -> Iterator[tuple[str, int | None, str]]:
-    """(member, line, run_id) of everything that decoded, in archive order."""
-    for name in V0_MEMBERS:
-        if name in parsed.documents:
-            yield name, None, parsed.documents[name].run_id
-        for number, item in parsed.lines.get(name, ()):
-            yield name, number, item.run_id
-
-
-def archive_run_id(parsed: Parsed) -> tuple[str, str] | None:
-    """(run_id, member it was taken from): the manifest's, else the first found."""
-    first = next(_run_ids(parsed), None)
-    return (first[2], first[0]) if first else None
-
-
 def _run_id_problems(parsed: Parsed) -> Iterator[Problem]:
-    """One run_id everywhere (archive.rs:98-121), and a safe one (run.rs:216-220)."""
-    reference = archive_run_id(parsed)
-    if reference is None:
+    """One run_id everywhere (archive.rs:98-121), and a safe one (run.rs:216-220): the archive's is
+    the first decoded in archive order (the manifest's, unless it did not decode)."""
+    if parsed.run_id is None:
         return
-    run_id, source = reference
+    run_id, source = parsed.run_id
     if not is_safe_run_id(run_id):
         yield Problem(source, f"run_id {run_id!r} is not only ASCII letters, digits, '_' and '-'")
-    for member, line, value in _run_ids(parsed):
-        if value != run_id:
-            yield Problem(member, f"run_id {value!r} differs from {run_id!r} in {source}", line)
+    yield from parsed.run_id_problems
 
 
-def _cross_problems(parsed: Parsed) -> Iterator[Problem]:
+def _cross_problems(parsed: Parsed, locate: kernel.Locate) -> Iterator[Problem]:
     """Health and surface versus the kernel layer, then the layers' bindings.
 
     A rule runs only when every member it reads decoded without a problem:
     otherwise a mismatch might be an artifact of the decode error already reported.
     """
     if parsed.whole(KERNEL, HEALTH):
-        yield from kernel.coverage_problems(parsed.documents[HEALTH], parsed.lines[KERNEL])
+        yield from kernel.coverage_problems(parsed.documents[HEALTH], parsed.kernel)
     if parsed.whole(KERNEL, SURFACE):
-        yield from kernel.surface_problems(parsed.documents[SURFACE], parsed.lines[KERNEL])
+        yield from kernel.surface_problems(parsed.documents[SURFACE], parsed.kernel, locate)
     yield from layers.cross_problems(parsed)
 
 
 # --- entry points ----------------------------------------------------------
+
+
+def _capped(problems: Iterable[Problem]) -> Iterator[Problem]:
+    """The first `MAX_PROBLEMS` problems of each member, then one line counting the rest: a member
+    wrong on every one of millions of lines is reported in bounded memory."""
+    listed: dict[str, int] = {}
+    unlisted: dict[str, int] = {}
+    for problem in problems:
+        if listed.get(problem.member, 0) < MAX_PROBLEMS:
+            listed[problem.member] = listed.get(problem.member, 0) + 1
+            yield problem
+        else:
+            unlisted[problem.member] = unlisted.get(problem.member, 0) + 1
+    for member, count in unlisted.items():
+        yield Problem(member, f"{count} more problems not listed (at most {MAX_PROBLEMS} a member and check)")
 
 
 def find_problems(members: dict[str, ReadMember], sweep: bool = True) -> tuple[list[Problem], Parsed]:
@@ -265,16 +213,24 @@ def find_problems(members: dict[str, ReadMember], sweep: bool = True) -> tuple[l
     problems = list(_structure_problems(members))
     known = [name for name in V0_MEMBERS if name in members]
     extra = sorted(set(members) - set(V0_MEMBERS))
-    for name in (*known, *extra):
-        problems += _check_member(name, members[name], parsed)
-    problems += _manifest_problems(members, parsed.documents.get(MANIFEST))
-    problems += _run_id_problems(parsed)
-    problems += _cross_problems(parsed)
+    try:
+        for name in (*known, *extra):
+            problems += _capped(_check_member(name, members[name], parsed))
+        problems += _manifest_problems(members, parsed.documents.get(MANIFEST))
+        problems += _capped(_run_id_problems(parsed))
+        problems += _capped(_cross_problems(parsed, locator(members.get(KERNEL, b""))))
+    finally:
+        if parsed.kernel is not None:
+            parsed.kernel.close()
     if sweep:
         for name in (*known, *extra):
             data = members[name]
-            problems += (secret_problems(name, data) if isinstance(data, bytes)
-                         else secret_problems_in_blocks(name, iter_line_blocks(data.chunks())))
+            if isinstance(data, bytes):
+                problems += secret_problems(name, data)
+            elif name.endswith(".ndjson"):
+                problems += secret_problems_in_blocks(name, iter_line_blocks(data.chunks()))
+            else:
+                problems += secret_problems_in_document(name, data.chunks())
     return problems, parsed
 
 
@@ -326,7 +282,7 @@ def validate_path(path: Path) -> Report:
     problems, parsed = find_problems(members)
     if not path.is_dir() and members and next(iter(members)) != MANIFEST:
         problems.insert(0, Problem(ARCHIVE, "manifest.json is not the first member"))
-    reference = archive_run_id(parsed)
+    reference = parsed.run_id
     return Report(
         path=str(path),
         valid=not problems,

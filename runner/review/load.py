@@ -8,7 +8,7 @@ from normalizer.artifacts import KernelEvent
 from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.evidence.bounded import ArchiveError, open_members
 from runner.review.spool_facts import SpoolMismatch, read_facts, spool_beside
-from runner.review.view import KERNEL, ReviewError, RunView, build_view, decode_lines
+from runner.review.view import KERNEL, ReviewError, RunView, StreamedLines, build_view
 
 
 def load_view(archive: Path, spool: Path | None, find_spool: bool = True) -> RunView:
@@ -30,7 +30,7 @@ def load_view(archive: Path, spool: Path | None, find_spool: bool = True) -> Run
     facts = None
     try:
         if spool is not None:
-            facts = read_facts(spool, decode_lines(members, KERNEL, KernelEvent))
+            facts = read_facts(spool, StreamedLines(members, KERNEL, KernelEvent))
         return build_view(archive, members, facts)
     except (ReviewError, SpoolMismatch, ArchiveError) as exc:
         raise RunnerError(f"{archive}: {exc}", EXIT_BAD_INPUT) from exc

@@ -17,6 +17,7 @@ publication may redact them).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def _parents(spool: Spool) -> dict[int, int | None]:
     return {p.number: (p.parent.number if p.parent else None) for p in number_tree(tree.root)}
 
 
-def read_facts(path: Path, kernel: list[KernelEvent]) -> SpoolFacts:
+def read_facts(path: Path, kernel: Collection[KernelEvent]) -> SpoolFacts:
     """Recompute the spool's facts and check that they fit `kernel` (the archive's lines)."""
     try:
         spool = read_spool(path)

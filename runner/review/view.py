@@ -16,8 +16,9 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 
@@ -35,8 +36,9 @@ from normalizer.classify import O_TMPFILE_BIT
 from normalizer.redact import Redactor
 from normalizer.text import escape_bytes
 from runner.evidence.bounded import MAX_LINE_BYTES, ReadMember, iter_lines, member_chunks
-from runner.evidence.capdiff import decode_artifacts
+from runner.evidence.capdiff import MAX_HELD_ITEMS, decode_artifacts
 from runner.evidence.compare import PASSING, check_health
+from runner.review.moved import moved_processes
 from runner.review.notes import meaning
 from runner.review.spool_facts import SpoolFacts
 
@@ -235,20 +237,44 @@ class RunView(msgspec.Struct):
 
 
 def decode_lines(members: dict[str, ReadMember], name: str, kind: type[T]) -> list[T]:
-    """The NDJSON member `name` decoded line by line, streamed when it is large."""
-    out: list[T] = []
-    for number, line in iter_lines(member_chunks(members.get(name, b""))):
-        if line is None:
-            raise ReviewError(f"{name}: line {number} is longer than {MAX_LINE_BYTES} bytes "
-                              "(run 'assay-runner validate' on it)")
-        try:
-            out.append(msgspec.json.decode(line, type=kind))
-        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
-            raise ReviewError(f"{name}: line {number}: {exc} (run 'assay-runner validate' on it)") from exc
-    return out
+    """The NDJSON member `name` decoded line by line, held (the small layers: at most
+    `MAX_HELD_ITEMS` lines, a tool call or a phase each)."""
+    lines = StreamedLines(members, name, kind)
+    if len(lines) > MAX_HELD_ITEMS:
+        raise ReviewError(f"{name}: {len(lines)} lines, more than the {MAX_HELD_ITEMS} shown "
+                          "(run 'assay-runner validate' on it)")
+    return list(lines)
 
 
-def _directories(kernel: list[KernelEvent]) -> list[DirectoryGroup]:
+class StreamedLines(Generic[T]):
+    """An NDJSON member's lines, decoded again each time they are iterated: the kernel layer is
+    never held, whatever its size (each use of it here is one pass; the review makes five)."""
+
+    def __init__(self, members: dict[str, ReadMember], name: str, kind: type[T]) -> None:
+        self._member, self._name, self._decoder = members.get(name, b""), name, msgspec.json.Decoder(kind)
+        self._size: int | None = None
+
+    def __len__(self) -> int:
+        if self._size is None:
+            self._size = sum(1 for _ in self)
+        return self._size
+
+    def __iter__(self) -> Iterator[T]:
+        count = 0
+        for number, line in iter_lines(member_chunks(self._member)):
+            count += 1
+            if line is None:
+                raise ReviewError(f"{self._name}: line {number} is longer than {MAX_LINE_BYTES} bytes "
+                                  "(run 'assay-runner validate' on it)")
+            try:
+                yield self._decoder.decode(line)
+            except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
+                raise ReviewError(f"{self._name}: line {number}: {exc} (run 'assay-runner validate' "
+                                  "on it)") from exc
+        self._size = count
+
+
+def _directories(kernel: Iterable[KernelEvent]) -> list[DirectoryGroup]:
     files: dict[str, FileEntry] = {}
     for e in kernel:
         if e.kind not in FILE_KINDS or e.value is None:
@@ -271,7 +297,7 @@ def _directories(kernel: list[KernelEvent]) -> list[DirectoryGroup]:
     return [DirectoryGroup(d, groups[d]) for d in sorted(groups)]
 
 
-def _endpoints(kernel: list[KernelEvent]) -> list[EndpointEntry]:
+def _endpoints(kernel: Iterable[KernelEvent]) -> list[EndpointEntry]:
     found: dict[str, EndpointEntry] = {}
     for e in kernel:
         if e.kind not in ENDPOINT_KINDS or e.value is None:
@@ -313,54 +339,28 @@ def _argv(raw: list[bytes], redactor: Redactor) -> list[str]:
 
 NOT_HOST_PATHS = "paths may not be host paths (mount namespace, root or mounts changed)"
 """How show marks a process with `paths_not_host`."""
-MOVING_LINES = frozenset({161, 163, 165, 166, 168, 170})
-"""Successful setns, mount, umount2, pivot_root, chroot, move_mount lines (normalizer/nsops.py);
-unshare (160) and clone (162) move a process only with CLONE_NEWNS."""
-
-
-def _moved(kernel: list[KernelEvent], children: dict[int, list[int]]) -> set[int]:
-    """Processes whose paths may not be host paths: those whose lines changed their mount view or
-    the mount table, their descendants, and the children of a clone with CLONE_NEWNS."""
-    roots: set[int] = set()
-    for e in kernel:
-        newns = e.event_type in (160, 162) and "CLONE_NEWNS" in (e.value or "").split("|")
-        if e.event_type in MOVING_LINES or (newns and e.event_type == 160):
-            roots.add(e.pid)
-        elif newns:
-            roots.update(children.get(e.pid, ()))
-    moved: set[int] = set()
-    while roots:
-        pid = roots.pop()
-        if pid not in moved:
-            moved.add(pid)
-            roots.update(children.get(pid, ()))
-    return moved
-
-
-def _processes(kernel: list[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
+def _processes(kernel: Iterable[KernelEvent], facts: SpoolFacts | None) -> list[ProcessEntry]:
     parents: dict[int, int | None] = dict(facts.parents) if facts else {}
     execs: dict[int, list[ExecEntry]] = defaultdict(list)
     events: dict[int, int] = defaultdict(int)
     for e in kernel:
         events[e.pid] += 1
         parents.setdefault(e.pid, None)
+        if facts is None and e.kind == "exec":
+            execs[e.pid].append(ExecEntry(e.value, None, False, "success"))
     if facts is not None:
         redactor = Redactor()
         for x in facts.execs.execs:
             parents.setdefault(x.process, None)
             execs[x.process].append(ExecEntry(x.path, _argv(x.argv, redactor) if x.argv else None,
                                               x.argv_complete, x.result, x.errno))
-    else:
-        for e in kernel:
-            if e.kind == "exec":
-                execs[e.pid].append(ExecEntry(e.value, None, False, "success"))
     exits = {pid: f"{s.how} {s.code}" if s.code is not None else s.how
              for pid, s in facts.execs.exits.items()} if facts else {}
     children: dict[int, list[int]] = defaultdict(list)
     for pid, parent in parents.items():
         if parent is not None:
             children[parent].append(pid)
-    moved = _moved(kernel, children)
+    moved = moved_processes(kernel, children)
     return [ProcessEntry(pid=pid, parent=parents[pid], children=sorted(children[pid]), execs=execs[pid],
                          exit=exits.get(pid), events=events[pid], paths_not_host=pid in moved)
             for pid in sorted(parents)]
@@ -373,7 +373,7 @@ def _enclosing(facts: SpoolFacts, ts: int) -> str | None:
     return inside[0] if len(inside) == 1 else None
 
 
-def _blocks(kernel: list[KernelEvent], policy: list[PolicyEvent],
+def _blocks(kernel: Iterable[KernelEvent], policy: list[PolicyEvent],
             facts: SpoolFacts | None) -> list[BlockEntry]:
     lines = {p.tool_call_id: p for p in policy}
     out = []
@@ -391,7 +391,7 @@ def _blocks(kernel: list[KernelEvent], policy: list[PolicyEvent],
     return out
 
 
-def _bindings(correlation_bindings: list[Binding], sdk: list[SdkEvent], kernel: list[KernelEvent],
+def _bindings(correlation_bindings: list[Binding], sdk: list[SdkEvent], kernel: Iterable[KernelEvent],
               facts: SpoolFacts | None) -> list[BindingEntry]:
     tools = {e.tool_call_id: e.tool for e in sdk
              if isinstance(e.tool_call_id, str) and isinstance(e.tool, str)}
@@ -450,15 +450,18 @@ def _transient(directories: list[DirectoryGroup], facts: SpoolFacts | None) -> l
 
 def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts | None) -> RunView:
     """Arrange one run for review; ReviewError when a member does not decode."""
-    documents = {name: m for name, m in members.items() if isinstance(m, bytes)}  # never streamed
+    documents = {name: m for name, m in members.items() if isinstance(m, bytes)}  # not streamed
     try:
-        art = decode_artifacts(documents)
+        art = decode_artifacts(members)
     except ValueError as exc:
         raise ReviewError(f"{exc} (run 'assay-runner validate' on it)") from exc
+    if len(art.surface.policy_decisions) > MAX_HELD_ITEMS:
+        raise ReviewError(f"capability-surface.json: {len(art.surface.policy_decisions)} policy_decisions, "
+                          f"more than the {MAX_HELD_ITEMS} shown (run 'assay-runner validate' on it)")
     if not is_safe_run_id(art.health.run_id) or len(art.health.run_id) > RUN_ID_MAX:
         raise ReviewError(f"run id {art.health.run_id!r} is not one Assay accepts "
                           "(run 'assay-runner validate' on it)")
-    kernel = decode_lines(members, KERNEL, KernelEvent)
+    kernel = StreamedLines(members, KERNEL, KernelEvent)
     policy = decode_lines(members, POLICY, PolicyEvent)
     sdk = decode_lines(members, SDK, SdkEvent)
     run_events = decode_lines(members, PHASES, RunEvent)
@@ -469,14 +472,20 @@ def build_view(archive: Path, members: dict[str, ReadMember], facts: SpoolFacts 
         phases = [PhaseEntry(p.name, facts.offset_ms(p.ts)) for p in facts.phases]
     else:
         phases = [PhaseEntry(e.type, None) for e in run_events]
-    written = sorted({e.value for e in kernel if e.kind in OPEN_KINDS and e.value is not None
-                      and e.status != "error" and e.access_mode in ("write", "read_write")
-                      and not (isinstance(e.flags, int) and e.flags & O_TMPFILE_BIT)})  # as the summary
+    kinds: Counter[str] = Counter()
+    written_set: set[str] = set()
+    for e in kernel:
+        kinds[e.kind] += 1
+        if e.kind in OPEN_KINDS and e.value is not None and e.status != "error" \
+                and e.access_mode in ("write", "read_write") \
+                and not (isinstance(e.flags, int) and e.flags & O_TMPFILE_BIT):  # as the summary
+            written_set.add(e.value)
+    written = sorted(written_set)
     at = {p.name: p.offset_ms for p in phases if p.offset_ms is not None}
     summary = Summary(
         run_id=art.health.run_id, platform=art.health.platform,
         command=facts.argv if facts else None, kernel_events=len(kernel),
-        kinds=dict(sorted(Counter(e.kind for e in kernel).items())),
+        kinds=dict(sorted(kinds.items())),
         files=sum(len(d.files) for d in directories), files_written=written,
         endpoints=len(art.surface.network_endpoints), processes=len(processes), blocks=len(blocks),
         tool_calls=len(art.correlation.bindings), correlation=art.correlation.status,

@@ -40,9 +40,26 @@ class Parsed:
 
     documents: dict[str, Any] = field(default_factory=dict)
     lines: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
+    """NDJSON members held as (line number, decoded line): the small layers, up to a ceiling."""
+    kernel: Any = None
+    """The kernel layer, never held: what the cross checks need of it (kernel.KernelFacts)."""
     broken: set[str] = field(default_factory=set)
     """Members with at least one decode problem: cross checks that need them skip."""
+    run_id: tuple[str, str] | None = None
+    """(run_id, member it was taken from): the first decoded, in archive order."""
+    run_id_problems: list[Problem] = field(default_factory=list)
+    """Run ids that differ from `run_id`, found as the members stream by."""
 
     def whole(self, *members: str) -> bool:
         """Every one of `members` decoded without a problem (so a cross check is meaningful)."""
-        return all(m not in self.broken and (m in self.documents or m in self.lines) for m in members)
+        return all(m not in self.broken and (m in self.documents or m in self.lines
+                                             or (m == KERNEL and self.kernel is not None)) for m in members)
+
+    def saw_run_id(self, member: str, line: int | None, run_id: str) -> None:
+        """Note a decoded run id: the first is the archive's, any other differing one a problem."""
+        if self.run_id is None:
+            self.run_id = (run_id, member)
+        elif run_id != self.run_id[0]:
+            reference, source = self.run_id
+            self.run_id_problems.append(
+                Problem(member, f"run_id {run_id!r} differs from {reference!r} in {source}", line))

@@ -8,12 +8,13 @@ Across members: network coverage and the capability surface versus the lines.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from itertools import groupby, islice, pairwise
 
 import msgspec
 
 from normalizer.artifacts import CapabilitySurface, KernelEvent, ObservationHealth
+from normalizer.surface import DistinctValues
 from runner.evidence.conformance.base import HEALTH, KERNEL, SURFACE, Problem
 from runner.evidence.conformance.upstream import kernel_schema_errors
 
@@ -70,13 +71,42 @@ def line_rules(e: KernelEvent) -> Iterator[str]:
         yield f"openat of {e.value!r} is loader telemetry Assay filters out (kernel.rs:185-196)"
 
 
-def _network_evidence(kernel: list[tuple[int, Any]]) -> tuple[int, int]:
-    connects = sum(1 for _, e in kernel if e.event_type in CONNECT_IDS)
-    datagrams = sum(1 for _, e in kernel if e.event_type in DATAGRAM_IDS)
-    return connects, datagrams
+class KernelFacts:
+    """What the cross-member rules need of the kernel lines, gathered as the lines stream by.
+
+    Counts, and each surface set's distinct values in `normalizer.surface.DistinctValues`
+    (spilled as sorted runs past its bound), so a layer of millions of lines costs no more
+    memory than one of thousands; the lines themselves are never held.
+    """
+
+    BOUND_EVERY = 1024
+    """Values added between checks of the held values against their bound."""
+
+    def __init__(self) -> None:
+        self.count = self.connects = self.datagrams = self._added = 0
+        self.values = DistinctValues(SURFACE_IDS)
+        self._set_of = {i: self.values.sets[name] for name, ids in SURFACE_IDS.items() for i in ids}
+
+    def add(self, event_type: int, value: str | None, lines: int = 1) -> None:
+        """Count `lines` decoded lines alike in event_type and value (all that is needed of them)."""
+        self.count += lines
+        if event_type in CONNECT_IDS:
+            self.connects += lines
+        elif event_type in DATAGRAM_IDS:
+            self.datagrams += lines
+        held = self._set_of.get(event_type)
+        if held is not None and value is not None:
+            held.add(value)
+            self._added += 1
+            if self._added >= self.BOUND_EVERY:
+                self._added = 0
+                self.values.bound()
+
+    def close(self) -> None:
+        self.values.close()
 
 
-def coverage_problems(health: ObservationHealth, kernel: list[tuple[int, Any]]) -> Iterator[Problem]:
+def coverage_problems(health: ObservationHealth, kernel: KernelFacts) -> Iterator[Problem]:
     """Coverage is what the lines show (kernel/health.rs:8-25, kernel.rs:300-320).
 
     `unknown` is exempt: lines may be missing after a network hook dropped
@@ -85,7 +115,7 @@ def coverage_problems(health: ObservationHealth, kernel: list[tuple[int, Any]]) 
     """
     if health.kernel_layer == "absent" or health.network_protocol_coverage == "unknown":
         return
-    connects, datagrams = _network_evidence(kernel)
+    connects, datagrams = kernel.connects, kernel.datagrams
     derived = {(False, False): "absent", (True, False): "connect_only",
                (False, True): "datagram_peer_observed",
                (True, True): "connect_and_datagram_peer_observed"}[(connects > 0, datagrams > 0)]
@@ -98,16 +128,67 @@ def coverage_problems(health: ObservationHealth, kernel: list[tuple[int, Any]]) 
                       f"expected {derived!r})")
 
 
-def surface_problems(surface: CapabilitySurface, kernel: list[tuple[int, Any]]) -> Iterator[Problem]:
-    """Filesystem, network and exec sets are exactly the kernel lines' values (kernel.rs:198-210)."""
-    for set_name, ids in SURFACE_IDS.items():
-        present = set(getattr(surface, set_name))
-        seen: set[str] = set()
-        for number, e in kernel:
-            if e.event_type in ids and e.value is not None and e.value not in seen:
-                seen.add(e.value)
-                if e.value not in present:
-                    yield Problem(SURFACE,
-                                  f"{set_name} lacks {e.value!r} ({e.kind} at {KERNEL} line {number})")
-        for extra in sorted(present - seen):
-            yield Problem(SURFACE, f"{set_name} has {extra!r}, which no {KERNEL} line carries")
+MAX_LISTED = 20
+"""Values a surface set lacks (or has in excess) listed one problem each; the rest are counted."""
+
+Locate = Callable[[tuple[int, ...], set[str]], dict[str, tuple[int, str]]]
+"""Finds the first kernel line of one of some event types carrying each of some values:
+value -> (line number, kind)."""
+
+
+def _sorted_distinct(values: Iterable[str]) -> Iterator[str]:
+    """`values` in order, each once: as they come (repeats dropped) when already in order, else
+    sorted through a spill (a surface that breaks the set rule is reported already, and still
+    compared). `values` is iterated twice (a list, or a streamed document's list)."""
+    if all(a <= b for a, b in pairwise(values)):
+        return (v for v, _ in groupby(values))
+    spill = DistinctValues(["values"])
+    stream = iter(values)
+    while batch := list(islice(stream, 1024)):
+        spill.sets["values"].update(batch)
+        spill.bound()
+    return spill.sorted_values("values")
+
+
+def _differences(present: Iterator[str], seen: Iterator[str]) -> tuple[list[str], list[str], int, int]:
+    """Merge two sorted distinct streams: the first `MAX_LISTED` values only `seen` has (lacking from
+    `present`) and only `present` has (extra), and how many of each there are."""
+    lacking: list[str] = []
+    extra: list[str] = []
+    n_lacking = n_extra = 0
+    p, s = next(present, None), next(seen, None)
+    while p is not None or s is not None:
+        if s is None or (p is not None and p < s):
+            n_extra += 1
+            if n_extra <= MAX_LISTED:
+                extra.append(p)  # type: ignore[arg-type]  # p is not None here
+            p = next(present, None)
+        elif p is None or s < p:
+            n_lacking += 1
+            if n_lacking <= MAX_LISTED:
+                lacking.append(s)
+            s = next(seen, None)
+        else:
+            p, s = next(present, None), next(seen, None)
+    return lacking, extra, n_lacking, n_extra
+
+
+def surface_problems(surface: CapabilitySurface, kernel: KernelFacts, locate: Locate) -> Iterator[Problem]:
+    """Filesystem, network and exec sets are exactly the kernel lines' values (kernel.rs:198-210).
+
+    Both sides are merged in order (the surface's sets as stored, the lines' values from their
+    spill), so neither is held; the first `MAX_LISTED` values lacking on each side are named,
+    those the surface lacks with the first line that carries them, and the rest counted."""
+    for set_name in SURFACE_IDS:
+        lacking, extra, n_lacking, n_extra = _differences(_sorted_distinct(getattr(surface, set_name)),
+                                                          kernel.values.sorted_values(set_name))
+        where = locate(SURFACE_IDS[set_name], set(lacking)) if lacking else {}
+        for value in sorted(lacking, key=lambda v: where.get(v, (0, ""))[0]):
+            number, kind = where.get(value, (0, "?"))
+            yield Problem(SURFACE, f"{set_name} lacks {value!r} ({kind} at {KERNEL} line {number})")
+        if n_lacking > len(lacking):
+            yield Problem(SURFACE, f"{set_name} lacks {n_lacking - len(lacking)} more of {KERNEL}'s values")
+        for value in extra:
+            yield Problem(SURFACE, f"{set_name} has {value!r}, which no {KERNEL} line carries")
+        if n_extra > len(extra):
+            yield Problem(SURFACE, f"{set_name} has {n_extra - len(extra)} more values no {KERNEL} line has")

@@ -9,7 +9,8 @@ run.rs:166-209).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import islice, zip_longest
 from typing import Any
 
 from normalizer.artifacts import CapabilitySurface, CorrelationReport, ObservationHealth, SdkEvent
@@ -48,26 +49,43 @@ def _layer_problems(health: ObservationHealth, policy: list[Any] | None,
         yield Problem(HEALTH, f"sdk_layer {health.sdk_layer!r} but {SDK} has {len(sdk)} lines")
 
 
+def _differs(stored: Iterable[str], derived: list[str]) -> bool:
+    """`stored` (a surface list, possibly streamed: never held) is not exactly `derived`."""
+    return any(a != b for a, b in zip_longest(stored, derived))
+
+
+def _odd(stored: Iterable[str], derived: list[str]) -> list[str]:
+    """The two smallest values in one of `stored` and `derived` but not the other (one pass over
+    `stored`, holding no more of it than `derived` has)."""
+    wanted, found = set(derived), set()
+    smallest: list[str] = []
+    for value in stored:
+        if value in wanted:
+            found.add(value)
+        elif value not in smallest:
+            smallest = sorted([*smallest, value])[:2]
+    return sorted([*smallest, *wanted - found])[:2]
+
+
 def _surface_policy_problems(surface: CapabilitySurface, policy: list[Any]) -> Iterator[Problem]:
     """mcp_tools and policy_decisions come from the policy lines: `tool` and `{decision}:{tool}`
-    (policy.rs:106-107)."""
+    (policy.rs:106-107). The surface's lists may be streamed, so they are only iterated."""
     tools = sorted({e.tool for _, e in policy})
     decisions = sorted({f"{e.decision}:{e.tool}" for _, e in policy})
-    if surface.mcp_tools != tools:
-        yield Problem(SURFACE,
-                      f"mcp_tools {surface.mcp_tools[:4]} are not the policy lines' tools {tools[:4]}")
-    if surface.policy_decisions != decisions:
-        odd = sorted(set(surface.policy_decisions) ^ set(decisions))
+    if _differs(surface.mcp_tools, tools):
+        yield Problem(SURFACE, f"mcp_tools {list(islice(surface.mcp_tools, 4))} are not the policy lines' "
+                      f"tools {tools[:4]}")
+    if _differs(surface.policy_decisions, decisions):
         yield Problem(SURFACE, "policy_decisions are not `{decision}:{tool}` of the policy lines "
-                      f"(e.g. {odd[:2]})")
+                      f"(e.g. {_odd(surface.policy_decisions, decisions)})")
 
 
-def _binding_problems(report: CorrelationReport, policy: list[Any], kernel: list[Any] | None,
+def _binding_problems(report: CorrelationReport, policy: list[Any], kernel: int | None,
                       sdk: list[Any] | None) -> Iterator[Problem]:
     """One binding per policy line, same tool_call_id and decision, in order (policy.rs:206-217);
     a run-wide window counts every kernel line and no kernel lines is an ambiguity (policy.rs:188-197);
     cgroup_id only for a single decision (policy.rs:199-204); an SDK call without a binding is an
-    ambiguity (sdk.rs:269-291)."""
+    ambiguity (sdk.rs:269-291). `kernel` is the number of kernel lines, None when they did not decode."""
     want = [(e.tool_call_id, e.decision) for _, e in policy]
     got = [(b.tool_call_id, b.policy_decision) for b in report.bindings]
     if got != want:
@@ -78,9 +96,9 @@ def _binding_problems(report: CorrelationReport, policy: list[Any], kernel: list
     if kernel is not None:
         for i, b in enumerate(report.bindings):
             if (b.window.start, b.window.end) == ("run_started", "run_finished") \
-                    and b.kernel_event_count != len(kernel):
+                    and b.kernel_event_count != kernel:
                 yield Problem(CORRELATION, f"bindings[{i}] spans the run but counts {b.kernel_event_count} "
-                              f"kernel events, {KERNEL} has {len(kernel)}")
+                              f"kernel events, {KERNEL} has {kernel}")
         if policy and not kernel and "policy_events_without_kernel_events" not in report.ambiguities:
             yield Problem(CORRELATION, "policy lines without kernel lines need ambiguity "
                           "'policy_events_without_kernel_events'")
@@ -110,7 +128,7 @@ def cross_problems(parsed: Parsed) -> Iterator[Problem]:
     docs, lines = parsed.documents, parsed.lines
     policy = lines[POLICY] if parsed.whole(POLICY) else None
     sdk = lines[SDK] if parsed.whole(SDK) else None
-    kernel = lines[KERNEL] if parsed.whole(KERNEL) else None
+    kernel = parsed.kernel.count if parsed.whole(KERNEL) else None
     if parsed.whole(HEALTH):
         yield from _layer_problems(docs[HEALTH], policy, sdk)
     if policy is not None and parsed.whole(SURFACE):
