@@ -27,9 +27,12 @@ Rules (contract "observation-health.json", decisions in docs/artifacts.md):
   host paths, and tracepoint arguments cannot map them back.
 - records whose user memory could not be read (a path, argv, openat2's
   `how`, sendmsg's msghdr) are counted per hook in `s2_unread_user_memory`.
-- io_uring_setup and open_by_handle_at get an `s2_untraced_io` note: what
-  goes through them is not in the kernel layer, whatever `kernel_layer` says
-  about ring-buffer loss.
+- io_uring_setup and open_by_handle_at get an `s2_untraced_io` note with
+  their counts and make `cgroup_correlation` partial: what goes through them
+  is not in the kernel layer, whatever `kernel_layer` says about ring-buffer
+  loss (the contract's `kernel_layer` has no value for untraced operations),
+  so such a run is never PASSING. Under a confining policy io_uring is
+  refused before it exists (runner/enforce/seccomp.py).
 """
 
 from __future__ import annotations
@@ -117,7 +120,8 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
         return "failed"
     if facts.unattributed_events or facts.drops.get("newtask", 0) or facts.untracked_tasks \
             or facts.cgroup_escapes or facts.clone_into_cgroup or facts.recovered \
-            or facts.compat_syscalls_allowed or facts.moved_processes or facts.mount_changes:
+            or facts.compat_syscalls_allowed or facts.moved_processes or facts.mount_changes \
+            or facts.untraced_io:
         return "partial"
     return "clean"
 

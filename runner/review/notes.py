@@ -63,7 +63,8 @@ MEANINGS = {
     "s2_untraced_io": (
         "The command used io_uring or open_by_handle_at: operations done that way are not in "
         "the kernel layer, so files and endpoints may be missing (network coverage becomes "
-        "unknown with io_uring)."
+        "unknown with io_uring) and correlation is partial: such a run is never passing. A "
+        "confining policy refuses io_uring outright."
     ),
     "s2_compat_syscalls": (
         "The run was allowed compat-ABI syscalls (--allow-compat-syscalls: int $0x80, x32), which "
