@@ -18,6 +18,11 @@ Rules (contract "observation-health.json", decisions in docs/artifacts.md):
 - io_uring_setup and open_by_handle_at get an `s2_untraced_io` note: what
   goes through them is not in the kernel layer, whatever `kernel_layer` says
   about ring-buffer loss.
+- hooks the kernel lacked get an `s2_kernel_hooks` note: `absent_by_kernel`
+  (no such syscall there: nothing is missing) and `lost` (the syscall exists
+  but was not seen: `complete=false`, and a lost network syscall makes the
+  network coverage `unknown`). The contract's `kernel_layer` has no value for
+  a hook that was never attached, so the note is where this is said.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from policy.model import ResolvedPolicy
 CONNECT_KINDS = frozenset({"connect", "connect_blocked"})
 DATAGRAM_KINDS = frozenset({"event_6", "event_7"})
 NETWORK_HOOK_NAMES = frozenset(HOOK_NAMES[h] for h in (*NETWORK_HOOKS, HOOK_NET_BLOCK))
+NETWORK_SYSCALLS = frozenset({"connect", "sendto", "sendmsg"})
+"""Syscalls whose hooks the network evidence comes from: one lost makes the coverage unknown."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,12 @@ class CaptureFacts:
     """Path payloads cut at the kernel's capture limit (their values end in the marker)."""
     recovered: bool = False
     """The spool was closed by a recovery after the runner died: its end is missing."""
+    hooks_missing: dict[str, str] = field(default_factory=dict)
+    """Hooks the kernel lacked: name -> `absent_by_kernel` or `lost` (ebpf/probing.py)."""
+
+    @property
+    def lost_hooks(self) -> list[str]:
+        return sorted(k for k, v in self.hooks_missing.items() if v == "lost")
 
     @property
     def lost_in_transit(self) -> int:
@@ -69,7 +82,7 @@ class CaptureFacts:
 def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[str, str]:
     """(network_protocol_coverage, network_endpoint_claim_scope) from the kinds in the kernel layer."""
     if any(facts.drops.get(name, 0) for name in NETWORK_HOOK_NAMES) or facts.lost_in_transit \
-            or facts.untraced_io.get("io_uring_setup"):
+            or facts.untraced_io.get("io_uring_setup") or set(facts.lost_hooks) & NETWORK_SYSCALLS:
         return "unknown", "unknown"
     connect = bool(kinds & CONNECT_KINDS)
     datagram = bool(kinds & DATAGRAM_KINDS)
@@ -140,6 +153,11 @@ def observation_health(
         notes.append(f"s3_lineage: untracked_tasks={facts.untracked_tasks} tracking_map_full=true")
     if facts.truncated_paths:
         notes.append(f"s2_path_capture: truncated_paths={facts.truncated_paths}")
+    if facts.hooks_missing:
+        absent = sorted(k for k, v in facts.hooks_missing.items() if v == "absent_by_kernel")
+        lost = facts.lost_hooks
+        notes.append(f"s2_kernel_hooks: absent_by_kernel={','.join(absent) or 'none'} "
+                     f"lost={','.join(lost) or 'none'} complete={str(not lost).lower()}")
     correlation = cgroup_correlation(facts)
     if correlation != "clean":
         notes.append(

@@ -340,4 +340,5 @@ class Scan:
             untraced_io=dict(self.untraced_io),
             truncated_paths=self.resolver.truncated,
             recovered=trailer.recovered is not None,
+            hooks_missing=trailer.hooks_missing,
         )

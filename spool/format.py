@@ -118,6 +118,9 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     killer took), from pids.events/memory.events (runner/capture/limits.py)."""
     limits_unavailable: list[str] = msgspec.field(default_factory=list)
     """Default limits the host could not enforce: no such controller in its cgroup hierarchies."""
+    hooks_missing: dict[str, str] = msgspec.field(default_factory=dict)
+    """Hooks the kernel lacked (ebpf/probing.py): name -> `absent_by_kernel` (no such syscall there)
+    or `lost` (the syscall exists, its tracepoint does not: what went through it is not seen)."""
     recovered: str | None = None
     """Set when this trailer was not written by the run but by a later recovery (`runner_died`):
     the capture's end, the command's exit and the kernel's counters are unknown (spool/recover.py)."""

@@ -44,6 +44,12 @@ MEANINGS = {
         "flushed: the records of its last moments, the command's exit status and the kernel's drop "
         "counters are missing, so correlation is partial. Re-run for a complete capture."
     ),
+    "s2_kernel_hooks": (
+        "This kernel lacks some of the monitor's tracepoints. absent_by_kernel: the syscall does "
+        "not exist on this kernel (e.g. fchmodat2 before Linux 6.6), so nothing went through it and "
+        "nothing is missing. lost: the syscall exists but could not be traced (complete=false): "
+        "what the command did through it is not in the kernel layer."
+    ),
     "s2_untraced_io": (
         "The command used io_uring or open_by_handle_at: operations done that way are not in "
         "the kernel layer, so files and endpoints may be missing (network coverage becomes "
