@@ -12,6 +12,7 @@
  *   RINGBUF_PAGES                    ring buffer size in pages
  *   WAKE_EVERY                       records per CPU between reader wakeups
  *   SYS_EXIT_RET_OFFSET              offset of `ret` in sys_exit_* records
+ *   NO_GROUP_DEAD                    sched_process_exit has no group_dead field
  * With a network policy, ebpf/netpolicy.c is appended to this source (BCC
  * only exports programs defined in the main file), sharing its ring buffer.
  *
@@ -420,7 +421,10 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     struct task_t *t = tasks.lookup(&tid);
     if (!t)
         return 0;
-    if (args->group_dead) {
+#ifndef NO_GROUP_DEAD
+    if (args->group_dead)
+#endif
+    {   /* without group_dead (older kernels), every thread's exit: the last one is the group's */
         struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0, t->run);
         if (r)
             rec_submit(r);

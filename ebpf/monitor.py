@@ -197,6 +197,7 @@ def monitor_object(config: MonitorConfig, hooks: HookPlan | None = None) -> tupl
         "-Wno-ignored-attributes",
         "-Wno-macro-redefined",
         "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
+        *probing.field_defines(TRACEFS_EVENTS),
     ]
     try:
         source = probing.prune(monitor_source(), hooks)

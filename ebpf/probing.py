@@ -34,6 +34,8 @@ MIN_KERNEL = (5, 8)
 bpf_get_current_ancestor_cgroup_id (5.7)."""
 SYSCALL_SINCE = {"close_range": (5, 9), "fchmodat2": (6, 6)}
 """Hooked syscalls younger than MIN_KERNEL: the kernel where each appeared (for `doctor`)."""
+OPTIONAL_FIELDS = {("sched", "sched_process_exit", "group_dead"): "NO_GROUP_DEAD"}
+"""Tracepoint fields newer kernels added, and the define the C falls back on without them."""
 _PROBE = re.compile(r"^TRACEPOINT_PROBE\((\w+),\s*(\w+)\)\n", re.MULTILINE)
 _SYSCALL_EVENT = re.compile(r"sys_(?:enter|exit)_(\w+)")
 
@@ -92,6 +94,19 @@ def plan(source: str, joined: tuple[str, ...], events: Path, kallsyms: Path = KA
 def _dropped(category: str, event: str, syscalls: set[str], other: set[str]) -> bool:
     syscall = _SYSCALL_EVENT.fullmatch(event) if category == "syscalls" else None
     return (syscall is not None and syscall.group(1) in syscalls) or f"{category}:{event}" in other
+
+
+def field_defines(events: Path) -> list[str]:
+    """`-D` flags for the OPTIONAL_FIELDS this kernel's tracepoints lack (none on a new kernel)."""
+    flags = []
+    for (category, event, name), define in sorted(OPTIONAL_FIELDS.items()):
+        try:
+            text = (events / category / event / "format").read_text()
+        except OSError:
+            continue  # the tracepoint itself is missing: plan() reports it
+        if not re.search(rf"field:[^;]*\b{name};", text):
+            flags.append(f"-D{define}")
+    return flags
 
 
 def syscall_table(kallsyms: Path = KALLSYMS) -> frozenset[str] | None:

@@ -20,8 +20,8 @@ import pytest
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.host import checks, headers, mounts
 
-CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "hooks", "pidns", "landlock", "limits",
-          "stale", "native")
+CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "hooks", "pidns", "landlock",
+          "limits", "stale", "native")
 
 
 STALE = re.compile(r"cgroup .* of a runner that died|spool|archive")

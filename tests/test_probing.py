@@ -90,6 +90,16 @@ def test_a_probe_without_a_closing_brace_line_is_refused(tmp_path: Path) -> None
         probing.prune(source, plan)
 
 
+def test_a_tracepoint_field_older_kernels_lack_selects_the_fallback(tmp_path: Path) -> None:
+    folder = tmp_path / "sched" / "sched_process_exit"
+    folder.mkdir(parents=True)
+    fmt = folder / "format"
+    fmt.write_text("\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;\n")
+    assert probing.field_defines(tmp_path) == ["-DNO_GROUP_DEAD"]
+    fmt.write_text(fmt.read_text() + "\tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;\n")
+    assert probing.field_defines(tmp_path) == []
+
+
 def test_kernel_versions_and_what_older_kernels_lose() -> None:
     assert probing.kernel_version("6.1.0-56-amd64") == (6, 1)
     assert probing.kernel_version("6.18.44-fc-v669") == (6, 18)
