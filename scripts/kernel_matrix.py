@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -106,7 +107,7 @@ def _measure(row: Row, tests: list[str], work: Path) -> None:
     row.attached, row.absent_by_kernel, row.lost = len(plan.attached), plan.absent, plan.lost
     row.start_to_exec_s = _start_to_exec(work)
     if tests:
-        row.passed, row.failed = _pytest(tests, work / "junit.xml")
+        row.passed, row.failed = _pytest(tests, work / f"{row.kernel}-junit.xml")
 
 
 def _start_to_exec(work: Path) -> float:
@@ -128,8 +129,9 @@ def _start_to_exec(work: Path) -> float:
 
 def _pytest(tests: list[str], junit: Path) -> tuple[int, int]:
     """(passed, failed or errored) of `tests`, read from pytest's JUnit report."""
-    subprocess.run([VENV / "bin/pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests],
-                   cwd=ROOT, check=False)
+    with open(junit.with_suffix(".log"), "w") as log:
+        subprocess.run([VENV / "bin/pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests],
+                       cwd=ROOT, check=False, stdout=log, stderr=subprocess.STDOUT)
     passed = failed = 0
     for case in ET.parse(junit).iter("testcase"):
         outcome = {child.tag for child in case}
@@ -159,7 +161,9 @@ def boot(name: str, abi: str, folder: Path, tests: list[str], shared: Path) -> R
     """Run the inner step in a guest booted on `name`'s kernel; its row, or one saying why not."""
     root = folder / "root"
     result = shared / f"{name}.json"
-    inner = " ".join([str(VENV / "bin/python"), str(ROOT / "scripts/kernel_matrix.py"), "--inside", name,
+    # the host's PATH, not virtme's (/bin first): tests expect the commands they name to resolve as here
+    inner = " ".join(["env", shlex.quote(f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}"),
+                      str(VENV / "bin/python"), str(ROOT / "scripts/kernel_matrix.py"), "--inside", name,
                       "--modules", str(root / "lib/modules" / abi), "--result", str(result),
                       "--tests", ",".join(tests) or "-"])
     env = {**os.environ, "PATH": f"{VENV / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
@@ -221,18 +225,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     guests = prepare([n for n in names if n != "host"])
     rows = []
-    with tempfile.TemporaryDirectory(prefix="kernel-matrix-") as tmp:
-        shared = Path(tmp)
-        for name in names:
-            print(f"kernel-matrix: {name} ...", file=sys.stderr, flush=True)
-            if name == "host":
-                inside(name, None, tests, shared / "host.json")
-                row = Row(**json.loads((shared / "host.json").read_text()))
-            else:
-                row = boot(name, *guests[name], tests, shared)
-            rows.append(row)
-            print(f"kernel-matrix: {name}: {'ok' if row.ok else 'FAILED'} ({row.seconds:.0f} s)",
-                  file=sys.stderr, flush=True)
+    shared = Path(tempfile.mkdtemp(prefix="kernel-matrix-"))
+    for name in names:
+        print(f"kernel-matrix: {name} ...", file=sys.stderr, flush=True)
+        if name == "host":
+            inside(name, None, tests, shared / "host.json")
+            row = Row(**json.loads((shared / "host.json").read_text()))
+        else:
+            row = boot(name, *guests[name], tests, shared)
+        rows.append(row)
+        print(f"kernel-matrix: {name}: {'ok' if row.ok else 'FAILED'} ({row.seconds:.0f} s)",
+              file=sys.stderr, flush=True)
+    if all(r.ok for r in rows):
+        shutil.rmtree(shared, ignore_errors=True)
+    else:
+        print(f"kernel-matrix: logs and test reports kept in {shared}", file=sys.stderr)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
     print(table(rows))
