@@ -59,12 +59,17 @@ class Row:
     passed: int = 0
     failed: int = 0
     start_to_exec_s: float | None = None
+    hooks_note: str = ""
+    """The `s2_kernel_hooks` health note of a run on this kernel (empty: every hook attached)."""
+    archive_valid: bool = False
+    """That run's archive passes the contract and Assay's rules (runner/evidence/validate.py)."""
     seconds: float = 0.0
     error: str = ""
 
     @property
     def ok(self) -> bool:
-        return not self.error and self.bpf_ok and not self.lost and not self.failed and self.passed > 0
+        return (not self.error and self.bpf_ok and self.archive_valid and not self.lost and not self.failed
+                and self.passed > 0)
 
 
 def inside(name: str, modules: str | None, tests: list[str], result: Path) -> None:
@@ -105,14 +110,17 @@ def _measure(row: Row, tests: list[str], work: Path) -> None:
         row.error = f"doctor: {checks.get('bpf', {}).get('detail') or doctor.stderr.strip()[-300:]}"
     plan = hook_plan()
     row.attached, row.absent_by_kernel, row.lost = len(plan.attached), plan.absent, plan.lost
-    row.start_to_exec_s = _start_to_exec(work)
+    row.start_to_exec_s = _start_to_exec(row, work)
     if tests:
         row.passed, row.failed = _pytest(tests, work / f"{row.kernel}-junit.xml")
 
 
-def _start_to_exec(work: Path) -> float:
+def _start_to_exec(row: Row, work: Path) -> float:
     """Realtime from spawning `assay-runner run` to its command running, with the monitor cached
-    (a first, uncounted run compiles it)."""
+    (a first, uncounted run compiles it); the last run's archive gives the row its health note."""
+    from runner.evidence.archive import read_archive
+    from runner.evidence.validate import validate_members
+
     out = Path(tempfile.mkdtemp(prefix="matrix-out-", dir=work))
     latency = 0.0
     for attempt in range(2):
@@ -123,6 +131,10 @@ def _start_to_exec(work: Path) -> float:
         if proc.returncode != 0:
             raise RuntimeError(f"run failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
         latency = (int(proc.stdout.split()[0]) - start) / 1e9
+    members = read_archive(out / "matrix-s2e-1.tar.gz")
+    row.archive_valid = validate_members(members) == []
+    notes = json.loads(members["observation-health.json"])["notes"]
+    row.hooks_note = next((n for n in notes if n.startswith("s2_kernel_hooks:")), "")
     shutil.rmtree(out, ignore_errors=True)
     return round(latency, 3)
 

@@ -31,6 +31,8 @@ def test_debian_6_1_guest_loads_the_monitor_and_passes_the_smoke_tests(tmp_path:
     assert row["release"].startswith("6.1."), row
     assert (row["error"], row["bpf_ok"]) == ("", True), row
     assert (row["absent_by_kernel"], row["lost"]) == (["fchmodat2"], []), row
+    assert row["hooks_note"] == "s2_kernel_hooks: absent_by_kernel=fchmodat2 lost=none complete=true", row
+    assert row["archive_valid"], row
     assert row["failed"] == 0 and row["passed"] >= 10, row
     assert row["start_to_exec_s"] is not None and row["start_to_exec_s"] > 0, row
     assert proc.returncode == 0, proc.stdout + proc.stderr
