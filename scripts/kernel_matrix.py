@@ -77,9 +77,11 @@ def inside(name: str, modules: str | None, tests: list[str], result: Path) -> No
     t0 = time.monotonic()
     row = Row(kernel=name, release=os.uname().release)
     try:
+        basetemp = None
         if modules:
             _link_modules(Path(modules), row.release)
-        _measure(row, tests, result.parent)
+            basetemp = _guest_tmpfs()
+        _measure(row, tests, result.parent, basetemp)
     except Exception as exc:  # the row says what broke; the caller reports it
         row.error = f"{type(exc).__name__}: {exc}"
     row.seconds = round(time.monotonic() - t0, 1)
@@ -98,7 +100,16 @@ def _link_modules(moddir: Path, release: str) -> None:
     Path("/lib/modules", release).symlink_to(moddir)
 
 
-def _measure(row: Row, tests: list[str], work: Path) -> None:
+def _guest_tmpfs() -> Path:
+    """A tmpfs for the tests' files in a guest: its /tmp is an overlay on 9p, which has no file
+    handles (so name_to_handle_at fails and tests/programs/fs_ops.py skips open_by_handle_at)."""
+    folder = Path("/run/kernel-matrix-tmp")
+    folder.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "kernel-matrix-tmp", folder], check=True)
+    return folder
+
+
+def _measure(row: Row, tests: list[str], work: Path, basetemp: Path | None) -> None:
     sys.path.insert(0, str(ROOT))
     from ebpf.monitor import hook_plan  # the worktree's, on the kernel under test
 
@@ -112,7 +123,7 @@ def _measure(row: Row, tests: list[str], work: Path) -> None:
     row.attached, row.absent_by_kernel, row.lost = len(plan.attached), plan.absent, plan.lost
     row.start_to_exec_s = _start_to_exec(row, work)
     if tests:
-        row.passed, row.failed = _pytest(tests, work / f"{row.kernel}-junit.xml")
+        row.passed, row.failed = _pytest(tests, work / f"{row.kernel}-junit.xml", basetemp)
 
 
 def _start_to_exec(row: Row, work: Path) -> float:
@@ -139,11 +150,12 @@ def _start_to_exec(row: Row, work: Path) -> float:
     return round(latency, 3)
 
 
-def _pytest(tests: list[str], junit: Path) -> tuple[int, int]:
+def _pytest(tests: list[str], junit: Path, basetemp: Path | None) -> tuple[int, int]:
     """(passed, failed or errored) of `tests`, read from pytest's JUnit report."""
+    extra = [f"--basetemp={basetemp / 'pytest'}"] if basetemp else []
     with open(junit.with_suffix(".log"), "w") as log:
-        subprocess.run([VENV / "bin/pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests],
-                       cwd=ROOT, check=False, stdout=log, stderr=subprocess.STDOUT)
+        subprocess.run([VENV / "bin/pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *extra,
+                        *tests], cwd=ROOT, check=False, stdout=log, stderr=subprocess.STDOUT)
     passed = failed = 0
     for case in ET.parse(junit).iter("testcase"):
         outcome = {child.tag for child in case}
