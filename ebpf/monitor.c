@@ -424,7 +424,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 #ifndef NO_GROUP_DEAD
     if (args->group_dead)
 #endif
-    {   /* without group_dead (older kernels), every thread's exit: the last one is the group's */
+    {   /* without group_dead (6.12 and older), every thread's exit: the last one is the group's */
         struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0, t->run);
         if (r)
             rec_submit(r);
