@@ -16,7 +16,7 @@ DEMO_OUT := /var/lib/assay-runner/runs
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup native demo test test-parallel lint schemas bench image image-smoke clean \
+.PHONY: setup native demo test test-parallel lint schemas bench image image-smoke clean kernel-matrix \
 	acceptance acceptance-prepare acceptance-gate acceptance-verify
 
 setup:
@@ -66,6 +66,15 @@ acceptance-gate:
 
 acceptance-verify:
 	$(VENV)/bin/assay-runner acceptance verify $(ACCEPTANCE_OUT) --require-gates $(GATES)
+
+# The kernel matrix (docs/kernels.md): doctor and kernel tests on the host's kernel and on
+# Debian's 6.1 and 6.12 booted in emulated guests (virtme-ng + qemu, fetched by
+# scripts/guest_kernels.sh). MATRIX_TESTS: smoke, full, or pytest node ids.
+MATRIX_KERNELS ?= host,debian-6.1,debian-6.12
+MATRIX_TESTS ?= full
+
+kernel-matrix: setup
+	$(PY) scripts/kernel_matrix.py --kernels $(MATRIX_KERNELS) --tests $(MATRIX_TESTS)
 
 # Lint needs only the venv, not a ready kernel: no root once the venv exists.
 lint: $(VENV)/bin/ruff

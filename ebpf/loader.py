@@ -279,7 +279,7 @@ class LoadedObject:
         try:
             tp_id = int(id_file.read_text())
         except OSError as exc:
-            raise LoadError(f"cannot read {id_file}: {exc.strerror}; is tracefs mounted?") from exc
+            raise LoadError(f"cannot read {id_file}: {exc.strerror}") from exc
         attr = ctypes.create_string_buffer(ATTR_BYTES)
         # type, size, config (the tracepoint id), sample_period, sample_type; wakeup_events at 48
         struct.pack_into("<IIQQQ", attr, 0, PERF_TYPE_TRACEPOINT, ATTR_BYTES, tp_id, 1, PERF_SAMPLE_RAW)

@@ -13,6 +13,7 @@
  *   WAKE_EVERY                       records per CPU between reader wakeups
  *   SYS_EXIT_RET_OFFSET              offset of `ret` in sys_exit_* records
  *   TASKS_MAX, TASKS_PER_RUN         live tasks tracked in all, and per run slot
+ *   NO_GROUP_DEAD                    sched_process_exit has no group_dead field
  *   HELD_MAX                         interrupted calls held at once (`held`)
  *   HAVE_SYS_<NAME>                  the kernel has that optional syscall's tracepoints
  * ebpf/changes.c (namespaces, mounts, owners, times, xattrs, binds, memfds)
@@ -591,7 +592,10 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
         return 0;
     if (t->interrupted)
         settle_held(t, tid, 0);
-    if (args->group_dead) {
+#ifndef NO_GROUP_DEAD
+    if (args->group_dead)
+#endif
+    {   /* without group_dead (6.12 and older), every thread's exit: the last one is the group's */
         struct assay_rec *r = rec_begin(HOOK_PROC_EXIT, 0, t->run);
         if (r)
             rec_submit(r);

@@ -30,9 +30,10 @@ import os
 import re
 import select
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ebpf import probing
 from ebpf.bpfobject import BpfObject, CompileError, compiled
 from ebpf.holder import keep_only_kernel_objects
 from ebpf.loader import (
@@ -44,6 +45,7 @@ from ebpf.loader import (
     link_create,
     prog_attach,
 )
+from ebpf.probing import HookPlan, ProbeError
 from ebpf.wire import DEFAULT_RINGBUF_PAGES, HOOK_MAX, HOOK_NAMES, RUN_SLOTS
 
 SOURCE_DIR = Path(__file__).resolve().parent
@@ -60,8 +62,8 @@ JOINED_SYSCALLS = (
 )
 """Syscalls whose exit tracepoint runs the shared `on_sys_exit` program."""
 OPTIONAL_SYSCALLS = ("setxattrat", "removexattrat")
-"""Joined syscalls newer than the kernels we support: compiled in (`-DHAVE_SYS_<NAME>`) and
-attached only where tracefs has them."""
+"""Joined syscalls (Linux 6.13) whose enter programs sit under `#ifdef HAVE_SYS_<NAME>` in
+ebpf/changes.c; probed like every hook (ebpf/probing.py): absent by kernel before 6.13."""
 
 
 def optional_syscalls(events: Path = TRACEFS_EVENTS) -> tuple[str, ...]:
@@ -145,6 +147,8 @@ class RunCounters:
     drops: dict[str, int]
     emitted: dict[str, int]
     untracked: int
+    hooks_missing: dict[str, str] = field(default_factory=dict)
+    """Hooks this kernel lacks (ebpf/probing.py): name -> `absent_by_kernel` or `lost`."""
 
     def since(self, start: RunCounters) -> RunCounters:
         """What was counted after `start` (a slot is reused by later runs: counters only grow)."""
@@ -152,24 +156,25 @@ class RunCounters:
             drops={k: v - start.drops.get(k, 0) for k, v in self.drops.items()},
             emitted={k: v - start.emitted.get(k, 0) for k, v in self.emitted.items()},
             untracked=self.untracked - start.untracked,
+            hooks_missing=self.hooks_missing,
         )
 
 
 _RET_FIELD = re.compile(r"field:long ret;\s*offset:(\d+);\s*size:8;")
 
 
-def sys_exit_ret_offset(events: Path = TRACEFS_EVENTS) -> int:
-    """Offset of `ret` in the sys_exit_* records, read from tracefs, the same for all of ours.
+def sys_exit_ret_offset(names: list[str], events: Path = TRACEFS_EVENTS) -> int:
+    """Offset of `ret` in the sys_exit_* records of `names`, read from tracefs, the same for all.
 
     This is how the shared exit program avoids hard-coding a kernel layout.
     """
     offsets = set()
-    for name in JOINED_SYSCALLS:
+    for name in names:
         fmt = events / "syscalls" / f"sys_exit_{name}" / "format"
         try:
             match = _RET_FIELD.search(fmt.read_text())
         except OSError as exc:
-            raise MonitorError(f"cannot read {fmt}: {exc.strerror}; is tracefs mounted?") from exc
+            raise MonitorError(f"cannot read {fmt}, which was there when probed: {exc.strerror}") from exc
         if match is None:
             raise MonitorError(f"{fmt} has no 'long ret' field: unexpected tracepoint layout")
         offsets.add(int(match.group(1)))
@@ -178,8 +183,27 @@ def sys_exit_ret_offset(events: Path = TRACEFS_EVENTS) -> int:
     return offsets.pop()
 
 
-def monitor_object(config: MonitorConfig) -> tuple[BpfObject, bool]:
-    """The compiled monitor for `config` and whether it came from the cache (ebpf/bpfobject.py)."""
+def monitor_source() -> str:
+    """The monitor's whole C source, as written (before `probing.prune`)."""
+    return "".join((SOURCE_DIR / name).read_text() for name in ("monitor.c", "changes.c", "netpolicy.c"))
+
+
+def hook_plan(events: Path = TRACEFS_EVENTS) -> HookPlan:
+    """Which of the monitor's tracepoints this kernel has (ebpf/probing.py)."""
+    try:
+        return probing.plan(monitor_source(), JOINED_SYSCALLS + OPTIONAL_SYSCALLS, events)
+    except ProbeError as exc:
+        raise MonitorError(str(exc)) from exc
+
+
+def monitor_object(config: MonitorConfig, hooks: HookPlan | None = None) -> tuple[BpfObject, bool]:
+    """The compiled monitor for `config` and whether it came from the cache (ebpf/bpfobject.py).
+
+    Programs of the tracepoints `hooks` (default: this kernel's) lacks are compiled out; the
+    source differs then, and so does the cache key.
+    """
+    hooks = hooks or hook_plan()
+    joined = [name for name in JOINED_SYSCALLS + OPTIONAL_SYSCALLS if name not in hooks.missing]
     cflags = [
         f"-I{SOURCE_DIR}",
         f"-DTASKS_MAX={config.tasks_max}",
@@ -187,15 +211,19 @@ def monitor_object(config: MonitorConfig) -> tuple[BpfObject, bool]:
         f"-DHELD_MAX={HELD_MAX}",
         f"-DRINGBUF_PAGES={config.ringbuf_pages}",
         f"-DWAKE_EVERY={config.wake_every}",
-        f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset()}",
+        f"-DSYS_EXIT_RET_OFFSET={sys_exit_ret_offset(joined)}",
         f"-DRUN_CGROUP_LEVEL={config.run_level}",
         f"-DNET_RULES_MAX={NET_RULES_MAX}",
         *(f"-DHAVE_SYS_{name.upper()}" for name in optional_syscalls()),
         "-Wno-ignored-attributes",
         "-Wno-macro-redefined",
         "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
+        *probing.field_defines(TRACEFS_EVENTS),
     ]
-    source = "".join((SOURCE_DIR / name).read_text() for name in ("monitor.c", "changes.c", "netpolicy.c"))
+    try:
+        source = probing.prune(monitor_source(), hooks)
+    except ProbeError as exc:
+        raise MonitorError(str(exc)) from exc
     return compiled(source, cflags, sorted(SOURCE_DIR.glob("*.h")))
 
 
@@ -207,8 +235,10 @@ class Monitor:
         if pages < 1 or pages & (pages - 1):
             raise MonitorError(f"ring buffer pages must be a power of two, got {pages}")
         self.config = config
+        self.hooks = hook_plan()
+        """What this kernel lets the monitor attach, and what it lacks (`hooks.missing`)."""
         try:
-            obj, self.from_cache = monitor_object(config)
+            obj, self.from_cache = monitor_object(config, self.hooks)
         except (CompileError, OSError) as exc:
             raise MonitorError(f"cannot compile the eBPF monitor: {exc}") from exc
         self._sink = sink
@@ -221,12 +251,10 @@ class Monitor:
         except (LoadError, OSError) as exc:
             raise MonitorError(f"cannot load the eBPF monitor: {exc}") from exc
         try:
-            for name in self._obj.program_names:  # BCC's convention: tracepoint__<category>__<event>
-                if name.startswith(AUTOLOAD_PREFIX):
-                    category, event = name[len(AUTOLOAD_PREFIX):].split("__", 1)
-                    self._obj.attach_tracepoint(category, event, name)
-            for name in JOINED_SYSCALLS + optional_syscalls():
-                self._obj.attach_tracepoint("syscalls", f"sys_exit_{name}", "on_sys_exit")
+            programs = set(self._obj.program_names)
+            for category, event in self.hooks.attached:  # BCC's convention: tracepoint__<category>__<event>
+                name = f"{AUTOLOAD_PREFIX}{category}__{event}"
+                self._obj.attach_tracepoint(category, event, name if name in programs else "on_sys_exit")
         except (LoadError, OSError) as exc:
             self._obj.close()
             raise MonitorError(f"cannot attach the eBPF monitor: {exc}") from exc
@@ -361,7 +389,7 @@ class Monitor:
         return RunCounters(
             drops={name: sum(c.drops[hook] for c in per_cpu) for hook, name in HOOK_NAMES.items()},
             emitted={name: sum(c.emitted[hook] for c in per_cpu) for hook, name in HOOK_NAMES.items()},
-            untracked=sum(c.untracked for c in per_cpu))
+            untracked=sum(c.untracked for c in per_cpu), hooks_missing=self.hooks.missing)
 
     def unattributed(self) -> RunCounters:
         """Slot 0: what was counted where the kernel could not know the run."""
@@ -427,7 +455,7 @@ class RunLedger:
         unknown = self._monitor.unattributed().since(self._unknown)
         extra = {f"unattributed_{k}": v for k, v in unknown.drops.items() if v}
         return RunCounters(drops={**own.drops, **extra}, emitted=own.emitted,
-                           untracked=own.untracked + unknown.untracked)
+                           untracked=own.untracked + unknown.untracked, hooks_missing=own.hooks_missing)
 
 
 assert max(HOOK_NAMES) < HOOK_MAX

@@ -10,7 +10,9 @@ This is spool-only evidence (not a v0 member): the `blackbox` command log
   failed one (with the path it asked for and -errno);
 - `EXIT` at exit_group/exit enter with the status the process asked for,
   `SIGNAL` where a signal to a run task is generated, `PROC_EXIT` when a
-  thread group's last thread exits.
+  thread group's last thread exits (on kernels whose sched_process_exit has
+  no `group_dead`, at every thread's exit: the last one in ring order is the
+  group's, so the same thread is taken).
 
 How a process ended: `exited` with the exit_group status (low 8 bits, as
 wait(2) reports it), or the `exit` status of its last thread; otherwise

@@ -33,6 +33,12 @@ Rules (contract "observation-health.json", decisions in docs/artifacts.md):
   loss (the contract's `kernel_layer` has no value for untraced operations),
   so such a run is never PASSING. Under a confining policy io_uring is
   refused before it exists (runner/enforce/seccomp.py).
+- hooks the kernel lacked get an `s2_kernel_hooks` note: `absent_by_kernel`
+  (no such syscall there: nothing is missing) and `lost` (the syscall exists
+  but was not seen: `complete=false`, `cgroup_correlation` partial, and a
+  lost network syscall makes the network coverage `unknown`). The contract's
+  `kernel_layer` has no value for a hook that was never attached, so the note
+  is where this is said.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ from policy.model import ResolvedPolicy
 CONNECT_KINDS = frozenset({"connect", "connect_blocked"})
 DATAGRAM_KINDS = frozenset({"event_6", "event_7"})
 NETWORK_HOOK_NAMES = frozenset(HOOK_NAMES[h] for h in (*NETWORK_HOOKS, HOOK_NET_BLOCK))
+NETWORK_SYSCALLS = frozenset({"connect", "sendto", "sendmsg"})
+"""Syscalls whose hooks the network evidence comes from: one lost makes the coverage unknown."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,12 @@ class CaptureFacts:
     """Processes that changed their mount namespace or root: their paths are not host paths."""
     mount_changes: int = 0
     """Successful mount, umount2 and move_mount calls: any path may be an alias afterwards."""
+    hooks_missing: dict[str, str] = field(default_factory=dict)
+    """Hooks the kernel lacked: name -> `absent_by_kernel` or `lost` (ebpf/probing.py)."""
+
+    @property
+    def lost_hooks(self) -> list[str]:
+        return sorted(k for k, v in self.hooks_missing.items() if v == "lost")
 
     @property
     def lost_in_transit(self) -> int:
@@ -99,7 +113,7 @@ class CaptureFacts:
 def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[str, str]:
     """(network_protocol_coverage, network_endpoint_claim_scope) from the kinds in the kernel layer."""
     if any(facts.drops.get(name, 0) for name in NETWORK_HOOK_NAMES) or facts.lost_in_transit \
-            or facts.untraced_io.get("io_uring_setup"):
+            or facts.untraced_io.get("io_uring_setup") or set(facts.lost_hooks) & NETWORK_SYSCALLS:
         return "unknown", "unknown"
     connect = bool(kinds & CONNECT_KINDS)
     datagram = bool(kinds & DATAGRAM_KINDS)
@@ -121,7 +135,7 @@ def cgroup_correlation(facts: CaptureFacts) -> str:
     if facts.unattributed_events or facts.drops.get("newtask", 0) or facts.untracked_tasks \
             or facts.cgroup_escapes or facts.clone_into_cgroup or facts.recovered \
             or facts.compat_syscalls_allowed or facts.moved_processes or facts.mount_changes \
-            or facts.untraced_io:
+            or facts.untraced_io or facts.lost_hooks:
         return "partial"
     return "clean"
 
@@ -182,6 +196,11 @@ def observation_health(
                      f"mount_changes={facts.mount_changes} host_paths=unmapped")
     if facts.truncated_paths:
         notes.append(f"s2_path_capture: truncated_paths={facts.truncated_paths}")
+    if facts.hooks_missing:
+        absent = sorted(k for k, v in facts.hooks_missing.items() if v == "absent_by_kernel")
+        lost = facts.lost_hooks
+        notes.append(f"s2_kernel_hooks: absent_by_kernel={','.join(absent) or 'none'} "
+                     f"lost={','.join(lost) or 'none'} complete={str(not lost).lower()}")
     correlation = cgroup_correlation(facts)
     if correlation != "clean":
         notes.append(

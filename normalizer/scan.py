@@ -377,4 +377,5 @@ class Scan:
             unread=dict(self.unread),
             moved_processes=len(self.namespaces.moved),
             mount_changes=self.namespaces.mount_changes,
+            hooks_missing=trailer.hooks_missing,
         )

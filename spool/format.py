@@ -123,6 +123,9 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     `io_uring`, `user_namespace`; runner/enforce/seccomp.py), as its supervisor answered them."""
     compat_syscalls_allowed: bool = False
     """`--allow-compat-syscalls`: non-native ABI calls ran, and no tracepoint sees them."""
+    hooks_missing: dict[str, str] = msgspec.field(default_factory=dict)
+    """Hooks the kernel lacked (ebpf/probing.py): name -> `absent_by_kernel` (no such syscall there)
+    or `lost` (the syscall exists, its tracepoint does not: what went through it is not seen)."""
     recovered: str | None = None
     """Set when this trailer was not written by the run but by a later recovery (`runner_died`):
     the capture's end, the command's exit and the kernel's counters are unknown (spool/recover.py)."""

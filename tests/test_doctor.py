@@ -20,8 +20,8 @@ import pytest
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.host import checks, headers, mounts
 
-CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "pidns", "landlock", "limits",
-          "stale", "native")
+CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "hooks", "pidns", "landlock",
+          "limits", "stale", "native")
 
 
 STALE = re.compile(r"cgroup .* of a runner that died|spool|archive")
@@ -56,7 +56,7 @@ def test_doctor_json_is_machine_readable() -> None:
     for check in doc["checks"]:
         assert set(check) == {"name", "status", "ok", "required", "detail", "fix"}
         assert check["status"] == ("ok" if check["ok"] else "warn")
-    optional = {"landlock", "limits", "stale", "native"}
+    optional = {"hooks", "landlock", "limits", "stale", "native"}
     assert {c["name"] for c in doc["checks"] if not c["required"]} == optional
 
 

@@ -115,7 +115,8 @@ class SensorEnd:
         self.thread.start()
 
     def _serve(self) -> None:
-        counts = channel.Counts(drops={"open": 0}, emitted={"open": len(self.records)}, untracked=0)
+        counts = channel.Counts(drops={"open": 0}, emitted={"open": len(self.records)}, untracked=0,
+                                hooks_missing={"fchmodat2": "absent_by_kernel"})
         while True:
             select.select([self.writer.sock], [], [], 5)
             requests = self.writer.requests()
@@ -150,6 +151,7 @@ def test_the_channel_delivers_every_record_then_the_fence(recorded: list[bytes])
     source.finish()
     assert got == records
     assert source.emitted() == {"open": len(records)}
+    assert source.counters().hooks_missing == {"fchmodat2": "absent_by_kernel"}  # into the trailer
     source.close()
     sensor.thread.join(timeout=30)
     assert [type(r).__name__ for r in sensor.seen] == ["AddRun", "CountersRequest", "FenceRequest"]

@@ -72,6 +72,7 @@ class Counts(msgspec.Struct, tag="counts", frozen=True):
     emitted: dict[str, int]
     untracked: int
     fence: bool = False
+    hooks_missing: dict[str, str] = {}
 
 
 Request = AddRun | CountersRequest | FenceRequest
@@ -225,7 +226,8 @@ class ChannelSource(Buffered):
             if not isinstance(answer, Counts):
                 raise RunnerError(f"the daemon's sensor answered a counters request with {answer!r}")
             counts = answer
-        return RunCounters(drops=counts.drops, emitted=counts.emitted, untracked=counts.untracked)
+        return RunCounters(drops=counts.drops, emitted=counts.emitted, untracked=counts.untracked,
+                           hooks_missing=counts.hooks_missing)
 
     def drops(self) -> dict[str, int]:
         return self.counters().drops

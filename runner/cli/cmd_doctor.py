@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="check what a run needs from this machine (and fix it with --fix)",
         description=(
             "Check the prerequisites of 'assay-runner run': root, bcc, kernel headers, "
-            "tracefs, cgroup v2, a real BPF ring-buffer tracepoint load, pid namespaces, "
+            "tracefs, cgroup v2, a real BPF ring-buffer tracepoint load, the monitor's hooks on this "
+            "kernel (and the minimum kernel), pid namespaces, "
             "Landlock, the pids/memory limit controllers, run cgroups left by runners that "
             "died, and whether the C fast paths are built. Exit 0 when every required check "
             "passes, 1 otherwise."

@@ -219,7 +219,8 @@ class _Sensor:
                 if fence:
                     self.observer.drain()
                 c = run.ledger.counters()
-                run.writer.reply(Counts(drops=c.drops, emitted=c.emitted, untracked=c.untracked, fence=fence))
+                run.writer.reply(Counts(drops=c.drops, emitted=c.emitted, untracked=c.untracked, fence=fence,
+                                        hooks_missing=c.hooks_missing))
         run.writer.flush()
 
     def _end(self, key: int) -> None:

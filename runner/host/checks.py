@@ -295,6 +295,31 @@ def check_landlock() -> Check:
     return Check("landlock", True, f"ABI {abi}", required=False)
 
 
+def check_hooks() -> Check:
+    """Which of the monitor's hooks this kernel has (ebpf/probing.py), against the minimum kernel.
+
+    A syscall the kernel does not have is no loss; one it has but cannot trace is (runs note it as
+    `s2_kernel_hooks: lost=...`), so that is a warning, and a kernel below the minimum a failure.
+    """
+    from ebpf.monitor import MonitorError, hook_plan
+    from ebpf.probing import MIN_KERNEL, kernel_version, older_kernels
+
+    release = os.uname().release
+    if kernel_version(release) < MIN_KERNEL:
+        return Check("hooks", False, f"Linux {release} is older than the monitor needs ({older_kernels()})",
+                     "run on a newer kernel")
+    try:
+        plan = hook_plan()
+    except MonitorError as exc:
+        return Check("hooks", False, str(exc), "see the tracefs check")
+    detail = (f"{len(plan.attached)} tracepoints attached, "
+              f"absent-by-kernel: {','.join(plan.absent) or 'none'}, "
+              f"lost: {','.join(plan.lost) or 'none'} ({older_kernels()})")
+    return Check("hooks", not plan.lost, detail,
+                 "runs work, but what goes through the lost syscalls is not observed (health notes it)",
+                 required=False)
+
+
 def run_checks() -> list[Check]:
     """Every check doctor reports, in order; BPF only once its inputs pass."""
     checks = [check_root(), check_hostns(), check_bcc(), check_headers(), check_tracefs(),
@@ -303,7 +328,9 @@ def run_checks() -> list[Check]:
         checks.append(check_bpf())
     else:
         checks.append(Check("bpf", False, "not attempted", "fix the checks above first"))
-    checks += [check_pidns(), check_landlock()]
+    tracefs = next(c for c in checks if c.name == "tracefs")
+    checks += [check_hooks() if tracefs.ok else Check("hooks", False, "not attempted", "fix tracefs first"),
+               check_pidns(), check_landlock()]
     return checks
 
 

@@ -60,6 +60,12 @@ MEANINGS = {
         "different file than the same path on the host (a bind mount over a directory, say). The "
         "event_160-172 lines say what was done; correlation is partial."
     ),
+    "s2_kernel_hooks": (
+        "This kernel lacks some of the monitor's tracepoints. absent_by_kernel: the syscall does "
+        "not exist on this kernel (e.g. fchmodat2 before Linux 6.6), so nothing went through it and "
+        "nothing is missing. lost: the syscall exists but could not be traced (complete=false): "
+        "what the command did through it is not in the kernel layer."
+    ),
     "s2_untraced_io": (
         "The command used io_uring or open_by_handle_at: operations done that way are not in "
         "the kernel layer, so files and endpoints may be missing (network coverage becomes "
