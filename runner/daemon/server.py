@@ -40,7 +40,7 @@ from runner.daemon.orphan import Held, recover_killed, remove_leftovers
 from runner.daemon.peer import Peer, peer_of, refusal
 from runner.daemon.sensor import SensorHandle, SharedSensor
 from runner.daemon.spare import Spare, fork_spare
-from runner.daemon.status import RunView, status_reply
+from runner.daemon.status import status_reply
 from runner.daemon.workspace import remove_run_tmp, run_tmp_path
 from runner.errors import RunnerError
 from runner.logs import get_logger
@@ -322,7 +322,9 @@ class Daemon:
         for run in self.runs.values():
             self._read_report(run)
         now = time.monotonic()
-        runs = [RunView(r.run_id, r.peer.uid, r.peer.pid, now - r.started, r.events, r.drops, r.worker_pid)
+        runs = [protocol.RunInfo(run_id=r.run_id, caller_uid=r.peer.uid, caller_pid=r.peer.pid,
+                                 age_s=round(now - r.started, 3), events=r.events, drops=r.drops,
+                                 worker_pid=r.worker_pid)
                 for r in sorted(self.runs.values(), key=lambda r: r.started)]
         pids = [os.getpid(), *([self.sensor.pid] if self.sensor else []), *self.runs]
         snapshot = self.metrics.snapshot()

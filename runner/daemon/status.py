@@ -9,34 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import NamedTuple
 
 from runner.daemon import protocol
 from runner.daemon.config import DaemonConfig
 from runner.ship.queue import Shipper
 
 
-class RunView(NamedTuple):
-    """One active run as status shows it."""
-
-    run_id: str
-    caller_uid: int
-    caller_pid: int
-    age_s: float
-    events: int
-    drops: int
-    worker_pid: int
-
-
-def status_reply(uptime_s: float, runs: list[RunView], pids: list[int], config: DaemonConfig,
+def status_reply(uptime_s: float, runs: list[protocol.RunInfo], pids: list[int], config: DaemonConfig,
                  metrics: dict[str, float], shipper: Shipper | None) -> protocol.StatusReply:
     """The reply; `pids` are the daemon's, the sensor's and the run workers' (their BPF programs and
     resident memory are counted)."""
     return protocol.StatusReply(
         version=protocol.VERSION, pid=os.getpid(), uptime_s=round(uptime_s, 3),
-        runs=[protocol.RunInfo(run_id=r.run_id, caller_uid=r.caller_uid, caller_pid=r.caller_pid,
-                               age_s=round(r.age_s, 3), events=r.events, drops=r.drops,
-                               worker_pid=r.worker_pid) for r in runs],
+        runs=runs,
         bpf_programs=len(set().union(*map(_bpf_programs, pids))), rss_bytes=sum(map(_rss_bytes, pids)),
         max_concurrent_runs=config.max_concurrent_runs, metrics=metrics,
         ship_ref=config.ship.ref,

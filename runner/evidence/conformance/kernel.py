@@ -15,6 +15,7 @@ import msgspec
 
 from normalizer.artifacts import CapabilitySurface, KernelEvent, ObservationHealth
 from normalizer.surface import DistinctValues
+from normalizer.telemetry import assay_filters as is_loader_telemetry
 from runner.evidence.conformance.base import HEALTH, KERNEL, SURFACE, Problem
 from runner.evidence.conformance.upstream import kernel_schema_errors
 
@@ -29,21 +30,6 @@ SURFACE_IDS = {"filesystem_paths": (1, 10), "network_endpoints": (2, 20, 6, 7), 
 """Surface set -> event_types whose values fill it: kernel.rs:198-210 (6 sendto, 7 sendmsg)."""
 CONNECT_IDS, DATAGRAM_IDS = (2, 20), (6, 7)
 """Network coverage evidence: kernel/health.rs:8-25 (connect vs sendto/sendmsg hooks)."""
-
-
-def is_loader_telemetry(path: str) -> bool:
-    """Upstream's `is_loader_telemetry_path` (kernel/decode.rs:170-196): filtered out of the layer."""
-    so = path.endswith(".so") or ".so." in path
-    return (
-        path in ("/etc/ld.so.cache", "/etc/localtime", "/etc/ssl/openssl.cnf", "/usr/pyvenv.cfg",
-                 "/usr/bin/pyvenv.cfg", "/usr/bin/python3._pth", "/usr/bin/python3.12._pth",
-                 "/usr/bin/pybuilddir.txt")
-        or path.startswith(("/lib/", "/lib32/", "/lib64/", "/usr/lib/", "/usr/share/locale/",
-                            "/proc/", "/sys/", "/dev/"))
-        or "/node_modules/" in path
-        or ("/.rustup/toolchains/" in path and so)
-        or ("/target/" in path and any(d in path for d in ("/build/", "/debug/", "/release/")) and so)
-    )
 
 
 def line_rules(e: KernelEvent) -> Iterator[str]:
