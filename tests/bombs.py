@@ -8,7 +8,6 @@ tarfile would refuse or buffer them (a 256 MiB long name).
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 import tarfile
@@ -117,17 +116,25 @@ class Measured:
         return self.max_rss_kib / 1024
 
 
+MEASURE = ("import os, subprocess, sys\n"
+           "child = subprocess.Popen(sys.argv[2:])\n"
+           "_, status, usage = os.wait4(child.pid, 0)\n"
+           "open(sys.argv[1], 'w').write(f'{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}')\n")
+"""A small process that starts the CLI and reports its wait4 figures. The CLI is not started from
+the test process itself: a child's ru_maxrss starts at the high-water mark of the process it was
+forked from (exec records the old address space's), and the test process grows to hundreds of MiB
+over a full suite."""
+
+
 def measure_cli(*args: str | Path, cwd: Path) -> Measured:
-    """Run `assay-runner ARGS` and read the peak RSS of that one child from wait4(2)
-    (RUSAGE_CHILDREN would mix in every child this test process ever had)."""
-    out, err = cwd / ".measure.out", cwd / ".measure.err"
+    """Run `assay-runner ARGS` and read the peak RSS of that one process from wait4(2), through
+    MEASURE (RUSAGE_CHILDREN would mix in every child this test process ever had)."""
+    out, err, figures = cwd / ".measure.out", cwd / ".measure.err", cwd / ".measure.rusage"
     with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "runner.cli.main", *map(str, args)],
-                                cwd=cwd, stdin=subprocess.DEVNULL, stdout=o, stderr=e)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    result = Measured(proc.returncode, out.read_text(errors="replace"), err.read_text(errors="replace"),
-                      usage.ru_maxrss)
-    out.unlink()
-    err.unlink()
+        subprocess.run([sys.executable, "-c", MEASURE, str(figures), sys.executable, "-m", "runner.cli.main",
+                        *map(str, args)], cwd=cwd, stdin=subprocess.DEVNULL, stdout=o, stderr=e, check=True)
+    returncode, max_rss = map(int, figures.read_text().split())
+    result = Measured(returncode, out.read_text(errors="replace"), err.read_text(errors="replace"), max_rss)
+    for path in (out, err, figures):
+        path.unlink()
     return result

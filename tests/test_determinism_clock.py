@@ -27,11 +27,11 @@ def _caller_env(home: Path) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in CLOCK_ENV and not k.startswith("GIT_")}
 
 
-def _determinism(tmp_path: Path, *extra: str) -> tuple[int, str, dict]:
+def _determinism(tmp_path: Path, *extra: str, job: str = GIT_JOB) -> tuple[int, str, dict]:
     work = tmp_path / "work"
     work.mkdir()
     proc = assay("determinism", "--runs", "3", "--run-id", "gitjob", "--out", tmp_path / "out",
-                 "--workdir", work, *extra, "--", "sh", "-c", GIT_JOB, env=_caller_env(tmp_path / "home"))
+                 "--workdir", work, *extra, "--", "sh", "-c", job, env=_caller_env(tmp_path / "home"))
     assert proc.returncode != 125, proc.stderr
     report = json.loads((tmp_path / "out" / "determinism-report.json").read_text())
     return proc.returncode, proc.stdout, report
@@ -49,7 +49,8 @@ def test_a_git_commit_job_passes_with_the_clock_pinned(tmp_path: Path) -> None:
 
 @pytest.mark.kernel
 def test_without_the_pin_the_commit_time_makes_runs_differ(tmp_path: Path) -> None:
-    code, stdout, report = _determinism(tmp_path, "--no-pin-time")
+    # each run takes over a second, so no two commits can fall in the same second by chance
+    code, stdout, report = _determinism(tmp_path, "--no-pin-time", job=f"sleep 1.1 && {GIT_JOB}")
     assert code == 1, stdout
     assert report["pinned_clock"] == [] and not report["passed"]
     assert [r["exit_code"] for r in report["runs"]] == [0, 0, 0]

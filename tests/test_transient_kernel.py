@@ -222,7 +222,8 @@ def test_show_prints_the_raw_name_beside_each_canonical_one(tmp_path: Path) -> N
         assert RANDOM["git"].search(raw) and "~" not in raw, raw
         head, number = canonical.rsplit("~", 1)
         assert raw.startswith(head) and number.isdigit() and len(raw) > len(head)
-    text = assay("show", archive).stdout
+    assert "transient names:" in assay("show", archive).stdout  # folded to a count by default
+    text = assay("show", "--all", archive).stdout
     assert "transient names (canonical in the archive <- raw in the spool):" in text
     assert all(f"  {c}  <-  {r}" in text for c, r in pairs)
     # raw names stay out of the v0 members

@@ -9,6 +9,7 @@ Its path is a runner control value: it never appears in normalized evidence.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -141,10 +142,23 @@ class RunCgroup:
             time.sleep(0.01)
         for directory, subdirs, _files in os.walk(self.path, topdown=False):  # deepest first
             for sub in subdirs:
-                os.rmdir(os.path.join(directory, sub))
+                _rmdir(os.path.join(directory, sub), deadline)
         try:
-            self.path.rmdir()
+            _rmdir(str(self.path), deadline)
         except OSError as exc:
             raise RunnerError(f"cannot remove the run cgroup {self.path}: {exc.strerror}") from exc
         if self.record is not None:
             remove_record(self.record)
+
+
+def _rmdir(path: str, deadline: float) -> None:
+    """rmdir a cgroup, retrying EBUSY until `deadline`: a killed task leaves `cgroup.procs` before
+    it has finished exiting, and the cgroup stays populated (busy) until it has."""
+    while True:
+        try:
+            os.rmdir(path)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.01)
