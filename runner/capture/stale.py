@@ -110,9 +110,12 @@ def _clean(found: Stale) -> list[str]:
     try:
         killed = _empty_and_remove(found.path)
     except (RunnerError, OSError) as exc:
-        return [f"cannot remove the stale run cgroup {found.path}: {exc}"] if found.path.exists() else []
-    lines = [f"removed the cgroup {found.path} of a runner that died (pid {found.owner.pid})"
-             + (f", killing {killed} processes left in it" if killed else "")]
+        if not found.path.exists():
+            return []
+        lines = [f"cannot remove the stale run cgroup {found.path}: {exc}"]
+    else:
+        lines = [f"removed the cgroup {found.path} of a runner that died (pid {found.owner.pid})"
+                 + (f", killing {killed} processes left in it" if killed else "")]
     if found.v2 and found.owner.spool:
         lines.append(_recover_spool(found.owner, found.died_ns))
     return lines
@@ -176,11 +179,17 @@ def parents_with_kind() -> list[tuple[Path, bool]]:
     return found
 
 
+ORPHAN_REAP_S = 30.0
+"""How long the sweep waits for a dead run's cgroup to empty. The runner's own children outlive it as
+orphans of pid 1, and a cgroup stays busy until its zombies are reaped: a pid 1 that reaps slowly
+(seen here: a sandbox's init, some seconds) would otherwise leave the cgroup and the spool behind."""
+
+
 def _empty_and_remove(path: Path) -> int:
     """Kill every process in `path` (cgroup.kill, else pid by pid) and remove it; how many there were."""
     group = RunCgroup(path=path, id=0, level=0)
     killed = len(group.pids())
-    group.remove()
+    group.remove(timeout=ORPHAN_REAP_S)
     return killed
 
 
