@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import structlog
 
 from runner import __version__
@@ -110,16 +109,15 @@ def file_digest(path: Path) -> tuple[str, int]:
 
 def health_verdict(archive: Path) -> str:
     """`passing` or `failing:<field=value,...>` from the archive's observation-health member."""
-    from runner.evidence.compare import PASSING  # the one definition of passing health
+    from runner.evidence.compare import check_health  # the one definition of passing health
 
     with tarfile.open(archive, "r:gz") as tar:
         info = tar.getmember(HEALTH_MEMBER)
         if not info.isfile() or info.size > HEALTH_MAX:
             raise ShipError(f"{archive}: {HEALTH_MEMBER} is not a small regular member", EXIT_BAD_INPUT)
         handle = tar.extractfile(info)
-        health: dict[str, Any] = msgspec.json.decode(handle.read() if handle else b"{}")
-    failing = [f"{k}={health.get(k)}" for k, want in PASSING.items() if health.get(k) != want]
-    return "passing" if not failing else "failing:" + ",".join(failing)
+        _, failures = check_health(0, {HEALTH_MEMBER: handle.read() if handle else b""})
+    return "passing" if not failures else "failing:" + ",".join(f"{f.field}={f.value}" for f in failures)
 
 
 def annotations(archive: Path, run_id: str) -> dict[str, str]:
