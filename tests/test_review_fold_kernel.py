@@ -47,7 +47,8 @@ SHIMS = {
     "libexec/pyenv-which": 'pyenv-hooks which >/dev/null; echo "/usr/bin/$1"',
     "libexec/pyenv-hooks": "echo",
 }
-SECTIONS = ("processes:", "files by directory:", "transient names", "endpoints:", "blocks:", "tool calls:")
+SECTIONS = ("processes:", "files by directory:", "transient names", "endpoints:", "blocks:", "tool calls:",
+            "phases:")
 
 
 def _section(text: str, name: str) -> list[str]:
