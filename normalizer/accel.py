@@ -18,10 +18,11 @@ both give the same bytes on every recorded spool and on generated records
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
 native: ModuleType | None
 try:
-    from normalizer import _fastscan as native
+    native = importlib.import_module("normalizer._fastscan")
 except ImportError:  # not built: the pure-Python path, same output
     native = None

@@ -11,7 +11,7 @@ gathering what the other members need (normalizer/collector.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -90,7 +90,7 @@ class NormalizedRun:
         }
 
 
-def ndjson_member(items: list[msgspec.Struct]) -> bytes:
+def ndjson_member(items: Sequence[msgspec.Struct]) -> bytes:
     """One compact JSON object per line."""
     return b"".join(_encoder.encode(i) + b"\n" for i in items)
 
@@ -122,8 +122,11 @@ def canonical_runs(buckets: ThreadBuckets, processes: list[Process],
             yield current, (shapes, pairs)  # type: ignore[misc]
 
 
-def _rank(thread: Thread) -> tuple[int, int]:
-    """A thread's canonical position: (process number, thread rank; 0 is the first thread)."""
+def _rank(thread: Hashable) -> tuple[int, int]:
+    """A thread's canonical position: (process number, thread rank; 0 is the first thread).
+
+    TransientNames keeps whoever made a name as any hashable; the scan gives it threads."""
+    assert isinstance(thread, Thread)
     return thread.process.number, thread.rank
 
 

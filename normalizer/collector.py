@@ -18,7 +18,7 @@ from operator import attrgetter
 
 from normalizer import accel
 from normalizer.buckets import Ahead, Run, Spilled
-from normalizer.classify import O_TMPFILE_BIT, Classified, kind_name
+from normalizer.classify import Classified, kind_name
 from normalizer.correlate import END, Block
 from normalizer.kernel_lines import (
     LINES_PER_WRITE,
@@ -31,7 +31,7 @@ from normalizer.kernel_lines import (
 from normalizer.redact import Redactor, may_hold_secrets
 from normalizer.sdk import ToolCall
 from normalizer.surface import DistinctValues
-from normalizer.telemetry import RUNTIME_WRITE
+from normalizer.telemetry import O_TMPFILE_BIT, RUNTIME_WRITE
 from normalizer.transient import Substitution
 
 FILE_KINDS = frozenset({"openat", "file_blocked"})

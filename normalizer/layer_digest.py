@@ -94,7 +94,8 @@ class Pipeline:
         """The worker's first error, until the writer takes it (`_raise`)."""
         self._failed: BaseException | None = None
         self._abandoned = threading.Event()
-        self._ending: weakref.finalize | None = None
+        self._ending: weakref.finalize[[queue.Queue[list[bytes] | None], threading.Event], Pipeline] | None
+        self._ending = None
         self.ended = False
 
     def put(self, block: bytes) -> None:
@@ -139,7 +140,7 @@ class Pipeline:
                 self._digest.take(chunk)
             else:
                 self._queue.put(chunk)
-        if self._ending is not None and self._ending.detach() is not None:
+        if self._queue is not None and self._ending is not None and self._ending.detach() is not None:
             self._queue.put(_DONE)  # the worker stops once the queue is done
 
     def close(self) -> Digest:

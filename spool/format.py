@@ -14,7 +14,6 @@ import os
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import msgspec
 
@@ -205,7 +204,7 @@ class Spool(msgspec.Struct):
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Frame)
+_decoder: msgspec.msgpack.Decoder[Frame] = msgspec.msgpack.Decoder(Frame)
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -214,7 +213,7 @@ def encode_frame(frame: Frame) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-def _file_left(stream: BinaryIO) -> int | None:
+def _file_left(stream: io.BufferedIOBase) -> int | None:
     """Bytes left in a file from its current offset (None when it is not a file: then
     MAX_FRAME is the bound a length prefix must keep)."""
     try:
@@ -241,14 +240,14 @@ def batch_head(count: int, items_size: int) -> bytes:
     return _LEN.pack(len(_BATCH_HEAD) + len(array) + items_size) + _BATCH_HEAD + array
 
 
-def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
+def iter_frames(stream: io.BufferedIOBase) -> Iterator[Frame]:
     """Frames in file order; raises SpoolError on a torn or foreign frame."""
     frames = FrameReader(stream)
     while (body := frames.body()) is not None:
         yield _decode(body)
 
 
-def _decode(body: bytes) -> Frame:
+def _decode(body: bytes | memoryview) -> Frame:
     try:
         return _decoder.decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
@@ -273,7 +272,7 @@ class FrameReader:
     block read are whole, and the one cut by the block's end is left to `body`.
     """
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: io.BufferedIOBase) -> None:
         self._stream = stream
         self._file_left = _file_left(stream)
         self.block = bytearray()
@@ -373,8 +372,9 @@ def skip_frames(block: bytearray, pos: int, end: int, head: bytes) -> int:
     return pos
 
 
-def frame_size(head: bytes) -> int:
+def frame_size(head: bytes | bytearray | memoryview) -> int:
     """The body size a frame's 4-byte length prefix announces; SpoolError past MAX_FRAME."""
+    size: int
     (size,) = _LEN.unpack(head)
     if size > MAX_FRAME:
         raise SpoolError(f"frame of {size} bytes is too large; not an assay-runner spool?")
