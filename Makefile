@@ -16,7 +16,7 @@ DEMO_OUT := /var/lib/assay-runner/runs
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup native demo test test-parallel lint schemas bench image image-smoke clean kernel-matrix \
+.PHONY: setup native demo test test-parallel lint typecheck schemas bench image image-smoke clean kernel-matrix \
 	acceptance acceptance-prepare acceptance-gate acceptance-verify
 
 setup:
@@ -80,6 +80,11 @@ kernel-matrix: setup
 lint: $(VENV)/bin/ruff
 	$(VENV)/bin/ruff check .
 
+# mypy over the directories pyproject.toml's [tool.mypy] names (strict on normalizer, spool,
+# policy); its cache is .mypy_cache. tests/test_typecheck.py runs the same check in `make test`.
+typecheck: $(VENV)/bin/mypy
+	$(VENV)/bin/mypy
+
 schemas: setup
 	$(PY) scripts/gen_schemas.py
 
@@ -98,10 +103,10 @@ image:
 image-smoke: setup
 	$(VENV)/bin/pytest -q -m image tests/test_image.py
 
-$(VENV)/bin/ruff $(VENV)/bin/python:
+$(VENV)/bin/ruff $(VENV)/bin/mypy $(VENV)/bin/python:
 	@bash scripts/setup.sh
 
 # Generated files only; the venv stays (rm -rf .venv, then make setup, rebuilds it).
 clean:
-	rm -rf runs build bench/results .pytest_cache .ruff_cache .setup-stamp* *.egg-info
+	rm -rf runs build bench/results .pytest_cache .ruff_cache .mypy_cache .setup-stamp* *.egg-info
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.taskstats import ProcessPeak
@@ -49,7 +50,7 @@ def fit_line(points: list[tuple[int, float]]) -> Fit | None:
                1 - sum(r * r for r in residuals) / total if total else None)
 
 
-def spread(values: list[float | None]) -> float | None:
+def spread(values: Sequence[float | None]) -> float | None:
     """Largest minus smallest of the values present; None when fewer than two are."""
     present = [v for v in values if v is not None]
     return max(present) - min(present) if len(present) >= 2 else None

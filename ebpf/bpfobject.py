@@ -168,7 +168,7 @@ def compile_with_bcc(text: str, cflags: list[str]) -> BpfObject:
         raise CompileError(f"cannot import bcc ({exc}); install Debian's python3-bpfcc "
                            "('make setup')") from exc
 
-    class CompileOnly(BPF):  # type: ignore[misc]
+    class CompileOnly(BPF):
         def _trace_autoload(self) -> None:
             """Nothing: loading and attaching are ebpf/loader.py's."""
 

@@ -90,7 +90,7 @@ def per_event(name: str, ev: dict[str, Any]) -> Iterator[str]:
     action = get(ev, "agent_action", "action_type")
     if name in ACTION_BY_EVENT and isinstance(action, str) and action not in ACTION_BY_EVENT[name]:
         yield f"{name}: action_type must be {'|'.join(sorted(ACTION_BY_EVENT[name]))}, got {action!r}"
-    session = ev.get("session") if isinstance(ev.get("session"), dict) else {}
+    session = ev["session"] if isinstance(ev.get("session"), dict) else {}
     if name == RUN_STARTED:
         ids = tuple(str(session.get(k)) for k in ("run_id", "session_id"))
         yield from (f"{name}: {m}" for m in _needs_tokens(ev, ids, "the run_id and scenario_id"))
@@ -166,7 +166,7 @@ def run_wide(lines: list[Line]) -> Iterator[tuple[int, str]]:
     yield from _constraints(lines, by_name)
 
 
-def _constraints(lines: list[Line], by_name: dict[str | None, Line]) -> Iterator[tuple[int, str]]:
+def _constraints(lines: list[Line], by_name: dict[str, Line]) -> Iterator[tuple[int, str]]:
     emitted: dict[str, str] = {}
     for line in lines:
         for c in get(line.event, "request", "constraints") or []:

@@ -34,7 +34,7 @@ DEFAULT_OUT = STATE_DIR / "runs"
 log = get_logger("run")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run",
         help="run a command under eBPF observation and write its evidence archive",

@@ -180,7 +180,7 @@ def _mirror(sock: socket.socket) -> int:
         while True:
             msg = _next_reply(sock, reader, "before the run finished")
             if isinstance(msg, protocol.Progress):
-                status.update(msg.events, lambda m=msg: {"all": m.drops}, msg.elapsed_s)
+                status.update(msg.events, {"all": msg.drops}.copy, msg.elapsed_s)
             elif isinstance(msg, protocol.Finished):
                 status.clear()
                 print(msg.summary, file=sys.stderr)

@@ -345,10 +345,10 @@ def render_text(diff: CapabilityDiff) -> str:
             lines.append(f"  status: {corr.status.base} -> {corr.status.new}")
         lines += [f"  binding + {_binding_text(b)}" for b in corr.bindings_added]
         lines += [f"  binding - {_binding_text(b)}" for b in corr.bindings_removed]
-        for change in corr.bindings_changed:
-            lines.append(f"  binding ~ {change.tool_call_id}:")
-            lines += [f"      was {_binding_text(b)}" for b in change.base]
-            lines += [f"      now {_binding_text(b)}" for b in change.new]
+        for rebound in corr.bindings_changed:
+            lines.append(f"  binding ~ {rebound.tool_call_id}:")
+            lines += [f"      was {_binding_text(b)}" for b in rebound.base]
+            lines += [f"      now {_binding_text(b)}" for b in rebound.new]
         lines += [f"  ambiguity + {a}" for a in corr.ambiguities.added]
         lines += [f"  ambiguity - {a}" for a in corr.ambiguities.removed]
     lines.append(
