@@ -111,15 +111,15 @@ def canonical_runs(buckets: ThreadBuckets, processes: list[Process],
         shapes: list[Classified] = []
         pairs: list[int] = []
         for thread, c in other_threads_order([(t, buckets.events(t)) for t in others], names.apply):
-            if thread is not current and shapes:
-                yield current, (shapes, pairs)  # type: ignore[misc]
+            if thread is not current and current is not None and shapes:
+                yield current, (shapes, pairs)
                 shapes, pairs = [], []
             current = thread
             shapes.append(shape_of(c))
             pairs.append(c.order)
             pairs.append(c.ts)
-        if shapes:
-            yield current, (shapes, pairs)  # type: ignore[misc]
+        if current is not None and shapes:  # shapes only once there is a current thread
+            yield current, (shapes, pairs)
 
 
 def _rank(thread: Hashable) -> tuple[int, int]:
@@ -227,6 +227,7 @@ def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> Normali
     decided = decisions(sdk.tool_calls, out.blocks)
     policy_lines = policy_events(decided, run_id)
     markers = [p for p in spool.phases if p.name in RUN_PHASES]
+    # the markers' names are the RUN_PHASES a RunEvent's type may be
     phases = [RunEvent(schema=RUN_EVENT_SCHEMA, run_id=run_id, seq=i, type=p.name)  # type: ignore[arg-type]
               for i, p in enumerate(markers)]
     notes = [n for n in (sdk.note, privilege_note(spool.header.uid, spool.header.policy)) if n]
