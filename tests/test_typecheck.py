@@ -16,7 +16,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from support import ROOT
+from tests.support import ROOT
 
 CONFIG = ROOT / "pyproject.toml"
 MYPY = tomllib.loads(CONFIG.read_text())["tool"]["mypy"]
@@ -32,8 +32,9 @@ def _mypy(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _sources() -> list[Path]:
-    """The .py files under the directories mypy is configured to check."""
-    return sorted(p for d in MYPY["files"] for p in (ROOT / d).rglob("*.py"))
+    """The .py and .pyi (stub) files under the directories mypy is configured to check."""
+    return sorted(p for d in MYPY["files"] for pattern in ("*.py", "*.pyi")
+                  for p in (ROOT / d).rglob(pattern))
 
 
 def test_the_project_type_checks() -> None:
