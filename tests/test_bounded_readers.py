@@ -1,4 +1,4 @@
-"""Archive bombs and hostile spools are refused early, in bounded memory (issue 10, point 5).
+"""Archive bombs and hostile spools are refused early, in bounded memory.
 
 Each case runs the real CLI in a child process and reads that child's peak
 RSS from wait4(2): the limit is 200 MiB, where the reader before these bounds
