@@ -1,7 +1,7 @@
 """Against the real kernel: policy enforcement, the SDK layer and tool-call correlation.
 
 Every run goes through the real CLI (`assay-runner run` / `determinism`) as a
-user would start it. Each test proves one thing the issue requires; runs are
+user would start it. Each test proves one thing the acceptance requires; runs are
 shared between assertions through module-scoped fixtures. What the tests
 prove, and how to run them, is in docs/acceptance.md.
 """
