@@ -1,0 +1,232 @@
+"""The numbers and names the docs state, read from the docs' own sentences and compared with the
+code that decides them, so a change to either that leaves the other behind fails here.
+
+Each claim is a regular expression over a page's prose (whitespace folded, so a reflowed
+paragraph still matches) whose groups are the stated figures; a sentence reworded past its
+pattern fails too, and then the pattern moves with it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import struct
+import tomllib
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import ebpf.bpfobject
+import ebpf.monitor
+import ebpf.probing
+import ebpf.ringsink
+import ebpf.wire
+import normalizer.build
+import normalizer.deflate
+import normalizer.layer_digest
+import normalizer.surface
+import runner.blackbox.observe
+import runner.capture.limits
+import runner.capture.live_process
+import runner.capture.phases
+import runner.daemon.config
+import runner.evidence.publish
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+ARCH = "docs/architecture.md"
+
+
+@cache
+def prose(page: str) -> str:
+    """A page's text with every run of whitespace (line breaks, indents) folded to one space."""
+    return " ".join((ROOT / page).read_text(encoding="utf-8").split())
+
+
+def stated(page: str, pattern: str) -> tuple[str, ...]:
+    """The groups of the one sentence of `page` that `pattern` matches (each claim is made once)."""
+    found = list(re.finditer(pattern, prose(page)))
+    assert len(found) == 1, f"{page}: {len(found)} matches of {pattern!r}"
+    return found[0].groups()
+
+
+@cache
+def header_defines() -> dict[str, int]:
+    """The integer `#define`s of ebpf/assay_events.h, the kernel side's own copy."""
+    text = (ROOT / "ebpf" / "assay_events.h").read_text()
+    return {m[1]: int(m[2]) for m in re.finditer(r"^#define (\w+) (\d+)\b", text, re.MULTILINE)}
+
+
+def hypothesis_examples(profile: str) -> int:
+    """`max_examples` of a Hypothesis profile registered in tests/conftest.py."""
+    text = (ROOT / "tests" / "conftest.py").read_text()
+    match = re.search(rf'register_profile\("{profile}", max_examples=(\d+)', text)
+    assert match, profile
+    return int(match[1])
+
+
+def tracepoints_attached() -> int:
+    """Enter programs in the monitor's C sources plus the exits `on_sys_exit` is attached to."""
+    probes = sum((ROOT / "ebpf" / name).read_text().count("TRACEPOINT_PROBE(")
+                 for name in ("monitor.c", "changes.c"))  # fmt: skip
+    return probes + len(ebpf.monitor.JOINED_SYSCALLS)
+
+
+# (page, pattern, what the code says the groups must be)
+CLAIMS: list[tuple[str, str, Callable[[], tuple[object, ...]]]] = [
+    # the C ring consumer's bound
+    (ARCH, r"a drain pauses once (\d+) MiB is buffered \(`PAUSE_BYTES` in `ebpf/ringsink\.py`\)",
+     lambda: (ebpf.ringsink.PAUSE_BYTES / MIB,)),
+    (ARCH, r"the C consumer: at most (\d+) MiB before it hands them on",
+     lambda: (ebpf.ringsink.PAUSE_BYTES / MIB,)),
+    # the drain interval
+    (ARCH, r"drains the ring buffer every (\d+) ms", lambda: (runner.capture.phases.POLL_MS,)),
+    (ARCH, r"The runner also drains on a (\d+) ms timer", lambda: (runner.capture.phases.POLL_MS,)),
+    (ARCH, r"\(`POLL_MS` = (\d+) ms\)", lambda: (runner.capture.phases.POLL_MS,)),
+    # per-run limits
+    ("README.md", r"`--pids-max N` \(default (\d+)\)", lambda: (runner.capture.limits.DEFAULT_PIDS_MAX,)),
+    (ARCH, r"`pids\.max` (\d+) by default", lambda: (runner.capture.limits.DEFAULT_PIDS_MAX,)),
+    ("docs/daemon.md", r"Without a config the limits are (\d+) pids and (\d+) GiB of memory per run",
+     lambda: (runner.capture.limits.DEFAULT_PIDS_MAX,
+              runner.daemon.config.memory_bytes(runner.daemon.config.DEFAULT_MEMORY_MAX) / (1 << 30))),
+    ("docs/daemon.md", r"`sensor\.ringbuf_pages` in the config \(default (\d+) pages, (\d+) MiB",
+     lambda: (runner.daemon.config.DAEMON_RINGBUF_PAGES,
+              runner.daemon.config.DAEMON_RINGBUF_PAGES * 4096 / MIB)),
+    # the wire format and the kernel side's bounds
+    (ARCH, r"The (\d+)-byte header carries the run key",
+     lambda: (struct.calcsize(ebpf.wire.HEADER.format),)),
+    (ARCH, r"counted per run slot \(key % (\d+),",
+     lambda: (same(ebpf.wire.RUN_SLOTS, header_defines()["RUN_SLOTS"]),)),
+    (ARCH, r"\(up to (\d+) entries, (\d+) bytes each, (\d+) KiB in all;",
+     lambda: (header_defines()["ARGV_MAX"], header_defines()["ASSAY_DATA_MAX"] - 1,
+              header_defines()["ASSAY_PAYLOAD_MAX"] / 1024)),
+    (ARCH, r"back to back \(payload up to (\d+) KiB\)",
+     lambda: (header_defines()["ASSAY_PAYLOAD_MAX"] / 1024,)),
+    (ARCH, r"the syscall in flight, ([\d,]+) slots;", lambda: (ebpf.monitor.TASKS_MAX,)),
+    (ARCH, r"the minimum kernel \((\d+)\.(\d+): the ring buffer\)", lambda: ebpf.probing.MIN_KERNEL),
+    (ARCH, r"a (\d+) MiB ring holds tens of thousands",
+     lambda: (ebpf.wire.DEFAULT_RINGBUF_PAGES * 4096 / MIB,)),
+    # the compiled-object cache
+    (ARCH, r"The cache is `([^`]+)` \(or", lambda: (str(ebpf.bpfobject.CACHE_DIR),)),
+    (ARCH, r"The newest (\d+) objects are kept", lambda: (ebpf.bpfobject.CACHE_KEEP,)),
+    # the live pass, publishing and the surface
+    (ARCH, r"never waited for longer than (\d+) s plus (\d+) µs per record",
+     lambda: (runner.capture.live_process.RESULT_TIMEOUT_S,
+              runner.capture.live_process.RESULT_S_PER_RECORD * 1e6)),
+    (ARCH, r"switch interval is ([\d.]+) ms instead of 5 ms",
+     lambda: (normalizer.layer_digest.SWITCH_INTERVAL * 1000,)),
+    (ARCH, r"gathers them into (\d+) MiB chunks", lambda: (normalizer.layer_digest.CHUNK_BYTES / MIB,)),
+    (ARCH, r"deflated by a fresh compressor at level (\d+)", lambda: (normalizer.deflate.LEVEL,)),
+    (ARCH, r"`HELD_VALUES` = ([\d,]+) values", lambda: (normalizer.surface.HELD_VALUES,)),
+    (ARCH, r"in msgpack frames of (\d+) values", lambda: (normalizer.surface.FRAME_VALUES,)),
+    (ARCH, r"runs of one set are merged (\d+) at a time", lambda: (normalizer.surface.FAN_IN,)),
+    (ARCH, r"encoded by msgspec ([\d,]+) at a time", lambda: (normalizer.surface.ENCODE_VALUES,)),
+    (ARCH, r"spilled to a temp file every ([\d,]+) events", lambda: (normalizer.build.SPILL_EVERY,)),
+    (ARCH, r"so it runs only up to (\d+) MiB of each",
+     lambda: (runner.evidence.publish.VALIDATE_UP_TO / MIB,)),
+    # tests and tools
+    (ARCH, r"runs (\d+) derandomized examples per test", lambda: (hypothesis_examples("ci"),)),
+    (ARCH, r"`deep` \(([\d,]+) examples\)", lambda: (hypothesis_examples("deep"),)),
+    (ARCH, r"sends SIGTERM, then kills (\d+) s later", lambda: (runner.blackbox.observe.TERM_GRACE,)),
+]
+
+
+@pytest.mark.parametrize(("page", "pattern", "truth"), CLAIMS, ids=[f"{c[0]}:{c[1][:40]}" for c in CLAIMS])
+def test_the_doc_states_what_the_code_does(page: str, pattern: str,
+                                          truth: Callable[[], tuple[object, ...]]) -> None:
+    said = stated(page, pattern)
+    assert [_figure(s) for s in said] == [_figure(v) for v in truth()], (page, said)
+
+
+def _figure(value: object) -> object:
+    """A stated or coded figure as a float ("32,768", 32768 and 32768.0 are one figure), else as is."""
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and re.fullmatch(r"[\d,]+(\.\d+)?", value):
+        return float(value.replace(",", ""))
+    return value
+
+
+def same(*copies: object) -> object:
+    """The one value every copy of a constant has (the C header's and Python's must agree)."""
+    assert len(set(copies)) == 1, copies
+    return copies[0]
+
+
+def test_the_daemon_config_example_shows_the_defaults() -> None:
+    """docs/daemon.md's sample config marks `pids_max`, `memory_max` and the sensor's sizes as the
+    defaults: they must be `ConfigDocument()`'s."""
+    text = (ROOT / "docs" / "daemon.md").read_text(encoding="utf-8")
+    block = re.search(r"## Operator config.*?```toml\n(.*?)```", text, re.DOTALL)
+    assert block, "docs/daemon.md has no sample config"
+    sample = tomllib.loads(block[1])
+    defaults = runner.daemon.config.ConfigDocument()
+    assert sample["limits"]["pids_max"] == defaults.limits.pids_max
+    assert sample["limits"]["memory_max"] == defaults.limits.memory_max
+    assert sample["sensor"]["ringbuf_pages"] == defaults.sensor.ringbuf_pages
+    assert sample["sensor"]["tasks_max"] == defaults.sensor.tasks_max
+    assert sample["limits"]["max_concurrent_runs"] == defaults.limits.max_concurrent_runs
+    assert sample["limits"]["request_timeout_s"] == defaults.limits.request_timeout_s
+    # the sample decodes strictly (a misspelt key fails), as the daemon decodes its config
+    msgspec.convert(sample, runner.daemon.config.ConfigDocument)
+
+
+def test_the_ring_callback_is_handed_to_libbpf_by_the_own_loader() -> None:
+    """architecture.md: the C consumer is registered through `ebpf/loader.py`'s libbpf binding, not BCC."""
+    assert "handed to libbpf's `ring_buffer__new` by `ebpf/loader.py` as the ring's callback" in prose(
+        "docs/architecture.md")
+    loader = (ROOT / "ebpf" / "loader.py").read_text()
+    assert "ring_buffer__new(" in loader and "bcc" not in _imports(ROOT / "ebpf" / "loader.py")
+    assert "registered through BCC" not in prose("docs/architecture.md")
+
+
+def test_detaching_counts_over_a_hundred_tracepoints() -> None:
+    assert "the monitor attaches over a hundred tracepoints" in prose("docs/architecture.md")
+    assert tracepoints_attached() > 100
+
+
+def test_only_opens_become_file_blocked() -> None:
+    """policy.md: a refused open is the one denial recorded as `file_blocked`; others are attempts."""
+    assert "Only a refused open becomes a `file_blocked` line" in prose("docs/policy.md")
+    from normalizer import blocks, classify
+
+    assert [t for t, kind in classify.KIND_BY_TYPE.items() if kind == "file_blocked"] == [10]
+    source = (ROOT / "normalizer" / "blocks.py").read_text()
+    assert "e.hook != HOOK_OPEN or e.ret != -EACCES" in source and blocks.EACCES == 13
+    # the failed-attempt ids policy.md names are artifacts.md's
+    assert stated("docs/policy.md", r"failed attempt's `event_<id>` line \((\d+)-(\d+)\)") == stated(
+        "docs/artifacts.md", r"same id plus 100 \((\d+)-(\d+)\)")
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_normalizer_does_only_the_io_its_docstring_names() -> None:
+    """normalizer/__init__.py: no path opened; anonymous temp files only in the three modules it names."""
+    docstring = " ".join((normalizer_init := ROOT / "normalizer" / "__init__.py").read_text().split())
+    named = set(re.findall(r"`(\w+)\.py`", docstring))
+    temp_users = {p.stem for p in (ROOT / "normalizer").glob("*.py") if "tempfile" in _imports(p)}
+    assert named == temp_users == {"buckets", "surface", "layer_digest"}, (named, temp_users, normalizer_init)
+    for path in (ROOT / "normalizer").glob("*.py"):
+        assert not _imports(path) & {"subprocess", "urllib", "http", "bcc"}, path
+        calls = {ast.unparse(node.func) for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call)}  # fmt: skip
+        assert not calls & {"open", "os.open", "socket.socket", "os.unlink", "os.rename", "os.mkdir"}, path
+
+
+def test_the_claim_reader_refuses_a_missing_or_repeated_sentence() -> None:
+    with pytest.raises(AssertionError, match="0 matches"):
+        stated(ARCH, r"pauses once (\d+) GiB")
+    with pytest.raises(AssertionError, match="matches"):
+        stated(ARCH, r"(MiB)")
+    assert _figure("32,768") == _figure(32768) == 32768.0 and _figure("/var/x") == "/var/x"
