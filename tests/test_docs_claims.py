@@ -19,6 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+import blackbox.evaluate
 import ebpf.bpfobject
 import ebpf.monitor
 import ebpf.probing
@@ -28,12 +29,22 @@ import normalizer.build
 import normalizer.deflate
 import normalizer.layer_digest
 import normalizer.surface
+import policy.model
 import runner.blackbox.observe
 import runner.capture.limits
 import runner.capture.live_process
 import runner.capture.phases
+import runner.capture.terminal
 import runner.daemon.config
+import runner.errors
+import runner.evidence.bounded
+import runner.evidence.capdiff
+import runner.evidence.docstream
+import runner.evidence.intact
+import runner.evidence.lines
 import runner.evidence.publish
+import runner.evidence.validate
+import spool.format
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
@@ -131,6 +142,29 @@ CLAIMS: list[tuple[str, str, Callable[[], tuple[object, ...]]]] = [
     (ARCH, r"runs (\d+) derandomized examples per test", lambda: (hypothesis_examples("ci"),)),
     (ARCH, r"`deep` \(([\d,]+) examples\)", lambda: (hypothesis_examples("deep"),)),
     (ARCH, r"sends SIGTERM, then kills (\d+) s later", lambda: (runner.blackbox.observe.TERM_GRACE,)),
+    # README, policy.md, daemon.md, blackbox.md, artifacts.md
+    ("README.md", r"fewer than (\d+) rows get no live line", lambda: (runner.capture.terminal.MIN_ROWS,)),
+    ("README.md", r"machine with Linux (\d+)\.(\d+) or later", lambda: ebpf.probing.MIN_KERNEL),
+    ("README.md", r"\(`fchmodat2` before (\d+)\.(\d+), `close_range` before (\d+)\.(\d+)\)",
+     lambda: (*ebpf.probing.SYSCALL_SINCE["fchmodat2"], *ebpf.probing.SYSCALL_SINCE["close_range"])),
+    ("docs/policy.md", r"`MAX_NET_RULES = (\d+)` rule slots", lambda: (policy.model.MAX_NET_RULES,)),
+    ("docs/policy.md", r"# validate and explain \(exit 0 valid, (\d) invalid, (\d) unreadable\)",
+     lambda: (runner.errors.EXIT_CHECK_FAILED, runner.errors.EXIT_BAD_INPUT)),
+    ("docs/daemon.md", r"connections still sending their request \(1 to (\d+);",
+     lambda: (runner.daemon.config.MAX_CONNECTIONS_PER_USER,)),
+    ("docs/daemon.md", r"\(16 MiB\), a power of two up to (\d+)",
+     lambda: (runner.daemon.config.MAX_RINGBUF_PAGES,)),
+    ("docs/daemon.md", r"live tasks tracked in all \((\d+) to (\d+)\)",
+     lambda: (runner.daemon.config.MIN_TASKS_MAX, runner.daemon.config.MAX_TASKS_MAX)),
+    ("docs/daemon.md", r"hold `tasks_max / limits\.max_concurrent_runs` of them \((\d+) by default;",
+     lambda: (runner.daemon.config.ConfigDocument().sensor.tasks_max
+              // runner.daemon.config.ConfigDocument().limits.max_concurrent_runs,)),
+    ("docs/blackbox.md", r"\| output over (\d+) MiB with no emoji",
+     lambda: (blackbox.evaluate.MAX_OUTPUT_BYTES / MIB,)),
+    ("docs/artifacts.md", r"spilled as sorted runs past ([\d,]+) values",
+     lambda: (normalizer.surface.HELD_VALUES,)),
+    ("docs/artifacts.md", r"\| `manifest\.json` \| 1 MiB \| (\d+) entries of about 150 bytes",
+     lambda: (runner.evidence.bounded.MAX_MEMBERS,)),
 ]
 
 
@@ -154,6 +188,45 @@ def same(*copies: object) -> object:
     """The one value every copy of a constant has (the C header's and Python's must agree)."""
     assert len(set(copies)) == 1, copies
     return copies[0]
+
+
+UNITS = {"bytes": 1, "MiB": MIB, "GiB": 1 << 30}
+
+
+def sizes(text: str) -> list[int]:
+    """Every "N unit" size in a table cell, in bytes ("1 GiB / 2 GiB" is two)."""
+    found = re.findall(r"([\d,]+) (bytes|MiB|GiB)", text)
+    return [int(n.replace(",", "")) * UNITS[unit] for n, unit in found]
+
+
+def reading_limits() -> dict[str, str]:
+    """artifacts.md's "Reading limits" table: limit -> value cell."""
+    text = (ROOT / "docs" / "artifacts.md").read_text(encoding="utf-8")
+    section = text[text.index("### Reading limits"):]
+    table = section[:section.index("\n\n", section.index("| limit"))]
+    rows = re.findall(r"^\| (.+?) \| (.+?) \| .+ \|$", table, re.MULTILINE)
+    return dict(rows)
+
+
+def test_the_reading_limits_table_is_the_bounded_readers_constants() -> None:
+    limits, b = reading_limits(), runner.evidence.bounded
+    assert sizes(limits["long-name / pax header"]) == [b.MAX_HEADER_BYTES]
+    assert sizes(limits["`manifest.json`"]) == [b.MAX_MANIFEST_BYTES]
+    undeclared = limits["a member the manifest does not declare (or before the manifest)"]
+    assert sizes(undeclared) == [b.MAX_UNDECLARED_BYTES]
+    assert sizes(limits["a JSON document member"]) == [b.MAX_DOCUMENT_BYTES]
+    assert limits["a field of a streamed document that is not a list, or one list item"] == (
+        f"{runner.evidence.docstream.MAX_VALUE_TOKENS} JSON tokens")
+    held = limits["items of a correlation report's or health's list; "
+                  "lines of the events, policy or SDK layer"]
+    assert int(held.replace(",", "")) == runner.evidence.lines.MAX_HELD_LINES
+    assert int(held.replace(",", "")) == runner.evidence.capdiff.MAX_HELD_ITEMS
+    assert int(limits["problems listed per member and check"]) == runner.evidence.validate.MAX_PROBLEMS
+    assert sizes(limits["any member / all members declared"]) == [b.MAX_MEMBER_BYTES, b.MAX_TOTAL_BYTES]
+    assert sizes(limits["an NDJSON line"]) == [b.MAX_LINE_BYTES]
+    assert sizes(limits["members held in memory"]) == [b.INLINE_BYTES, b.INLINE_DOCUMENT_BYTES]
+    assert sizes(limits["zero bytes after the last tar member"])[-1] == runner.evidence.intact.MAX_TAIL_BYTES
+    assert sizes(limits["a spool frame"]) == [spool.format.MAX_FRAME]
 
 
 def test_the_daemon_config_example_shows_the_defaults() -> None:
