@@ -19,6 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+import assay_sdk
 import blackbox.evaluate
 import ebpf.bpfobject
 import ebpf.monitor
@@ -30,6 +31,7 @@ import normalizer.deflate
 import normalizer.layer_digest
 import normalizer.surface
 import policy.model
+import probe_harness.emit
 import runner.blackbox.observe
 import runner.capture.limits
 import runner.capture.live_process
@@ -77,6 +79,14 @@ def hypothesis_examples(profile: str) -> int:
     match = re.search(rf'register_profile\("{profile}", max_examples=(\d+)', text)
     assert match, profile
     return int(match[1])
+
+
+def sdk_pin_version() -> str:
+    """The pinned OpenAI Agents SDK version (fixtures/agent/sdk_pin.py, not a package)."""
+    match = re.search(r'^SDK_VERSION = "([^"]+)"', (ROOT / "fixtures" / "agent" / "sdk_pin.py").read_text(),
+                      re.MULTILINE)  # fmt: skip
+    assert match
+    return match[1]
 
 
 def tracepoints_attached() -> int:
@@ -165,6 +175,15 @@ CLAIMS: list[tuple[str, str, Callable[[], tuple[object, ...]]]] = [
      lambda: (normalizer.surface.HELD_VALUES,)),
     ("docs/artifacts.md", r"\| `manifest\.json` \| 1 MiB \| (\d+) entries of about 150 bytes",
      lambda: (runner.evidence.bounded.MAX_MEMBERS,)),
+    ("docs/probes.md", r"cuts snippets at (\d+) characters and refuses a payload over (\d+) bytes",
+     lambda: (probe_harness.emit.SNIPPET_MAX, probe_harness.emit.PAYLOAD_MAX_BYTES)),
+    ("docs/blackbox.md", r"cut at (\d+) entries of (\d+) bytes \(`argv_complete: false`\)",
+     lambda: (header_defines()["ARGV_MAX"], header_defines()["ASSAY_DATA_MAX"] - 1)),
+    ("docs/blackbox.md", r"forwards to the agent \(a second one, (\d+) s later, kills",
+     lambda: (runner.blackbox.observe.TERM_GRACE,)),
+    ("docs/sdk.md", r"Each packet is one compact JSON object \(at most (\d+) KiB\)",
+     lambda: (assay_sdk.MAX_PACKET / 1024,)),
+    ("docs/sdk.md", r"Notes on the SDK \(([\d.]+)\) for whoever", lambda: (sdk_pin_version(),)),
 ]
 
 
