@@ -322,3 +322,43 @@ def test_the_claim_reader_refuses_a_missing_or_repeated_sentence() -> None:
     with pytest.raises(AssertionError, match="matches"):
         stated(ARCH, r"(MiB)")
     assert _figure("32,768") == _figure(32768) == 32768.0 and _figure("/var/x") == "/var/x"
+
+
+REFERENCE = re.compile(r'(docs/[a-z-]+\.md)[,;:]? (?:section )?"([^"]{3,80})"')
+SOURCES = ("*.md", "docs/*.md", "*/README.md", "ebpf/*", "normalizer/*.py", "spool/*.py", "policy/*.py",
+           "runner/**/*.py", "blackbox/**/*.py", "probe_harness/*.py", "bench/*.py", "tests/*.py",
+           "fixtures/agent/*.py", "scripts/*")  # fmt: skip
+
+
+def anchors(page: str) -> str:
+    """What a reference may name in `page`: its headings, bold lead-ins, list items and table rows."""
+    return prose(page).replace("`", "").lower()
+
+
+def dangling_references(text: str) -> list[str]:
+    """Each `docs/X.md, "Section"` in `text` whose page has no heading, lead-in or row of that name."""
+    found = []
+    for page, title in REFERENCE.findall(" ".join(text.split())):
+        if not (ROOT / page).is_file():
+            found.append(f"{page} (no such page)")
+            continue
+        title = title.replace("`", "").lower()
+        if not any(mark + title in anchors(page) for mark in ("# ", "**", "- ", "| ", "*")):
+            found.append(f'{page}, "{title}"')
+    return found
+
+
+def test_every_section_a_doc_or_docstring_names_exists() -> None:
+    here = Path(__file__).resolve()
+    paths = sorted({p for pattern in SOURCES for p in ROOT.glob(pattern) if p.is_file() and p != here})
+    assert len(paths) > 100
+    dangling = {str(p.relative_to(ROOT)): d for p in paths
+                if (d := dangling_references(p.read_text(encoding="utf-8", errors="replace")))}  # fmt: skip
+    assert dangling == {}
+
+
+def test_the_reference_check_finds_a_dangling_one() -> None:
+    assert dangling_references('see docs/architecture.md, "Faults" and docs/policy.md "Syscalls"') == []
+    assert dangling_references('docs/architecture.md, "No such\n section"') == [
+        'docs/architecture.md, "no such section"']
+    assert dangling_references('docs/nowhere.md, "Faults"') == ["docs/nowhere.md (no such page)"]
