@@ -89,6 +89,11 @@ def sdk_pin_version() -> str:
     return match[1]
 
 
+def probe_scripts() -> list[Path]:
+    """The probe catalog: one script per probe in probes/."""
+    return sorted((ROOT / "probes").glob("*.sh"))
+
+
 def tracepoints_attached() -> int:
     """Enter programs in the monitor's C sources plus the exits `on_sys_exit` is attached to."""
     probes = sum((ROOT / "ebpf" / name).read_text().count("TRACEPOINT_PROBE(")
@@ -184,6 +189,10 @@ CLAIMS: list[tuple[str, str, Callable[[], tuple[object, ...]]]] = [
     ("docs/sdk.md", r"Each packet is one compact JSON object \(at most (\d+) KiB\)",
      lambda: (assay_sdk.MAX_PACKET / 1024,)),
     ("docs/sdk.md", r"Notes on the SDK \(([\d.]+)\) for whoever", lambda: (sdk_pin_version(),)),
+    ("docs/benchmarks.md",
+     r"over the full catalog \((\d+) probes x baseline and the three presets, (\d+) records\)",
+     lambda: (len(probe_scripts()), 4 * len(probe_scripts()))),
+    ("docs/benchmarks.md", r"3 compiles instead of (\d+)\.", lambda: (3 * len(probe_scripts()),)),
 ]
 
 
