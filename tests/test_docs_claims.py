@@ -41,6 +41,7 @@ import runner.daemon.config
 import runner.errors
 import runner.evidence.bounded
 import runner.evidence.capdiff
+import runner.evidence.clock
 import runner.evidence.docstream
 import runner.evidence.intact
 import runner.evidence.lines
@@ -371,3 +372,12 @@ def test_the_reference_check_finds_a_dangling_one() -> None:
     assert dangling_references('docs/architecture.md, "No such\n section"') == [
         'docs/architecture.md, "no such section"']
     assert dangling_references('docs/nowhere.md, "Faults"') == ["docs/nowhere.md (no such page)"]
+
+
+def test_the_pinned_clock_table_is_clock_env() -> None:
+    """determinism.md's "The clock, pinned" table: exactly the variables and values `determinism` sets."""
+    text = (ROOT / "docs" / "determinism.md").read_text(encoding="utf-8")
+    section = text[text.index("### The clock, pinned"):]
+    table = section[section.index("| variable"):section.index("\n\n", section.index("| variable"))]
+    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", table, re.MULTILINE))
+    assert rows == runner.evidence.clock.CLOCK_ENV
