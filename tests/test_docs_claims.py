@@ -90,6 +90,13 @@ def sdk_pin_version() -> str:
     return match[1]
 
 
+def image_size_bound() -> int:
+    """The image size tests/test_image.py fails at (a kernel test: its bound is read, not imported)."""
+    match = re.search(r"assert size < ([\d_]+), size", (ROOT / "tests" / "test_image.py").read_text())
+    assert match
+    return int(match[1])
+
+
 def probe_scripts() -> list[Path]:
     """The probe catalog: one script per probe in probes/."""
     return sorted((ROOT / "probes").glob("*.sh"))
@@ -194,6 +201,8 @@ CLAIMS: list[tuple[str, str, Callable[[], tuple[object, ...]]]] = [
      r"over the full catalog \((\d+) probes x baseline and the three presets, (\d+) records\)",
      lambda: (len(probe_scripts()), 4 * len(probe_scripts()))),
     ("docs/benchmarks.md", r"3 compiles instead of (\d+)\.", lambda: (3 * len(probe_scripts()),)),
+    ("docs/setup.md", r"`tests/test_image\.py` prints the size line and fails above (\d+) MB",
+     lambda: (image_size_bound() / 1_000_000,)),
 ]
 
 
