@@ -9,12 +9,14 @@ pattern fails too, and then the pattern moves with it.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import struct
 import tomllib
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgspec
 import pytest
@@ -48,6 +50,9 @@ import runner.evidence.lines
 import runner.evidence.publish
 import runner.evidence.validate
 import spool.format
+from normalizer import blocks
+from policy.load import load_preset
+from policy.model import resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
@@ -300,13 +305,20 @@ def test_detaching_counts_over_a_hundred_tracepoints() -> None:
 
 
 def test_only_opens_become_file_blocked() -> None:
-    """policy.md: a refused open is the one denial recorded as `file_blocked`; others are attempts."""
+    """policy.md: only a refused open is recorded as `file_blocked`; a refused unlink, mkdir, rename,
+    link, truncate or exec under the same policy is a failed attempt, never a block."""
     assert "Only a refused open becomes a `file_blocked` line" in prose("docs/policy.md")
-    from normalizer import blocks, classify
+    readonly = resolve(load_preset("read-only"), workspace="/w", home="/h", tmpdir="/t")
+    judge = blocks.FileBlockJudge(readonly, uid=0, dac={})
 
-    assert [t for t, kind in classify.KIND_BY_TYPE.items() if kind == "file_blocked"] == [10]
-    source = (ROOT / "normalizer" / "blocks.py").read_text()
-    assert "e.hook != HOOK_OPEN or e.ret != -EACCES" in source and blocks.EACCES == 13
+    def refused(hook: int, flags: int = 0) -> SimpleNamespace:
+        event = SimpleNamespace(hook=hook, ret=-blocks.EACCES, a1=flags)
+        return SimpleNamespace(item=SimpleNamespace(event=event), path="/w/f")
+
+    assert judge.blocked_access(refused(ebpf.wire.HOOK_OPEN, os.O_WRONLY)) == "write"  # type: ignore[arg-type]
+    for hook in (ebpf.wire.HOOK_UNLINK, ebpf.wire.HOOK_MKDIR, ebpf.wire.HOOK_RENAME, ebpf.wire.HOOK_LINK,
+                 ebpf.wire.HOOK_TRUNCATE, ebpf.wire.HOOK_EXECVE):  # fmt: skip
+        assert judge.blocked_access(refused(hook)) is None, hook  # type: ignore[arg-type]
     # the failed-attempt ids policy.md names are artifacts.md's
     assert stated("docs/policy.md", r"failed attempt's `event_<id>` line \((\d+)-(\d+)\)") == stated(
         "docs/artifacts.md", r"same id plus 100 \((\d+)-(\d+)\)")
