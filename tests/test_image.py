@@ -1,4 +1,4 @@
-"""The container image, really built and run against the host kernel (issue 13).
+"""The container image, really built and run against the host kernel.
 
 `make image` builds it (debootstrapped base, the host's extra CA for pip
 behind a TLS-intercepting proxy); then the `docker run` line of
@@ -97,7 +97,7 @@ def test_image_size_is_reported(built: Built, capsys: pytest.CaptureFixture[str]
     assert f"({size} bytes)" in built.report, built.report
     with capsys.disabled():  # shown under `pytest -q` too: CI logs carry the size
         print(f"\n{built.report}")
-    # The single-stage image issue 13 replaced was 1.25 GB: stay well below it.
+    # A single-stage image of the same content is 1.25 GB: stay well below it.
     assert size < 600_000_000, size
 
 
