@@ -76,9 +76,11 @@ MATRIX_TESTS ?= full
 kernel-matrix: setup
 	$(PY) scripts/kernel_matrix.py --kernels $(MATRIX_KERNELS) --tests $(MATRIX_TESTS)
 
-# Lint needs only the venv, not a ready kernel: no root once the venv exists.
+# Lint needs only the venv, not a ready kernel: no root once the venv exists. The import
+# contracts are in pyproject.toml ([tool.importlinter]; docs/architecture.md, "Code layout").
 lint: $(VENV)/bin/ruff
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 schemas: setup
 	$(PY) scripts/gen_schemas.py
