@@ -25,8 +25,8 @@ from policy.model import Policy
 from runner.capture.status import LiveStatus
 from runner.capture.terminal import capable
 from runner.daemon import protocol
-from runner.daemon.address import unix_address
 from runner.errors import RunnerError
+from runner.sockaddr import unix_address
 
 DEFAULT_SOCKET = Path("/run/assay-runner/runner.sock")
 SOCKET_ENV = "ASSAY_RUNNER_SOCKET"
