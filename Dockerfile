@@ -23,7 +23,7 @@
 #   (EXTRA_CA=host, the default) or a file (EXTRA_CA=path); docs/setup.md.
 #
 # Two stages: `build` makes the venv (pip and its downloads stay there) and
-# builds the three C pieces with scripts/build_native.sh, the script `make
+# builds the four C pieces with scripts/build_native.sh, the script `make
 # setup` runs (gcc and the headers stay there); the final stage adds only
 # Debian's python3-bpfcc, copies the checkout with its venv and pieces, and
 # fails the build unless each piece loads there (`python -m runner.host.native`).

@@ -22,8 +22,8 @@ PY := $(VENV)/bin/python
 setup:
 	@bash scripts/setup.sh
 
-# The three C pieces alone (ring consumer, normalizer accelerator, fast client), rebuilt when
-# older than their sources; `make setup` and the image build run the same script.
+# The four C pieces alone (ring consumer, normalizer accelerator, spool frame reader, fast client),
+# rebuilt when older than their sources; `make setup` and the image build run the same script.
 native: $(VENV)/bin/python
 	@bash scripts/build_native.sh $(VENV)
 
