@@ -2,8 +2,9 @@
 
 The contracts are import-linter's, in pyproject.toml (`[tool.importlinter]`):
 the stack of layers, BCC only inside `ebpf/`, the pure packages (normalizer,
-policy, spool, blackbox) never reaching the runner or the sensor, and the
-offline tools never reaching the capture side. `lint-imports` reads every
+policy, spool, blackbox) never reaching the runner or the sensor, the
+offline tools never reaching the capture side, and no import cycle between
+the modules of one package. `lint-imports` reads every
 import statement, those inside functions included, and follows chains of
 imports, so an indirect path to a forbidden module breaks a contract too. A
 module over about 500 lines is a sign that it does more than one job.
@@ -59,7 +60,8 @@ def _copy_tree(into: Path) -> Path:
     return into
 
 
-# (module to change, the line added, the contract it must break, the import the report names)
+# (module to change, the line added, the contract it must break, the import the report names):
+# an upward import each, and a cycle
 UPWARD = [
     pytest.param("normalizer/text.py", "from runner.cli import main\n",
                  "The stack", "normalizer.text -> runner.cli", id="normalizer-imports-the-cli"),
@@ -71,6 +73,8 @@ UPWARD = [
     pytest.param("spool/writer.py", "from runner.capture import session\n",
                  "The pure packages never reach the runner", "spool.writer -> runner.capture",
                  id="spool-imports-capture"),
+    pytest.param("normalizer/telemetry.py", "from normalizer.classify import Classified\n",
+                 "No import cycles", ".telemetry -> .classify", id="a-cycle-inside-the-normalizer"),
 ]
 
 
