@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,21 @@ def test_the_import_contracts_hold() -> None:
     proc = _lint(ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 broken" in proc.stdout, proc.stdout  # every contract was checked, and none broke
+
+
+def test_the_documented_stack_is_the_contract() -> None:
+    """docs/architecture.md ("Layers") draws the stack that pyproject.toml's `layers` contract checks."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (stack,) = (c["layers"] for c in contracts if c["type"] == "layers")
+
+    def shown(name: str) -> str:
+        path = name.replace(".", "/")
+        return path if (ROOT / path).is_dir() else f"{path}.py"
+
+    expected = [" | ".join(shown(n.strip()) for n in layer.split("|")) for layer in stack]
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    drawn = doc.split("**The stack.**", 1)[1].split("```", 2)[1]
+    assert [line.strip() for line in drawn.strip().splitlines()] == expected
 
 
 def _copy_tree(into: Path) -> Path:
