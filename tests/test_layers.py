@@ -52,10 +52,29 @@ def test_the_import_contracts_hold() -> None:
     assert "0 broken" in proc.stdout, proc.stdout  # every contract was checked, and none broke
 
 
+TOOL = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+
+
+def _stack() -> list[str]:
+    """The layers of pyproject.toml's `layers` contract, top first."""
+    (stack,) = (c["layers"] for c in TOOL["importlinter"]["contracts"] if c["type"] == "layers")
+    return stack
+
+
+def test_the_stack_places_every_package() -> None:
+    """A new package, or a new subpackage or module directly under runner/, gets a layer: one left
+    out would be bound by no layer at all."""
+    shipped = {name.rstrip("*") for name in TOOL["setuptools"]["packages"]["find"]["include"]}
+    assert set(PACKAGES) == set(TOOL["importlinter"]["root_packages"]) == shipped
+    placed = {name.strip() for layer in _stack() for name in layer.split("|")}
+    runner = {f"runner.{p.stem if p.is_file() else p.name}" for p in (ROOT / "runner").iterdir()
+              if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    assert placed == set(PACKAGES) - {"runner"} | runner
+
+
 def test_the_documented_stack_is_the_contract() -> None:
     """docs/architecture.md ("Layers") draws the stack that pyproject.toml's `layers` contract checks."""
-    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    (stack,) = (c["layers"] for c in contracts if c["type"] == "layers")
+    stack = _stack()
 
     def shown(name: str) -> str:
         path = name.replace(".", "/")
