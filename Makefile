@@ -77,7 +77,7 @@ kernel-matrix: setup
 	$(PY) scripts/kernel_matrix.py --kernels $(MATRIX_KERNELS) --tests $(MATRIX_TESTS)
 
 # Lint needs only the venv, not a ready kernel: no root once the venv exists. The import
-# contracts are in pyproject.toml ([tool.importlinter]; docs/architecture.md, "Code layout").
+# contracts are in pyproject.toml ([tool.importlinter]; docs/architecture.md, "Layers").
 lint: $(VENV)/bin/ruff
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache

@@ -153,6 +153,12 @@ def test_this_checkout_uses_every_piece() -> None:
         ["ok", "ringsink"], ["ok", "fastscan"], ["ok", "framescan"], ["ok", "fastclient"]]
 
 
+def test_a_missing_frame_reader_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native.spool_accel, "native", None)
+    piece = native.frame_reader()
+    assert not piece.ok and "does not import" in piece.detail, piece
+
+
 def test_a_missing_or_broken_ring_consumer_is_reported(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     missing = tmp_path / "_ringsink.so"
@@ -174,10 +180,4 @@ def test_pips_script_is_not_the_fast_client(tree: Path) -> None:
 def test_a_missing_accelerator_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native.accel, "native", None)
     piece = native.accelerator()
-    assert not piece.ok and "does not import" in piece.detail, piece
-
-
-def test_a_missing_frame_reader_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(native.spool_accel, "native", None)
-    piece = native.frame_reader()
     assert not piece.ok and "does not import" in piece.detail, piece
