@@ -9,10 +9,11 @@ the fallback when it is not built and the reference it is tested against
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
 native: ModuleType | None
 try:
-    from spool import _framescan as native
+    native = importlib.import_module("spool._framescan")
 except ImportError:  # not built: the pure-Python path, same output
     native = None
