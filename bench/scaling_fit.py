@@ -1,6 +1,6 @@
 """The pure parts of `bench.scaling`: whose memory is whose, and linearity and flatness from numbers.
 
-Issue 14 asks that archive-ready time grow linearly with the event count
+Archive-ready time should grow linearly with the event count
 and that peak RSS stay flat. Neither is asserted here: a least-squares line
 through (events, seconds) gives the slope per 100k events, the intercept
 and the largest residual, so a reader sees how far the points are from a

@@ -82,7 +82,7 @@ class KernelEvent(_Strict):
     structured `connect_blocked` fields (`cgroup_id` .. `rule_id`) are read,
     never written: our blocks carry the endpoint in `value`. `status` implies
     `return_value` (schema allOf/5), so a successful open carries neither
-    (docs/artifacts.md, "Open metadata").
+    (docs/artifacts.md, "Kernel open metadata").
     """
 
     schema: Literal["assay.runner.kernel_event.v0"]

@@ -29,7 +29,7 @@ from ebpf.wire import (
 )
 from normalizer.artifacts import AccessMode, OpenStatus, OperationFlag
 from normalizer.paths import Resolved
-from normalizer.telemetry import O_TMPFILE_BIT, open_event_type
+from normalizer.telemetry import CHANGE_BITS, O_TMPFILE_BIT, is_telemetry_path, open_event_type
 from normalizer.text import escape_bytes
 
 KIND_BY_TYPE = {1: "openat", 2: "connect", 4: "exec", 10: "file_blocked", 20: "connect_blocked"}
@@ -207,3 +207,10 @@ def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> 
         ts=e.ts,
         denied=denied,
     )
+
+
+def is_telemetry(event: Classified) -> bool:
+    """True for an `openat` read (no write, create or truncate) whose path the contract classes
+    as telemetry."""
+    return event.kind == "openat" and event.value is not None and event.meta is not None \
+        and not event.meta.flags & CHANGE_BITS and is_telemetry_path(event.value)

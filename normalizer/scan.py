@@ -42,7 +42,15 @@ from ebpf.wire import HEADER, HOOK_CLOSE, HOOK_NAMES, HOOK_NEWTASK, HOOK_OPEN, T
 from normalizer import accel
 from normalizer.blocks import EACCES, FileBlockJudge, NetBlockMerge
 from normalizer.buckets import Run, ThreadBuckets, full, shape_of
-from normalizer.classify import CLASSIFIED_HOOKS, Classified, OpenMeta, cached_open_meta, classify, kind_name
+from normalizer.classify import (
+    CLASSIFIED_HOOKS,
+    Classified,
+    OpenMeta,
+    cached_open_meta,
+    classify,
+    is_telemetry,
+    kind_name,
+)
 from normalizer.decode import decode_one
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
@@ -60,7 +68,7 @@ from normalizer.paths import (
     to_int32,
 )
 from normalizer.reopen import ALIAS_PREFIXES, may_hold_link
-from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, is_telemetry, open_event_type
+from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, open_event_type
 from normalizer.tracing import TRACE_HOOKS, trace_event
 from normalizer.transient import TransientNames, random_span
 from normalizer.tree import Process, Thread, TreeBuilder

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import msgspec
 
-from normalizer import accel
 from policy.model import ResolvedPolicy
+from spool import accel
 
 SPOOL_FORMAT = "assay.runner.raw_spool.v1"
 _LEN = struct.Struct("<I")
@@ -161,8 +161,8 @@ class SpoolRecords:
         record: consecutive batches joined up to `RECORDS_PER_LIST` (the consumer may drain a
         few records at a time, and each list costs the walk a call), a larger batch whole.
 
-        The whole batch frames of each block read are taken by `batch_records` (in C when the
-        accelerator is built); the frame it stops at goes the general way (`FrameReader.body`).
+        The whole batch frames of each block read are taken by `batch_records` (in C when
+        spool/framescan.c is built); the frame it stops at goes the general way (`FrameReader.body`).
         """
         native = accel.native
         take = native.batch_records if native else batch_records
@@ -267,8 +267,8 @@ class FrameReader:
     frame too.
 
     `body` gives one frame at a time. A caller may also walk the whole frames
-    of `block[pos:end]` itself (`batch_records`, `skip_frames`: in C when the
-    accelerator is built) and set `pos` to where it stopped: frames inside a
+    of `block[pos:end]` itself (`batch_records`, `skip_frames`: in C when
+    spool/framescan.c is built) and set `pos` to where it stopped: frames inside a
     block read are whole, and the one cut by the block's end is left to `body`.
     """
 
@@ -339,7 +339,7 @@ def batch_records(block: bytearray, pos: int, end: int, out: list[bytes], limit:
     MAX_FRAME, or not a batch frame: `head`, then one msgpack array of `bin` items that ends
     with the frame).
 
-    The C accelerator has the same function (normalizer/fastscan.c); this is its fallback and
+    The C accelerator has the same function (spool/framescan.c); this is its fallback and
     reference (tests/test_spool_reader.py).
     """
     while len(out) < limit and end - pos >= FRAME_HEAD:
@@ -360,7 +360,7 @@ def skip_frames(block: bytearray, pos: int, end: int, head: bytes) -> int:
     """The offset of the first frame of `block[pos:end]` that is not whole (cut by `end`, or over
     MAX_FRAME) or whose body does not start with `head`.
 
-    The C accelerator has the same function (normalizer/fastscan.c); this is its fallback and
+    The C accelerator has the same function (spool/framescan.c); this is its fallback and
     reference (tests/test_spool_reader.py).
     """
     while end - pos >= FRAME_HEAD:

@@ -1,7 +1,7 @@
 """What each catalog event must carry, and the run's required artifacts and constraints.
 
 - `catalog`: per-event action types, summaries and artifact metadata
-  (issue 12's catalog, the reference's design/events-blackbox.md).
+  (the catalog of the reference's design/events-blackbox.md).
 - `artifacts`: the run references stdout, stderr and the diff, and a
   commands_observed event references the command log (contract 4.5.2).
 - `constraints`: constraint types of the POC ids; every constraint the run

@@ -24,11 +24,11 @@ from typing import Protocol
 
 from normalizer.artifacts import KernelEvent
 from normalizer.build import named_candidates
+from normalizer.classify import is_telemetry
 from normalizer.decode import iter_decode
 from normalizer.execlog import ExecLog, exec_log
 from normalizer.redact import Redactor
 from normalizer.sdk import ToolCall, sdk_layer
-from normalizer.telemetry import is_telemetry
 from normalizer.tree import TreeBuilder, number_tree
 from spool.format import Phase, Spool, SpoolError, read_spool
 
