@@ -29,8 +29,8 @@ from tests.support import ROOT
 from tests.test_validate import KERNEL, golden, set_line
 
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.so", "build", "*.egg-info", "runs",
-                                     ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis", "tests",
-                                     "bench", "golden")
+                                     ".pytest_cache", ".ruff_cache", ".hypothesis", "tests", "bench",
+                                     "golden")
 SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 """A GitHub-token-shaped string (not a real token): rule `github-token` of secret-rules.v1.json."""
 
