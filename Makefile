@@ -16,7 +16,7 @@ DEMO_OUT := /var/lib/assay-runner/runs
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup native demo test test-parallel lint typecheck schemas bench image image-smoke clean kernel-matrix \
+.PHONY: setup native demo test test-parallel lint schemas bench image image-smoke clean kernel-matrix \
 	acceptance acceptance-prepare acceptance-gate acceptance-verify
 
 setup:
@@ -84,6 +84,7 @@ lint: $(VENV)/bin/ruff
 
 # mypy over the directories pyproject.toml's [tool.mypy] names (strict on normalizer, spool,
 # policy); its cache is .mypy_cache. tests/test_typecheck.py runs the same check in `make test`.
+.PHONY: typecheck
 typecheck: $(VENV)/bin/mypy
 	$(VENV)/bin/mypy
 
