@@ -145,10 +145,11 @@ def load(path: Path) -> Expectations:
     except msgspec.ValidationError as exc:
         raise ExpectationError(f"{path}: {exc}") from exc
     matrix = exp.probe_matrix
-    for probe, row in (matrix.outcomes.items() if matrix else ()):
-        if matrix and len(row) != len(matrix.modes):
-            raise ExpectationError(f"{path}: field probe_matrix.outcomes.{probe}: {len(row)} cells, "
-                                   f"expected one per mode ({len(matrix.modes)})")
+    if matrix is not None:
+        for probe, row in matrix.outcomes.items():
+            if len(row) != len(matrix.modes):
+                raise ExpectationError(f"{path}: field probe_matrix.outcomes.{probe}: {len(row)} cells, "
+                                       f"expected one per mode ({len(matrix.modes)})")
     return exp
 
 
