@@ -62,7 +62,8 @@ class Digest:
         """The first rule a line still matches after redaction (the sweep stops there)."""
         self._deflated = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - lives as long as the layer
             max_size=IN_MEMORY_BYTES, prefix="assay-kernel-")
-        self._segment = Segment(self._deflated)  # type: ignore[arg-type]  # a SpooledTemporaryFile, which typeshed does not count as a BinaryIO
+        # a SpooledTemporaryFile, which typeshed does not count as a BinaryIO (also below)
+        self._segment = Segment(self._deflated)  # type: ignore[arg-type]
 
     def take(self, chunk: list[bytes]) -> None:
         """The next blocks of whole lines, in order."""
@@ -75,7 +76,7 @@ class Digest:
     def finish(self) -> Deflated:
         crc = self._segment.finish()
         self._deflated.seek(0)
-        return Deflated(self._deflated, crc, self._segment.size)  # type: ignore[arg-type]  # as above
+        return Deflated(self._deflated, crc, self._segment.size)  # type: ignore[arg-type]  # see __init__
 
 
 _DONE = None

@@ -85,7 +85,7 @@ class ArchiveMember:
         """The compressed archive, positioned at this member's first byte (read `size` bytes)."""
         stream = gzip.open(self.archive, "rb")  # noqa: SIM115 - the caller closes it
         stream.seek(self.offset)
-        return stream  # type: ignore[return-value]  # a GzipFile, which typeshed does not count as a BinaryIO
+        return stream  # type: ignore[return-value]  # a GzipFile: typeshed does not count it as a BinaryIO
 
     def chunks(self) -> Iterator[bytes]:
         """The member's bytes in pieces of at most CHUNK_BYTES; ArchiveError if it ends early."""
