@@ -59,7 +59,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """On CI a skipped test fails, naming why it would have skipped."""
     outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
+    _skip_fails_on_ci(outcome.get_result())  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """On CI a module that skips itself while collected (a module-level `importorskip`) fails too."""
+    outcome = yield
+    _skip_fails_on_ci(outcome.get_result())  # type: ignore[attr-defined]
+
+
+def _skip_fails_on_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
     if ON_CI and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"

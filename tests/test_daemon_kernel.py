@@ -28,11 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
-from support import Archive
 
 from runner.daemon import protocol
 from spool.format import read_spool
+from tests.daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
+from tests.support import Archive
 
 pytestmark = pytest.mark.kernel
 

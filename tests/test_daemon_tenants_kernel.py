@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
-from support import Archive, unique_run_id
 
 from runner.daemon import protocol
+from tests.daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
+from tests.support import Archive, unique_run_id
 
 pytestmark = pytest.mark.kernel
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import ROOT, assay
 
 from runner.acceptance import execute
 from runner.acceptance.pack import GateResult
 from runner.errors import RunnerError
+from tests.support import ROOT, assay
 
 DATA = ROOT / "tests" / "data"
 

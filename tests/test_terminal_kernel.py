@@ -16,11 +16,12 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pty_screen
 import pytest
-from daemon_support import CLI, daemon, shared_tmp
-from pty_screen import ROWS
-from support import runner_env, unique_run_id
+
+from tests import pty_screen
+from tests.daemon_support import CLI, daemon, shared_tmp
+from tests.pty_screen import ROWS
+from tests.support import runner_env, unique_run_id
 
 pytestmark = pytest.mark.kernel
 
