@@ -171,7 +171,38 @@ def test_pips_script_is_not_the_fast_client(tree: Path) -> None:
     assert not piece.ok and "No such file" in piece.detail, piece
 
 
-def test_a_missing_accelerator_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_or_refused_accelerator_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native.accel, "native", None)
+    monkeypatch.setattr(native.accel, "refused", "normalizer._fastscan does not import (not built?): gone")
     piece = native.accelerator()
     assert not piece.ok and "does not import" in piece.detail, piece
+    monkeypatch.setattr(native.accel, "refused", "_fastscan.so is older than its source fastscan.c")
+    piece = native.accelerator()
+    assert not piece.ok and "older than its source" in piece.detail, piece
+
+
+def test_an_accelerator_older_than_its_source_is_not_used(tmp_path: Path) -> None:
+    """As the ring consumer: C built before its source changed may no longer match its Python twin."""
+    assert native.accel.native is not None, "normalizer._fastscan is not built: make setup"
+    package = tmp_path / "normalizer"
+    package.mkdir()
+    built = Path(native.accel.native.__file__)
+    for path in (ROOT / "normalizer" / "__init__.py", ROOT / "normalizer" / "accel.py", built,
+                 native.accel.SOURCE):
+        shutil.copy2(path, package / path.name)
+
+    def loaded(source_mtime: float) -> str:
+        os.utime(package / native.accel.SOURCE.name, (source_mtime, source_mtime))
+        code = "from normalizer import accel; print(accel.native is not None, accel.refused)"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}).stdout
+
+    so_mtime = (package / built.name).stat().st_mtime
+    assert loaded(so_mtime - 10) == "True \n"
+    assert loaded(so_mtime + 10) == f"False {package / built.name} is older than its source " \
+                                    f"{package / native.accel.SOURCE.name}\n"
+    (package / native.accel.SOURCE.name).unlink()  # an installation without the source: nothing to compare
+    done = subprocess.run([sys.executable, "-c", "from normalizer import accel; print(accel.native)"],
+                          capture_output=True, text=True, check=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert str(package / built.name) in done.stdout

@@ -48,9 +48,9 @@ def ring_consumer() -> Piece:
 
 
 def accelerator() -> Piece:
-    """The normalizer's C accelerator: imported by normalizer.accel (else it is None)."""
+    """The normalizer's C accelerator: imported by normalizer.accel, and no older than its source."""
     if accel.native is None:
-        return Piece("fastscan", False, f"normalizer._fastscan does not import (not built?): {FIX}")
+        return Piece("fastscan", False, f"{accel.refused or 'normalizer._fastscan is not in use'}: {FIX}")
     return Piece("fastscan", True, str(accel.native.__file__))
 
 
