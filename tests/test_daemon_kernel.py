@@ -212,7 +212,7 @@ def test_ctrl_c_and_disconnect_end_the_run(world: World) -> None:
         client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
                              "--run-id", label, "--", "sleep", "60"], cwd=work)
         archive = work / "out" / f"{label}.tar.gz"
-        _wait_for_run(world, label)
+        _wait_for_run(world.daemon.socket, label)
         client.send_signal(signum)
         _, err = client.communicate(timeout=60)
         deadline = time.monotonic() + 60
@@ -226,11 +226,11 @@ def test_ctrl_c_and_disconnect_end_the_run(world: World) -> None:
             assert "s2_run_ended: reason=client_disconnected phase=command" in notes
 
 
-def _wait_for_run(world: World, run_id: str) -> None:
-    """Until `daemon status` lists `run_id` (the command is running)."""
+def _wait_for_run(socket: Path, run_id: str) -> None:
+    """Until the daemon on `socket` lists `run_id` with events (its command is running, observed)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", world.daemon.socket],
+        status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", socket],
                                 capture_output=True, text=True)
         if status.returncode == 0 and any(r["run_id"] == run_id and r["events"] > 0
                                           for r in json.loads(status.stdout)["runs"]):
@@ -250,7 +250,7 @@ def test_status_lists_active_runs(world: World) -> None:
     idle_programs = _status(world)["bpf_programs"]
     client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
                          "--run-id", "watched", "--", "sleep", "3"], cwd=work)
-    _wait_for_run(world, "watched")
+    _wait_for_run(world.daemon.socket, "watched")
     text = subprocess.run([*CLI, "daemon", "status", "--socket", world.daemon.socket],
                           capture_output=True, text=True, check=True).stdout
     assert "watched" in text and user.name in text and "BPF programs loaded" in text
@@ -288,10 +288,7 @@ def test_sigterm_ends_runs_and_writes_their_archives(world: World) -> None:
         work = user.workspace(world.root, "work-term")
         client = user.popen([*CLI, "run", "--socket", service.socket, "--out", work / "out",
                              "--run-id", "term", "--", "sleep", "60"], cwd=work)
-        deadline = time.monotonic() + 60
-        while b'"run.start"' not in service.log.read_bytes() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)  # the monitor attaches after run.start
+        _wait_for_run(service.socket, "term")
         assert service.stop() == 0
         _, err = client.communicate(timeout=60)
     assert client.returncode == 137, err
@@ -472,11 +469,12 @@ def test_runs_beyond_the_limit_are_refused_not_queued(world: World) -> None:
         os.chmod(service.socket, 0o666)
         work = user.workspace(world.root, "work-limit")
         base = [*CLI, "run", "--socket", service.socket]
-        first = user.popen([*base, "--out", work / "out", "--run-id", "first", "--", "sleep", "5"], cwd=work)
-        deadline = time.monotonic() + 60
-        while b'"run.accepted"' not in service.log.read_bytes() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        go = work / "go"  # the first run lasts until the test has asked for the second
+        first = user.popen([*base, "--out", work / "out", "--run-id", "first", "--",
+                            "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"], cwd=work)
+        _wait_for_run(service.socket, "first")
         second = user.run([*base, "--out", work / "out2", "--run-id", "second", "--", "/bin/true"], cwd=work)
+        go.touch()
         assert second.returncode == 125
         assert "limits.max_concurrent_runs = 1" in second.stderr and not (work / "out2").exists()
         first.communicate(timeout=120)
