@@ -226,6 +226,11 @@ def test_ctrl_c_and_disconnect_end_the_run(world: World) -> None:
             assert "s2_run_ended: reason=client_disconnected phase=command" in notes
 
 
+def _until_exists(path: Path) -> list[str]:
+    """A command that runs until the test creates `path` (a run that lasts as long as the test needs)."""
+    return ["sh", "-c", f"while [ ! -e {path} ]; do sleep 0.05; done"]
+
+
 def _wait_for_run(socket: Path, run_id: str) -> None:
     """Until the daemon on `socket` lists `run_id` with events (its command is running, observed)."""
     deadline = time.monotonic() + 60
@@ -248,13 +253,16 @@ def test_status_lists_active_runs(world: World) -> None:
     user = world.member
     work = user.workspace(world.root, "work-status")
     idle_programs = _status(world)["bpf_programs"]
+    go = work / "go"  # the run lasts until the test has seen it listed
     client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
-                         "--run-id", "watched", "--", "sleep", "3"], cwd=work)
+                         "--run-id", "watched", "--", *_until_exists(go)], cwd=work)
     _wait_for_run(world.daemon.socket, "watched")
     text = subprocess.run([*CLI, "daemon", "status", "--socket", world.daemon.socket],
                           capture_output=True, text=True, check=True).stdout
+    programs = _status(world)["bpf_programs"]
+    go.touch()
     assert "watched" in text and user.name in text and "BPF programs loaded" in text
-    assert _status(world)["bpf_programs"] == idle_programs > 0  # loaded once, nothing per run
+    assert programs == idle_programs > 0  # loaded once, nothing per run
     client.communicate(timeout=60)
     assert client.returncode == 0
 
@@ -470,8 +478,8 @@ def test_runs_beyond_the_limit_are_refused_not_queued(world: World) -> None:
         work = user.workspace(world.root, "work-limit")
         base = [*CLI, "run", "--socket", service.socket]
         go = work / "go"  # the first run lasts until the test has asked for the second
-        first = user.popen([*base, "--out", work / "out", "--run-id", "first", "--",
-                            "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done"], cwd=work)
+        first = user.popen([*base, "--out", work / "out", "--run-id", "first", "--", *_until_exists(go)],
+                           cwd=work)
         _wait_for_run(service.socket, "first")
         second = user.run([*base, "--out", work / "out2", "--run-id", "second", "--", "/bin/true"], cwd=work)
         go.touch()
