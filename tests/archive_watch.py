@@ -16,15 +16,13 @@ failure there names the test that was running when the archive was written
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
-from tests.support import ASSAY_COMPAT, ON_CI
+from tests.support import ASSAY_COMPAT, ON_CI, assay_compat
 
 
 def runner_written_archives(base: Path) -> list[Path]:
@@ -45,8 +43,7 @@ def problems(archives: list[Path]) -> list[str]:
     if not ASSAY_COMPAT.is_file():
         # off CI without ../shared: the project's own check above still ran
         return [f"{ASSAY_COMPAT} is missing: clone the repo with ../shared/ beside it"] if ON_CI else []
-    proc = subprocess.run([sys.executable, str(ASSAY_COMPAT), *map(str, archives)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = assay_compat(*archives)
     return [] if proc.returncode == 0 else [f"assay_compat.py: {proc.stdout[-5000:]}{proc.stderr}"]
 
 
