@@ -14,6 +14,7 @@ import json
 import os
 import pty
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -389,7 +390,8 @@ def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) ->
     """Its stdio is the caller's terminal (the status line is drawn there too); umask, limits the caller's."""
     user = world.member
     work = user.workspace(world.root, "work-tty")
-    inner = "tty; umask; ulimit -n; sleep 1"
+    go = work / "go"  # the command lasts until the client's status line was seen drawn
+    inner = f"tty; umask; ulimit -n; {shlex.join(_until_exists(go))}"
     client = (f"ulimit -n 300; umask 027; exec {shlex.join(map(str, CLI))} run "
               f"--socket {world.daemon.socket} --out out --run-id tty -- sh -c {shlex.quote(inner)}")
     master, slave = pty.openpty()
@@ -399,8 +401,16 @@ def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) ->
                             stdout=slave,
                             stderr=slave, start_new_session=True)
     os.close(slave)
+    status = re.compile(r"\x1b7(\x1b\[[\d;]*[A-Zmr])*(\[assay-runner\] \d+ events · \d+ drops · [\d.]+s)?"
+                        r"\x1b8|\x1bD\x1b\[1A")  # the status row: taken, drawn, given back (terminal.py)
     output = b""
+    deadline = time.monotonic() + 60
     while True:
+        if not go.exists() and (any(m[2] for m in status.finditer(output.decode(errors="replace")))
+                                or time.monotonic() > deadline):  # drawn (or never: the assert below)
+            go.touch()
+        if not select.select([master], [], [], 1)[0]:
+            continue
         try:
             chunk = os.read(master, 4096)
         except OSError:  # EIO: every holder of the slave is gone
@@ -411,8 +421,6 @@ def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) ->
     os.close(master)
     assert proc.wait(timeout=60) == 0
     text = output.decode(errors="replace").replace("\r", "")
-    status = re.compile(r"\x1b7(\x1b\[[\d;]*[A-Zmr])*(\[assay-runner\] \d+ events · \d+ drops · [\d.]+s)?"
-                        r"\x1b8|\x1bD\x1b\[1A")  # the status row: taken, drawn, given back (terminal.py)
     assert any(m[2] for m in status.finditer(text)), text  # the live status line, drawn by the client
     lines = status.sub("", text).splitlines()
     assert lines[0].startswith("/dev/pts/"), text
