@@ -177,9 +177,11 @@ def test_a_callers_policy_cannot_loosen_the_floor(world: World) -> None:
 def test_per_run_limits_hold(world: World) -> None:
     user = world.member
     work = user.workspace(world.root, "work-limits")
-    script = ("import os,time\nn=0\nfor _ in range(200):\n  try:\n    pid=os.fork()\n"
+    # each child lives until the loop is over (a pipe's EOF), however slowly the host forks
+    script = ("import os\nended, forked = os.pipe()\nn=0\nfor _ in range(200):\n  try:\n    pid=os.fork()\n"
               "  except OSError:\n    break\n"
-              "  if pid==0:\n    time.sleep(3); os._exit(0)\n  n+=1\nprint(n)\n")
+              "  if pid==0:\n    os.close(forked); os.read(ended, 1); os._exit(0)\n  n+=1\n"
+              "os.close(forked)\nprint(n)\n")
     proc = world.run(user, work, "limits", PY, "-c", script)
     assert proc.returncode == 0, proc.stderr
     started = int(proc.stdout.split()[0])
