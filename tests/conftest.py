@@ -65,9 +65,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         item.stash[FIXTURE_VALUES] = list(getattr(item, "funcargs", {}).values())
     elif call.when == "teardown":
         found = item.config.stash[WATCH].end(item.stash.get(FIXTURE_VALUES, []))
+        text = "archives written by this test do not conform:\n" + "\n".join(found[:20])
         if found and report.passed:
             report.outcome = "failed"
-            report.longrepr = "archives written by this test do not conform:\n" + "\n".join(found[:20])
+            report.longrepr = text
+        elif found:  # the teardown failed already: its error stays, and this is shown with it
+            report.sections.append(("archive conformance", text))
 
 
 FIXTURE_VALUES = pytest.StashKey[list[object]]()
