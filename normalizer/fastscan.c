@@ -53,10 +53,11 @@
 
 static PyObject *s_process, *s_fds, *s_cwd;
 
-/* Since the module loaded: records fast_records took, and plain opens it worked out itself
- * (`counters()`). Equal output proves the C agrees with Python when it acts; these show it acts
- * (tests/test_normspeed.py): a fast path that declined every record would agree too. */
-static unsigned long long n_taken, n_plain;
+/* Since the module loaded: records fast_records took, plain opens it worked out itself, and batch
+ * frames batch_records read (`counters()`). Equal output proves the C agrees with Python when it
+ * acts; these show it acts (tests/test_normspeed.py): a fast path that declined everything would
+ * agree too. */
+static unsigned long long n_taken, n_plain, n_frames;
 
 static uint64_t u64_at(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static uint32_t u32_at(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -928,16 +929,18 @@ static PyObject *any_folded(PyObject *self, PyObject *const *args, Py_ssize_t na
 static PyObject *batch_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 static PyObject *skip_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
-/* counters() -> (records fast_records took, plain opens it worked out), since the module loaded. */
+/* counters() -> (records fast_records took, plain opens it worked out, batch frames batch_records
+ * read), since the module loaded. */
 static PyObject *counters(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    return Py_BuildValue("(KK)", n_taken, n_plain);
+    return Py_BuildValue("(KKK)", n_taken, n_plain, n_frames);
 }
 
 static PyMethodDef methods[] = {
-    {"counters", counters, METH_NOARGS, "(records fast_records took, plain opens it worked out)"},
+    {"counters", counters, METH_NOARGS,
+     "(records fast_records took, plain opens it worked out, batch frames batch_records read)"},
     {"join_indexed", (PyCFunction)(void (*)(void))join_indexed, METH_FASTCALL,
      "Kernel lines of tails picked by index (normalizer/kernel_lines.py join_indexed, in C)."},
     {"shape_tails", (PyCFunction)(void (*)(void))shape_tails, METH_FASTCALL,
@@ -1211,6 +1214,7 @@ static PyObject *batch_records(PyObject *self, PyObject *const *args, Py_ssize_t
             failed = 1; /* no memory: the frame parsed above */
             break;
         }
+        n_frames++;
         pos += 4 + size;
     }
     PyBuffer_Release(&view);
