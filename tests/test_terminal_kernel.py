@@ -119,10 +119,14 @@ def test_a_full_screen_program_and_the_status_row(tmp_path: Path, service: Path,
     page = tmp_path / "page.txt"
     page.write_text("".join(f"page line {n}\n" for n in range(5)))
     vim = f"vim -u NONE -es -c 'call setline(1, \"x\")' -c wq {tmp_path / 'v'}"
-    script = f"echo before-less; sleep 0.6; less {page}; {vim}; echo after-less; sleep 0.6"
+    before, after = tmp_path / "before", tmp_path / "after"  # each once the status row was drawn there
+    script = f"echo before-less; {_until(before)}; less {page}; {vim}; echo after-less; {_until(after)}"
     typed = []
 
     def keys(screen: list[str]) -> pty_screen.Action:
+        shown = [line.rstrip() for line in screen]
+        if STATUS.match(shown[-1]):
+            (after if "after-less" in shown else before).touch()
         if not typed and any("(END)" in line for line in screen):
             typed.append(True)
             return b"q"
