@@ -60,7 +60,9 @@ def test_ci_is_one_test_of_the_variable(value: str, ci: bool) -> None:
     assert on_ci({}) is False
 
 
-CI_READ = re.compile(r"""(environ\.get|getenv)\(\s*["']CI["']|environ\[\s*["']CI["']\s*\]""")
+CI_READ = re.compile(r"""(environ\.get|getenv)\(\s*["']CI["']"""  # os.environ.get("CI"), os.getenv("CI")
+                     r"""|environ\[\s*["']CI["']\s*\]"""  # os.environ["CI"]
+                     r"""|["']CI["']\s+in\s+\S*environ""")  # "CI" in os.environ
 
 
 def ci_reads(root: Path) -> list[str]:
@@ -76,5 +78,6 @@ def ci_reads(root: Path) -> list[str]:
 
 def test_nothing_else_reads_ci(tmp_path: Path) -> None:
     assert ci_reads(ROOT) == []
-    (tmp_path / "elsewhere.py").write_text("import os\nci = bool(os.environ.get(" + '"CI"))\n')
-    assert ci_reads(tmp_path) == ["elsewhere.py:2"]  # the check sees a second reading
+    (tmp_path / "elsewhere.py").write_text("import os\nci = bool(os.environ.get(" + '"CI"))\n'
+                                           "ci = " + "'CI' in os.environ\n")
+    assert ci_reads(tmp_path) == ["elsewhere.py:2", "elsewhere.py:3"]  # the check sees other readings
