@@ -7,37 +7,20 @@ tails of distinct shapes (`kernel_lines.shape_tails`), the spill's shape
 table (`buckets.index_shapes`), the tail memo's lookups
 (`collector.unseen_shapes`, `collector.tails_of`), the surface's value
 gathering (`collector.collect_values`), the secret sweep's and the
-redaction prefilter's block test (`redact.any_folded`) and the spool
-reader's walk over whole batch frames (`spool.format.batch_records`,
-`skip_frames`). The Python functions are
+redaction prefilter's block test (`redact.any_folded`); the spool
+reader's walk over whole frames is the spool's own (spool/accel.py). The Python functions are
 the fallback when it is not built and the reference it is tested against:
 both give the same bytes on every recorded spool and on generated records
 (tests/test_normspeed.py). `native` is None when it is not there, and when it is
-older than its source beside it (built before the source changed: C that no
-longer matches its Python twin is not used; `make setup` rebuilds it); `refused`
-then says why. Tests and `bench/normalize_speed.py --pure` set it to None to
-run the Python path.
+older than its source beside it (spool/native.py); `refused` then says why.
+Tests and `bench/normalize_speed.py --pure` set it to None to run the Python path.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
+
+from spool.native import load
 
 SOURCE = Path(__file__).with_name("fastscan.c")
-
-
-def _load() -> tuple[ModuleType | None, str]:
-    """The built accelerator and "", or None and why it is not used."""
-    try:
-        from normalizer import _fastscan
-    except ImportError as exc:  # not built: the pure-Python path, same output
-        return None, f"normalizer._fastscan does not import (not built?): {exc}"
-    built = Path(_fastscan.__file__ or "")
-    # an installation without the source (a wheel) has nothing to compare with
-    if SOURCE.exists() and built.stat().st_mtime < SOURCE.stat().st_mtime:
-        return None, f"{built} is older than its source {SOURCE}"
-    return _fastscan, ""
-
-
-native, refused = _load()
+native, refused = load("normalizer._fastscan", SOURCE)

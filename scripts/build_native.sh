@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build assay-runner's three C pieces in the checkout, for the venv's Python.
+# Build assay-runner's four C pieces in the checkout, for the venv's Python.
 #
 #   scripts/build_native.sh [VENV]     default VENV: .venv (made by scripts/setup.sh)
 #
@@ -7,6 +7,8 @@
 #                            by ebpf/ringsink.py); plain C, no libbpf headers
 #   normalizer/_fastscan*.so the normalizer accelerator (normalizer/fastscan.c), a
 #                            CPython extension for VENV's Python (normalizer/accel.py)
+#   spool/_framescan*.so     the spool reader's frame walk (spool/framescan.c), a
+#                            CPython extension for VENV's Python (spool/accel.py)
 #   VENV/bin/assay-runner    the fast daemon client (runner/daemon/fastclient.c); it
 #                            replaces pip's script and hands everything but a daemon
 #                            run to the Python CLI, VENV/bin/assay-runner-py
@@ -82,7 +84,19 @@ else
   say "normalizer accelerator: built $so"
 fi
 
-# 3. The fast daemon client becomes the venv's `assay-runner` (docs/daemon.md).
+# 3. The spool reader's frame walk, for the venv's Python, like the accelerator. Without it
+#    its Python twin walks the frames, slower.
+so=spool/_framescan$ext
+if [ -f "$so" ] && [ "$so" -nt spool/framescan.c ]; then
+  say "spool frame reader: already built ($so)"
+else
+  need_compiler
+  [ -f "$inc/Python.h" ] || die "Python.h not found in $inc: apt-get install python3-dev"
+  compile "spool frame reader" "$so" -shared -fPIC -I"$inc" spool/framescan.c
+  say "spool frame reader: built $so"
+fi
+
+# 4. The fast daemon client becomes the venv's `assay-runner` (docs/daemon.md).
 #    Without it every client call pays Python's start-up (about 100 ms).
 client=$VENV/bin/assay-runner
 [ -x "$VENV/bin/assay-runner-py" ] \

@@ -21,7 +21,7 @@ from ebpf import ringsink
 from runner.host import native
 from tests.support import ROOT
 
-SOURCES = ("scripts/build_native.sh", "ebpf/ringsink.c", "normalizer/fastscan.c",
+SOURCES = ("scripts/build_native.sh", "ebpf/ringsink.c", "normalizer/fastscan.c", "spool/framescan.c",
            "runner/daemon/fastclient.c")
 TOOLS = ("bash", "dirname", "mktemp", "rm", "head", "tail", "mv")
 """What the script runs besides gcc and the venv's python."""
@@ -70,18 +70,18 @@ def path_without_gcc(tmp_path: Path, gcc: str | None = None) -> str:
 def built(root: Path) -> dict[str, int]:
     """The pieces in the tree, by path, with their modification times."""
     found = [root / "ebpf" / "_ringsink.so", *root.glob("normalizer/_fastscan*.so"),
-             root / ".venv/bin/assay-runner"]
+             *root.glob("spool/_framescan*.so"), root / ".venv/bin/assay-runner"]
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in found}
 
 
-def test_builds_the_three_pieces_then_only_what_changed(tree: Path) -> None:
+def test_builds_the_four_pieces_then_only_what_changed(tree: Path) -> None:
     first = build(tree)
     assert first.returncode == 0, first.stderr
     assert [line.split(":")[1].strip() for line in first.stdout.splitlines()] == [
-        "ring consumer", "normalizer accelerator", "fast client"]
+        "ring consumer", "normalizer accelerator", "spool frame reader", "fast client"]
     assert all(": built " in line for line in first.stdout.splitlines()), first.stdout
     before = built(tree)
-    assert len(before) == 3, before
+    assert len(before) == 4, before
     assert (tree / ".venv/bin/assay-runner").read_bytes()[:4] == native.ELF
     # The fast client hands a non-run command to the Python CLI beside it.
     handed = subprocess.run([str(tree / ".venv/bin/assay-runner"), "doctor"], capture_output=True, text=True,
@@ -99,7 +99,7 @@ def test_builds_the_three_pieces_then_only_what_changed(tree: Path) -> None:
     third = build(tree)
     assert third.returncode == 0, third.stderr
     lines = third.stdout.splitlines()
-    assert ": built " in lines[0] and ": already built (" in lines[1] and ": built " in lines[2], third.stdout
+    assert [": built " in line for line in lines] == [True, False, False, True], third.stdout
     assert not list(tree.rglob("*.tmp"))
 
 
@@ -130,7 +130,7 @@ def test_missing_python_headers_say_what_to_install(tree: Path) -> None:
     assert proc.stdout == "native: ring consumer: built ebpf/_ringsink.so\n"
     assert proc.stderr == (f"native: error: Python.h not found in {tree}/no-include: "
                            "apt-get install python3-dev\n")
-    assert not list(tree.glob("normalizer/_fastscan*"))
+    assert not list(tree.glob("normalizer/_fastscan*")) and not list(tree.glob("spool/_framescan*"))
 
 
 def test_a_compile_error_stops_the_build(tree: Path) -> None:
@@ -150,7 +150,7 @@ def test_this_checkout_uses_every_piece() -> None:
                           cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [line.split()[:2] for line in proc.stdout.splitlines()] == [
-        ["ok", "ringsink"], ["ok", "fastscan"], ["ok", "fastclient"]]
+        ["ok", "ringsink"], ["ok", "fastscan"], ["ok", "framescan"], ["ok", "fastclient"]]
 
 
 def test_a_missing_or_broken_ring_consumer_is_reported(tmp_path: Path,
@@ -171,38 +171,46 @@ def test_pips_script_is_not_the_fast_client(tree: Path) -> None:
     assert not piece.ok and "No such file" in piece.detail, piece
 
 
-def test_a_missing_or_refused_accelerator_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(native.accel, "native", None)
-    monkeypatch.setattr(native.accel, "refused", "normalizer._fastscan does not import (not built?): gone")
-    piece = native.accelerator()
-    assert not piece.ok and "does not import" in piece.detail, piece
-    monkeypatch.setattr(native.accel, "refused", "_fastscan.so is older than its source fastscan.c")
-    piece = native.accelerator()
-    assert not piece.ok and "older than its source" in piece.detail, piece
+PYTHON_PIECES = {"fastscan": (native.accel, native.accelerator),
+                 "framescan": (native.spool_accel, native.frame_reader)}
+"""The C extensions with a Python twin: their accel module (native, refused, SOURCE) and their check."""
 
 
-def test_an_accelerator_older_than_its_source_is_not_used(tmp_path: Path) -> None:
+@pytest.mark.parametrize("piece", sorted(PYTHON_PIECES))
+def test_a_missing_or_refused_extension_is_reported(monkeypatch: pytest.MonkeyPatch, piece: str) -> None:
+    module, check = PYTHON_PIECES[piece]
+    monkeypatch.setattr(module, "native", None)
+    monkeypatch.setattr(module, "refused", f"_{piece} does not import (not built?): gone")
+    found = check()
+    assert not found.ok and "does not import" in found.detail, found
+    monkeypatch.setattr(module, "refused", f"_{piece}.so is older than its source {piece}.c")
+    found = check()
+    assert not found.ok and "older than its source" in found.detail, found
+
+
+@pytest.mark.parametrize("piece", sorted(PYTHON_PIECES))
+def test_an_extension_older_than_its_source_is_not_used(tmp_path: Path, piece: str) -> None:
     """As the ring consumer: C built before its source changed may no longer match its Python twin."""
-    assert native.accel.native is not None, "normalizer._fastscan is not built: make setup"
-    package = tmp_path / "normalizer"
-    package.mkdir()
-    built = Path(native.accel.native.__file__)
-    for path in (ROOT / "normalizer" / "__init__.py", ROOT / "normalizer" / "accel.py", built,
-                 native.accel.SOURCE):
-        shutil.copy2(path, package / path.name)
+    module = PYTHON_PIECES[piece][0]
+    assert module.native is not None, f"{piece} is not built: make setup"
+    package = module.__name__.split(".")[0]
+    built = Path(module.native.__file__)
+    for path in (ROOT / "spool" / "__init__.py", ROOT / "spool" / "native.py",  # the loader
+                 ROOT / package / "__init__.py", ROOT / package / "accel.py", built, module.SOURCE):
+        (tmp_path / path.parent.name).mkdir(exist_ok=True)
+        shutil.copy2(path, tmp_path / path.parent.name / path.name)
+    copy, source = tmp_path / package / built.name, tmp_path / package / module.SOURCE.name
 
-    def loaded(source_mtime: float) -> str:
-        os.utime(package / native.accel.SOURCE.name, (source_mtime, source_mtime))
-        code = "from normalizer import accel; print(accel.native is not None, accel.refused)"
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}).stdout
+    def loaded(code: str) -> str:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        return subprocess.run([sys.executable, "-c", f"from {package} import accel; {code}"], env=env,
+                              capture_output=True, text=True, check=True, cwd=tmp_path).stdout
 
-    so_mtime = (package / built.name).stat().st_mtime
-    assert loaded(so_mtime - 10) == "True \n"
-    assert loaded(so_mtime + 10) == f"False {package / built.name} is older than its source " \
-                                    f"{package / native.accel.SOURCE.name}\n"
-    (package / native.accel.SOURCE.name).unlink()  # an installation without the source: nothing to compare
-    done = subprocess.run([sys.executable, "-c", "from normalizer import accel; print(accel.native)"],
-                          capture_output=True, text=True, check=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
-    assert str(package / built.name) in done.stdout
+    so_mtime = copy.stat().st_mtime
+    os.utime(source, (so_mtime - 10, so_mtime - 10))
+    assert loaded("print(accel.native is not None, accel.refused)") == "True \n"
+    os.utime(source, (so_mtime + 10, so_mtime + 10))
+    assert loaded("print(accel.native is not None, accel.refused)") == \
+        f"False {copy} is older than its source {source}\n"
+    source.unlink()  # an installation without the source: nothing to compare
+    assert str(copy) in loaded("print(accel.native)")
