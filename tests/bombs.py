@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tarfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import msgspec
@@ -50,8 +50,9 @@ class Entry:
                  kind: bytes = tarfile.REGTYPE) -> None:
         self.name, self.kind = name, kind
         self.data = [data] if isinstance(data, bytes) else data
-        self.size = len(data) if isinstance(data, bytes) else size
-        assert self.size is not None
+        size = len(data) if isinstance(data, bytes) else size
+        assert size is not None
+        self.size = size
 
     def header(self) -> bytes:
         info = tarfile.TarInfo(self.name)
@@ -89,7 +90,7 @@ def manifest_with(members: dict[str, bytes], sizes: dict[str, tuple[int, str]]) 
     return msgspec.json.encode(doc) + b"\n"
 
 
-def archive_replacing(path: Path, replaced: dict[str, tuple[int, Iterable[bytes]]],
+def archive_replacing(path: Path, replaced: Mapping[str, tuple[int, Iterable[bytes]]],
                       manifest: bytes | None = None, level: int = 9) -> Path:
     """The golden archive with members replaced by streams (manifest kept unless given)."""
     members = golden_members()

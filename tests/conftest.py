@@ -12,9 +12,10 @@ import contextlib
 import os
 import pwd
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import pluggy
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -56,15 +57,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     """On CI a skipped test fails, naming why it would have skipped."""
     outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
+    report = outcome.get_result()
     _skip_fails_on_ci(report)
     if call.when == "setup":
         item.stash[FIXTURE_VALUES] = list(getattr(item, "funcargs", {}).values())
     elif call.when == "teardown":
-        found = item.config.stash[WATCH].end(item.stash.get(FIXTURE_VALUES, []))
+        values: list[object] = item.stash.get(FIXTURE_VALUES, [])
+        found = item.config.stash[WATCH].end(values)
         text = "archives written by this test do not conform:\n" + "\n".join(found[:20])
         if found and report.passed:
             report.outcome = "failed"
@@ -77,10 +80,11 @@ FIXTURE_VALUES = pytest.StashKey[list[object]]()
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+def pytest_make_collect_report(collector: pytest.Collector
+                               ) -> Generator[None, pluggy.Result[pytest.CollectReport], None]:
     """On CI a module that skips itself while collected (a module-level `importorskip`) fails too."""
     outcome = yield
-    _skip_fails_on_ci(outcome.get_result())  # type: ignore[attr-defined]
+    _skip_fails_on_ci(outcome.get_result())
 
 
 def _skip_fails_on_ci(report: pytest.TestReport | pytest.CollectReport) -> None:

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from runner.acceptance import execute
-from runner.acceptance.execute import GateResult, run_gate
+from runner.acceptance.execute import GateResult, Status, run_gate
 from runner.acceptance.expect import ExpectationError, Expectations, check, load
 from runner.acceptance.gates import GATES, Gate, PythonModule, select
 from runner.acceptance.pack import CHECKSUMS, MANIFEST, PACK_SCHEMA, write_pack
@@ -40,7 +40,7 @@ def _archive(tmp: Path) -> Path:
     return archive
 
 
-def _gate_dir(out: Path, name: str, archive: Path, status: str = "passed") -> Path:
+def _gate_dir(out: Path, name: str, archive: Path, status: Status = "passed") -> Path:
     """A gate directory as execute.run_gate leaves it: three runs, log, result."""
     gate_dir = out / "gates" / name
     for n in (1, 2, 3):
@@ -184,7 +184,7 @@ def test_a_host_problem_stops_every_gate_before_it_runs(tmp_path: Path) -> None:
 
 
 def test_exit_codes_separate_failed_from_could_not_run() -> None:
-    def results(*statuses: str) -> list[GateResult]:
+    def results(*statuses: Status) -> list[GateResult]:
         return [GateResult(f"g{i}", "", s, "", [], 3, None, []) for i, s in enumerate(statuses)]
 
     assert execute.exit_code(results("passed", "passed")) == 0
@@ -293,7 +293,7 @@ def test_directory_changes_are_writes_in_a_tool_calls_window(tmp_path: Path) -> 
                         kernel_event_count=len(WRITES), start_ms=0.0, end_ms=30.0,
                         events=[e for e, _ in WRITES])
     view = msgspec.structs.replace(view, bindings=[call])
-    writes = sorted(e.value for e, w in WRITES if w)
+    writes = sorted((e.value for e, w in WRITES if w), key=str)
     assert len(writes) == 15
     exp = msgspec.convert({"bindings": [{"tool_call_id": "tc_x"}]}, Expectations)
     assert check(exp, view, {}) == [f"binding tc_x (read_file): undeclared write {w!r} inside its window"

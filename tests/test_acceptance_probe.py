@@ -25,8 +25,15 @@ from runner.acceptance.probe_gate import RECORDS, compare_runs, judge
 from tests.support import assay
 
 GATE = BY_NAME["probe-matrix"]
-EXP = load(GATE.expectations).probe_matrix
-assert EXP is not None
+
+
+def _probe_matrix() -> ProbeMatrixExpectation:
+    matrix = load(GATE.expectations).probe_matrix
+    assert matrix is not None
+    return matrix
+
+
+EXP = _probe_matrix()
 
 
 def _tables(*cells: str) -> dict[str, dict[str, dict[str, str]]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from blackbox.capture import sha256_ref
@@ -24,6 +26,13 @@ def diff(names: bytes, patch: bytes = b"") -> DiffFacts:
     return DiffFacts(True, parse_name_status(names), parse_added_lines(patch), sha256_ref(patch))
 
 
+def checks(section: dict[str, object]) -> list[Any]:
+    """The findings of one section of an evaluation (a JSON list: evaluate types its values as object)."""
+    found = section["checks"]
+    assert isinstance(found, list), section
+    return found
+
+
 def cmd(index: int, argv: tuple[str, ...], code: int | None = 0, result: str = "success") -> Command:
     return Command(index=index, pid=index, argv=argv, argv_complete=True, path="/usr/bin/" + argv[0],
                    cwd=".", result=result, exit=None if code is None else {"how": "exited", "code": code})
@@ -36,7 +45,7 @@ def run(stdout: bytes = b'{"ok": true}\n', names: bytes = b"A\0test_x.py\0M\0app
         commands = [cmd(1, ("python3", "-m", "pytest", "-q"))]
     ev = evaluate(Inputs(CONSTRAINTS, facts, stdout, sha256_ref(stdout), commands, "no spool"))
     for section in ev.values():
-        for finding in section["checks"]:
+        for finding in checks(section):
             assert finding["status"] == "unknown" or cites_source(finding["evidence"]), finding
     return ev
 
@@ -132,11 +141,11 @@ def test_unevaluable_constraint_is_unknown_and_only_requested_constraints_are_ch
 
     constraints = (map_constraint("Keep functions short"), map_constraint("No emojis"))
     ev = evaluate(Inputs(constraints, diff(b""), b"{}", sha256_ref(b"{}"), [], ""))
-    checks = [(c["id"], c["status"]) for c in ev["alignment"]["checks"]]
-    assert checks == [("other.keep_functions_short", "unknown")]
+    found = [(c["id"], c["status"]) for c in checks(ev["alignment"])]
+    assert found == [("other.keep_functions_short", "unknown")]
     assert ev["alignment"]["status"] == "unknown" and ev["quality"] == {"status": "unknown", "score": None,
                                                                           "checks": []}
-    assert [c["id"] for c in ev["policy"]["checks"]] == ["style.no_emojis"]
+    assert [c["id"] for c in checks(ev["policy"])] == ["style.no_emojis"]
 
 
 @pytest.mark.parametrize(("argv", "category"), [

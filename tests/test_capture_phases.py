@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,10 +41,11 @@ class OrderedSpooler(Spooler):
 class Command:
     """Exits with `code` once `exit_when()` says so; remembers what it was sent."""
 
-    def __init__(self, order: list[str], exit_when, code: int = 0, helper_pid: int = -1) -> None:
+    def __init__(self, order: list[str], exit_when: Callable[[], bool], code: int = 0,
+                 helper_pid: int = -1) -> None:
         self.order, self.exit_when, self.code = order, exit_when, code
         self.helper_pid, self.shim_pid = helper_pid, -2
-        self.exit_fd = None
+        self.exit_fd: int | None = None
         self.signals: list[int] = []
 
     def start(self) -> None:
@@ -259,7 +261,12 @@ def test_a_held_ring_is_not_read_until_the_command_exits(tmp_path: Path,
     order: list[str] = []
     during: list[int] = []
     turns = iter(range(100))
-    command = Command(order, lambda: during.append(source.remaining) or next(turns) == 5)
+
+    def exit_when() -> bool:
+        during.append(source.remaining)
+        return next(turns) == 5
+
+    command = Command(order, exit_when)
     capture(source, OrderedSpooler(tmp_path / "s.spool", order), command, Group(), Sdk(), Control([]))
     assert during == [before] * 6  # six turns of the loop, not one record read
     assert source.remaining < before  # the final drain still ran

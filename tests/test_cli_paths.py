@@ -91,7 +91,8 @@ def test_log_format(tmp_path: Path, fmt: str) -> None:
     """json: every log line is a JSON object, info included; console, and the default on a pipe even
     under CI (a container without -t): text, warnings only."""
     run_id = unique_run_id("logfmt")
-    args = ["run", "--out", tmp_path, "--run-id", run_id, "--workdir", tmp_path, "--", "true"]
+    args: list[str | Path] = ["run", "--out", tmp_path, "--run-id", run_id, "--workdir", tmp_path,
+                              "--", "true"]
     if fmt == "default":
         proc = subprocess.run([*CLI, *map(str, args)], cwd=tmp_path, capture_output=True, text=True,
                               timeout=300, env=runner_env(CI="true"), stdin=subprocess.DEVNULL)

@@ -355,10 +355,12 @@ def test_hostile_peers_get_an_answer_and_do_not_stall_the_daemon(world: World) -
             peer.connect(str(world.daemon.socket))
             peer.sendall(payload)
             body = protocol.receive(peer, protocol.FrameReader(max_fds=0))
+            assert body is not None  # the daemon answered
             answers.append(protocol.decode_daemon(body))
     assert [type(a) for a in answers] == [protocol.Refused] * 3
-    assert "bad request" in answers[0].message and "frame larger" in answers[1].message
-    assert "protocol version 7 is not supported" in answers[2].message
+    refused = [a for a in answers if isinstance(a, protocol.Refused)]  # all three, as just asserted
+    assert "bad request" in refused[0].message and "frame larger" in refused[1].message
+    assert "protocol version 7 is not supported" in refused[2].message
     status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", world.daemon.socket],
                             capture_output=True, text=True, timeout=30)
     assert status.returncode == 0, status.stderr
@@ -486,7 +488,7 @@ def test_runs_beyond_the_limit_are_refused_not_queued(world: World) -> None:
     with daemon(root, config) as service:
         os.chmod(service.socket, 0o666)
         work = user.workspace(world.root, "work-limit")
-        base = [*CLI, "run", "--socket", service.socket]
+        base: list[str | Path] = [*CLI, "run", "--socket", service.socket]
         go = work / "go"  # the first run lasts until the test has asked for the second
         first = user.popen([*base, "--out", work / "out", "--run-id", "first", "--", *_until_exists(go)],
                            cwd=work)

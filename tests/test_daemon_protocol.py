@@ -70,7 +70,9 @@ def test_frames_reassemble_and_fds_are_counted_and_closed() -> None:
         a.sendmsg([data[:3]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("ii", r, w))])
         a.sendall(data[3:])
         reader = protocol.FrameReader(max_fds=5)
-        assert protocol.decode_client(protocol.receive(b, reader)) == protocol.StatusQuery(version=1)
+        body = protocol.receive(b, reader)
+        assert body is not None  # a whole frame came
+        assert protocol.decode_client(body) == protocol.StatusQuery(version=1)
         fds = reader.take_fds()
         assert len(fds) == 2 and all(os.fstat(fd) for fd in fds)
         for fd in (r, w, *fds):
@@ -157,7 +159,9 @@ def test_a_socket_path_too_long_for_a_unix_address_is_one_clear_line(tmp_path: P
     long = tmp_path / ("d" * 110) / "runner.sock"
     expected = (f"the socket path {long} (%s) is {len(str(long))} bytes long, and a unix socket path "
                 "holds at most 107: choose a shorter one")
-    for argv in (["daemon", "status", "--socket", long], ["run", "--daemon", "--socket", long, "--", "true"]):
+    argvs: list[list[str | Path]] = [["daemon", "status", "--socket", long],
+                                     ["run", "--daemon", "--socket", long, "--", "true"]]
+    for argv in argvs:
         done = assay(*argv)
         assert (done.returncode, done.stderr) == (125, "assay-runner: error: "
                                                   + expected % "--socket or $ASSAY_RUNNER_SOCKET" + "\n")

@@ -294,7 +294,8 @@ def test_the_workdir_check_says_nothing_about_paths_the_caller_cannot_see(world:
     said = {}
     for name in ("exists", "missing"):
         claim = hidden / name
-        args = [sys.executable, "-c", RAW_CLIENT, world.daemon.socket, claim, unique_run_id("probe")]
+        args: list[str | Path] = [sys.executable, "-c", RAW_CLIENT, world.daemon.socket, claim,
+                                  unique_run_id("probe")]
         proc = user.run(args, cwd=work)
         assert proc.returncode == 0, proc.stderr
         said[name] = proc.stdout.strip().replace(str(claim), "CLAIM")
@@ -344,7 +345,7 @@ def test_a_thread_flood_degrades_only_its_own_runs_health(world: World) -> None:
               "[limits]\nmax_concurrent_runs = 4\n[sensor]\ntasks_max = 2048\n")
     with daemon(root, config) as service:
         loud, quiet = world.alice.workspace(root, "loud"), world.bob.workspace(root, "quiet")
-        base = [*CLI, "run", "--socket", service.socket]
+        base: list[str | Path] = [*CLI, "run", "--socket", service.socket]
         flood = world.alice.popen([*base, "--out", loud / "out", "--run-id", "flood", "--", PY, "-c", FLOOD,
                                    "2100"], cwd=loud)
         try:

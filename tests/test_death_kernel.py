@@ -49,7 +49,7 @@ def ctimes(files: Path) -> list[int]:
     return [e.stat().st_ctime_ns for e in os.scandir(files)]
 
 
-def creating(job: Job, run_id: str) -> tuple[object, set[int], Path]:
+def creating(job: Job, run_id: str) -> tuple[subprocess.Popen[str], set[int], Path]:
     """A run whose command creates a file every millisecond, once its records reach the spool."""
     files = job.tmp / "files"
     files.mkdir()

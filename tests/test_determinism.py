@@ -293,7 +293,9 @@ def test_a_changed_path_is_located_and_shown_whole() -> None:
     assert (run.run, run.base_run, run.differing_lines, run.base_lines) == (3, 1, 1, 4)
     (pair,) = run.lines
     assert pair.line == 4
+    assert pair.base is not None
     assert pair.base.startswith('…"value":"') and f"{long_dir}/in.AAAAAA" in pair.base
+    assert pair.other is not None
     assert f"{long_dir}/in.BBBBBB" in pair.other and pair.other.endswith("…")
     line = base[KERNEL].decode().splitlines()[3]
     assert line[pair.column - 1:].startswith("AAAAAA")

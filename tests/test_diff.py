@@ -23,14 +23,16 @@ from normalizer.artifacts import (
     TOOL_DECISION,
     Binding,
     CapabilitySurface,
+    Correlation,
     CorrelationReport,
     KernelEvent,
     PolicyEvent,
     RunEvent,
     Window,
 )
-from normalizer.build import KernelLayer, NormalizedRun
+from normalizer.build import NormalizedRun
 from normalizer.health import CaptureFacts, observation_health
+from normalizer.kernel_lines import KernelLayer
 from normalizer.surface import Preview, SurfacePreview, surface_member
 from runner.evidence.archive import load_members, write_archive
 from runner.evidence.capdiff import decode_artifacts, diff_correlation, diff_runs, render_text, set_change
@@ -38,7 +40,7 @@ from tests.support import assay, run_observed
 
 PROGRAMS = Path(__file__).parent / "programs" / "determinism"
 PY = "/usr/bin/python3"
-EMPTY_SURFACE = {"filesystem_paths": [], "network_endpoints": [], "process_execs": [],
+EMPTY_SURFACE: dict[str, list[str]] = {"filesystem_paths": [], "network_endpoints": [], "process_execs": [],
                  "mcp_tools": [], "policy_decisions": []}
 
 
@@ -109,7 +111,7 @@ def synthetic(path: Path, run_id: str, files: list[str], endpoints: list[str],
                          root_seen=True, unresolved_paths=0)
     policy = [PolicyEvent(schema=POLICY_EVENT_SCHEMA, run_id=run_id, seq=i, source_event_type=TOOL_DECISION,
                           source="test", tool_call_id=b.tool_call_id, tool="t",
-                          decision=b.policy_decision)  # type: ignore[arg-type]
+                          decision=b.policy_decision)  # type: ignore[arg-type]  # the bindings' are valid
               for i, b in enumerate(bindings or [])]
     surface = CapabilitySurface(
         schema=SURFACE_SCHEMA, run_id=run_id, filesystem_paths=sorted(set(files)),
@@ -194,7 +196,7 @@ def _binding(call_id: str, count: int, decision: str | None = "allow") -> Bindin
 
 
 def test_bindings_match_by_tool_call_id_never_by_position() -> None:
-    def report(bindings: list[Binding], status: str = "clean",
+    def report(bindings: list[Binding], status: Correlation = "clean",
                ambiguities: list[str] | None = None) -> CorrelationReport:
         return CorrelationReport(schema=CORRELATION_SCHEMA, run_id="r", status=status,
                                  bindings=bindings, ambiguities=ambiguities or [])
@@ -207,6 +209,7 @@ def test_bindings_match_by_tool_call_id_never_by_position() -> None:
     assert [b.tool_call_id for b in d.bindings_removed] == ["tc_2"]
     assert [(c.tool_call_id, c.base[0].kernel_event_count, c.new[0].kernel_event_count)
             for c in d.bindings_changed] == [("tc_1", 2, 5)]
+    assert d.status is not None
     assert (d.status.base, d.status.new) == ("clean", "partial")
     assert d.ambiguities.added == ["tool_call_without_id: tool=x"]
     assert diff_correlation(base, report(list(reversed(base.bindings)))).empty

@@ -114,6 +114,13 @@ def tracepoints_attached() -> int:
     return probes + len(ebpf.monitor.JOINED_SYSCALLS)
 
 
+def default_memory_gib() -> float:
+    """The daemon's per-run memory limit without a config, in GiB (a size: the default is never "max")."""
+    limit = runner.daemon.config.memory_bytes(runner.daemon.config.DEFAULT_MEMORY_MAX)
+    assert limit is not None
+    return limit / (1 << 30)
+
+
 # (page, pattern, what the code says the groups must be)
 CLAIMS: list[tuple[str, str, Callable[[], tuple[object, ...]]]] = [
     # the C ring consumer's bound
@@ -129,8 +136,7 @@ CLAIMS: list[tuple[str, str, Callable[[], tuple[object, ...]]]] = [
     ("README.md", r"`--pids-max N` \(default (\d+)\)", lambda: (runner.capture.limits.DEFAULT_PIDS_MAX,)),
     (ARCH, r"`pids\.max` (\d+) by default", lambda: (runner.capture.limits.DEFAULT_PIDS_MAX,)),
     ("docs/daemon.md", r"Without a config the limits are (\d+) pids and (\d+) GiB of memory per run",
-     lambda: (runner.capture.limits.DEFAULT_PIDS_MAX,
-              runner.daemon.config.memory_bytes(runner.daemon.config.DEFAULT_MEMORY_MAX) / (1 << 30))),
+     lambda: (runner.capture.limits.DEFAULT_PIDS_MAX, default_memory_gib())),
     ("docs/daemon.md", r"`sensor\.ringbuf_pages` in the config \(default (\d+) pages, (\d+) MiB",
      lambda: (runner.daemon.config.DAEMON_RINGBUF_PAGES,
               runner.daemon.config.DAEMON_RINGBUF_PAGES * 4096 / MIB)),
@@ -315,10 +321,10 @@ def test_only_opens_become_file_blocked() -> None:
         event = SimpleNamespace(hook=hook, ret=-blocks.EACCES, a1=flags)
         return SimpleNamespace(item=SimpleNamespace(event=event), path="/w/f")
 
-    assert judge.blocked_access(refused(ebpf.wire.HOOK_OPEN, os.O_WRONLY)) == "write"  # type: ignore[arg-type]
+    assert judge.blocked_access(refused(ebpf.wire.HOOK_OPEN, os.O_WRONLY)) == "write"  # type: ignore[arg-type]  # a stand-in item
     for hook in (ebpf.wire.HOOK_UNLINK, ebpf.wire.HOOK_MKDIR, ebpf.wire.HOOK_RENAME, ebpf.wire.HOOK_LINK,
                  ebpf.wire.HOOK_TRUNCATE, ebpf.wire.HOOK_EXECVE):  # fmt: skip
-        assert judge.blocked_access(refused(hook)) is None, hook  # type: ignore[arg-type]
+        assert judge.blocked_access(refused(hook)) is None, hook  # type: ignore[arg-type]  # a stand-in item
     # the failed-attempt ids policy.md names are artifacts.md's
     assert stated("docs/policy.md", r"failed attempt's `event_<id>` line \((\d+)-(\d+)\)") == stated(
         "docs/artifacts.md", r"same id plus 100 \((\d+)-(\d+)\)")

@@ -25,7 +25,7 @@ __all__ = ["work"]
 def test_unshare_and_bind_mount_alias_is_not_passing(tmp_path: Path, work: Path, user: str) -> None:
     archive = evade(tmp_path, work, "unshare_bind", user)
     unshare = lines(archive, 160)
-    assert unshare and "CLONE_NEWNS" in unshare[0][1], unshare
+    assert unshare and unshare[0][1] is not None and "CLONE_NEWNS" in unshare[0][1], unshare
     assert (user == "root") == ("CLONE_NEWUSER" not in unshare[0][1])
     assert lines(archive, 163, 164) == [(163, None), (164, "/"), (163, f"{work}/home"), (164, f"{work}/doc")]
     # what the archive calls doc/ is home/: the paths are there, and health says they are not host paths

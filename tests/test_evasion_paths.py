@@ -31,7 +31,15 @@ FIELDS = dict(zip(wire.HEADER_FIELDS, wire.HEADER.unpack_from(RECORDS[2]), stric
 _SCANNED = build.scan(EXAMPLE).scan
 CMD = next(iter(_SCANNED.tree.tasks))
 """The host tid of the example's command (its first task)."""
-CWD = _SCANNED.resolver.cwd(_SCANNED.tree.tasks[CMD].process)
+
+
+def _command_cwd() -> str:
+    cwd = _SCANNED.resolver.cwd(_SCANNED.tree.tasks[CMD].process)
+    assert cwd is not None, "the example's command has no known working directory"
+    return cwd
+
+
+CWD = _command_cwd()
 """Its working directory when the example ends."""
 STRANGER = 4_000_000
 """A host pid that is no task of the run."""
@@ -182,10 +190,12 @@ def test_the_walk_stops_at_an_unknown_link_and_keeps_the_rest_as_written() -> No
 
 
 def test_show_counts_a_runtime_write_among_files_written(tmp_path: Path) -> None:
+    from runner.evidence.bounded import ReadMember
     from runner.review.view import build_view
 
     archive = _normalized([_open(b"/usr/lib/x.so.1", WRITE)], tmp_path)
-    view = build_view(archive.path, archive.members, None)
+    members: dict[str, ReadMember] = {**archive.members}
+    view = build_view(archive.path, members, None)
     assert "/usr/lib/x.so.1" in view.summary.files_written
     assert json.dumps(view.summary.files_written)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from runner.acceptance import execute
+from runner.acceptance.execute import Status
 from runner.acceptance.pack import GateResult
 from runner.errors import RunnerError
 from tests.support import CLI, ROOT, assay, runner_env
@@ -138,8 +139,8 @@ def determinism_interrupted(tmp_path: Path) -> None:
 
 
 def acceptance_could_not_run(_tmp_path: Path) -> None:
-    results = [GateResult(f"g{i}", "", status, "", [], 3, None, [])
-               for i, status in enumerate(("passed", "could_not_run"))]
+    statuses: tuple[Status, ...] = ("passed", "could_not_run")
+    results = [GateResult(f"g{i}", "", status, "", [], 3, None, []) for i, status in enumerate(statuses)]
     assert execute.exit_code(results) == 3
 
 

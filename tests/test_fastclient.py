@@ -95,6 +95,7 @@ class FakeDaemon:
                 body = protocol.receive(conn, reader)
                 if body is None:
                     continue  # a client that connected and went away (the fast client's fallback may)
+                # a run start is all a client sends first: anything else fails the test's checks on it
                 seen.request = protocol.decode_client(body)  # type: ignore[assignment]
                 for fd in reader.take_fds():
                     seen.fds.append(os.fstat(fd))
@@ -254,7 +255,9 @@ def test_run_ids_the_fast_client_accepts_cannot_look_like_secrets() -> None:
     and the C client would have to send every run id to Python), and every
     literal must be in the C list unless a run id cannot contain it.
     """
-    listed = re.search(r"SECRET_LITERALS\[\] = \{(.*?)\};", SOURCE.read_text(), re.S).group(1)
+    found = re.search(r"SECRET_LITERALS\[\] = \{(.*?)\};", SOURCE.read_text(), re.S)
+    assert found, SOURCE
+    listed = found.group(1)
     in_c = set(re.findall(r'"([^"]*)"', listed))
     run_id_chars = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
     wanted = set()

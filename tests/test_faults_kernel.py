@@ -150,7 +150,7 @@ def program_ids(pid: int) -> set[int]:
     return ids
 
 
-def wait_for(path: Path, runner: subprocess.Popen[str]) -> None:
+def wait_for(path: Path, runner: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
     """Until `path` exists (the command reached that point); the runner must still be running."""
     deadline = time.monotonic() + WAIT_S
     while not path.exists():

@@ -11,6 +11,7 @@ saw must be exactly the `event_<id>` lines of the kernel layer
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ SETID = 0o6000
 def expected(call: Call) -> list[tuple[int, str | None]]:
     """The kernel lines strace's view of one call implies (before the +100 of a failure)."""
     n, p = call.name, call.path
-    table = {
+    table: dict[str, Callable[[], list[tuple[int, str | None]]]] = {
         "mkdir": lambda: [(124, p(None, 0))],
         "mkdirat": lambda: [(124, p(0, 1))],
         "unlink": lambda: [(120, p(None, 0))],

@@ -28,9 +28,12 @@ def wrong_imports(path: Path) -> list[str]:
     test module through the `tests.` package (pytest loads it by its bare name)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
-                 else [])
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
         for name in names:
             top, _, rest = name.partition(".")
             if (top in HELPERS and not rest) or (top == "tests" and rest.startswith("test_")):

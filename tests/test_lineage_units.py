@@ -7,6 +7,8 @@ reused after a close, and how a process's end is read.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ebpf.wire import (
     HOOK_CGROUP_ATTACH,
     HOOK_CLOSE,
@@ -87,8 +89,9 @@ def test_only_moves_out_of_the_run_subtree_on_cgroup_v2_are_escapes() -> None:
 def test_escapes_and_untracked_tasks_make_correlation_partial() -> None:
     base = CaptureFacts({}, {}, 1, 0, True, 0)
     assert cgroup_correlation(base) == "clean"
-    for extra in ({"cgroup_escapes": 1}, {"clone_into_cgroup": 1}, {"untracked_tasks": 1}):
-        assert cgroup_correlation(CaptureFacts({}, {}, 1, 0, True, 0, **extra)) == "partial"
+    for facts in (replace(base, cgroup_escapes=1), replace(base, clone_into_cgroup=1),
+                  replace(base, untracked_tasks=1)):
+        assert cgroup_correlation(facts) == "partial"
 
 
 def _ends(*events: RawEvent):

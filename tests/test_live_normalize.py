@@ -73,7 +73,8 @@ def _members(run: NormalizedRun) -> dict[str, bytes]:
     return {k: v if isinstance(v, bytes) else v.read_bytes() for k, v in run.members().items()}
 
 
-PASSES = {"thread": LiveNormalize, "process": lambda writer, run_id: LiveProcess(writer, run_id, IDLE)}
+PASSES: dict[str, Callable[[SlowWriter, str], LivePass]] = {
+    "thread": LiveNormalize, "process": lambda writer, run_id: LiveProcess(writer, run_id, IDLE)}
 
 
 @pytest.fixture(params=list(PASSES))
@@ -87,8 +88,13 @@ def _replay(name: str, path: Path, kind: str,
     frames = _frames(name) if frames is None else frames
     writer = SlowWriter(path)
     writer.write(frames[0])
-    live = PASSES[kind](writer, "live-run")  # type: ignore[operator]  # the members it uses
-    feeder = threading.Thread(target=lambda: [writer.write(f) for f in frames[1:]])
+    live = PASSES[kind](writer, "live-run")
+
+    def feed() -> None:
+        for frame in frames[1:]:
+            writer.write(frame)
+
+    feeder = threading.Thread(target=feed)
     feeder.start()
     feeder.join()
     return live, writer
@@ -313,6 +319,7 @@ def _open_fds() -> set[str]:
 def test_the_live_process_leaves_nothing_behind(tmp_path: Path, private_tmp: Path) -> None:
     before = _open_fds()
     live, writer = _replay("example", tmp_path / "s.spool", "process")
+    assert isinstance(live, LiveProcess)
     got = live.result()
     assert got is not None and got.kernel.count > 0
     del got
@@ -328,7 +335,7 @@ def test_a_killed_live_process_is_a_failed_pass_not_a_hang(tmp_path: Path, priva
     frames = _frames("example")
     writer = SlowWriter(tmp_path / "s.spool")
     writer.write(frames[0])
-    live = LiveProcess(writer, "live-run", IDLE)  # type: ignore[arg-type]
+    live = LiveProcess(writer, "live-run", IDLE)
     os.kill(live.pid, signal.SIGKILL)
     for f in frames[1:]:
         writer.write(f)
@@ -349,6 +356,7 @@ def test_a_capture_that_fails_ends_the_live_process(tmp_path: Path, private_tmp:
     before = _open_fds()
     frames = _frames("example")[:-1]
     live, writer = _replay("example", tmp_path / "torn.spool", "process", frames)
+    assert isinstance(live, LiveProcess)
     _until(lambda: live.records_read == _records_in(frames), "the live process read every record")
     assert not _gone(live.pid, within=0)  # still following the spool, for a trailer that never comes
     live.close()

@@ -52,7 +52,7 @@ def test_recorded_example_normalizes_to_the_expected_evidence() -> None:
 
 def test_threads_and_children_are_ordered_by_tree_then_thread() -> None:
     run = normalize(load("threads"))
-    writes = [(e.pid, Path(e.value).name) for e in run.kernel_events if e.access_mode == "write"]
+    writes = [(e.pid, e.value and Path(e.value).name) for e in run.kernel_events if e.access_mode == "write"]
     expected = [(1, f"t{t}-{j}.txt") for t in range(4) for j in range(5)]
     expected += [(2 + i, f"child{i}.txt") for i in range(3)]
     assert writes == expected

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ebpf.wire import HOOK_MOUNT, HOOK_NEWTASK, HOOK_SETNS, HOOK_UNSHARE, HOOK_UTIMES
 from normalizer.decode import RawEvent
 from normalizer.health import CaptureFacts, cgroup_correlation, observation_health
@@ -68,8 +70,7 @@ def test_backdating_is_its_own_line() -> None:
 def test_moved_paths_and_unread_memory_in_health() -> None:
     base = CaptureFacts({}, {}, 1, 0, True, 0)
     assert cgroup_correlation(base) == "clean"
-    for extra in ({"moved_processes": 1}, {"mount_changes": 1}):
-        facts = CaptureFacts({}, {}, 1, 0, True, 0, **extra)
+    for facts in (replace(base, moved_processes=1), replace(base, mount_changes=1)):
         health = observation_health("r", set(), 1, facts, [])
         assert health.cgroup_correlation == "partial"
         assert any(n.startswith("s3_path_namespace: ") for n in health.notes)

@@ -144,7 +144,7 @@ def test_the_channel_delivers_every_record_then_the_fence(recorded: list[bytes])
     ours, theirs = channel.pair()
     records = [stamped(r, key) for r in recorded] * 50  # more than one socket buffer's worth
     sensor = SensorEnd(ours, records)
-    source = ChannelSource(theirs, Group(), None)  # type: ignore[arg-type]
+    source = ChannelSource(theirs, Group(), None)  # type: ignore[arg-type]  # a stand-in cgroup
     got: list[bytes] = []
     source.set_sink(got.append)
     assert source.counters().emitted == {"open": len(records)}
@@ -165,7 +165,7 @@ def test_a_refused_run_is_a_clear_error() -> None:
     writer.reply(channel.Failed(message="run key 64 is not usable"))
     writer.flush()
     with pytest.raises(RunnerError, match="cannot take the run: run key 64 is not usable"):
-        ChannelSource(theirs, Group(), None)  # type: ignore[arg-type]
+        ChannelSource(theirs, Group(), None)  # type: ignore[arg-type]  # a stand-in cgroup
     theirs.close()
     ours.close()
 
@@ -200,7 +200,7 @@ def test_a_runs_ledger_is_its_slot_since_it_started_plus_what_nobody_could_own()
     key = 3 + RUN_SLOTS  # a later generation of slot 3
     sensor.slots[3] = RunCounters({"open": 5, "exec": 1}, {"open": 100, "exec": 4}, 2)
     sensor.slots[0] = RunCounters({"open": 0, "net_block": 1}, {"open": 0, "net_block": 0}, 0)
-    ledger = RunLedger(sensor, key)  # type: ignore[arg-type]
+    ledger = RunLedger(sensor, key)  # type: ignore[arg-type]  # a stand-in sensor
     sensor.slots[3] = RunCounters({"open": 7, "exec": 1}, {"open": 130, "exec": 6}, 3)
     sensor.slots[0] = RunCounters({"open": 0, "net_block": 4}, {"open": 0, "net_block": 0}, 0)
     assert ledger.counters() == RunCounters(

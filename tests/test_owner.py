@@ -23,8 +23,10 @@ from runner.errors import RunnerError
 
 def test_a_live_runner_is_alive_and_a_reused_pid_is_not() -> None:
     me = os.getpid()
-    assert alive(Owner(pid=me, start=start_time(me)))
-    assert not alive(Owner(pid=me, start=start_time(me) + 1))  # same pid, another process
+    start = start_time(me)
+    assert start is not None  # a live process's start time is readable
+    assert alive(Owner(pid=me, start=start))
+    assert not alive(Owner(pid=me, start=start + 1))  # same pid, another process
     assert alive(Owner(pid=me, start=None))  # no record: a live pid is never taken as stale
 
 

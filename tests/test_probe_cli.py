@@ -116,9 +116,12 @@ def test_a_failing_probe_does_not_stop_the_stream(tmp_path: Path) -> None:
     bare = tmp_path / "bin"
     bare.mkdir()
     for tool in ("bash", "cut"):  # getent is the one missing
-        (bare / tool).symlink_to(shutil.which(tool))
+        found = shutil.which(tool)
+        assert found, tool
+        (bare / tool).symlink_to(found)
     env = {k: v for k, v in os.environ.items() if k != "HOME"} | {"PATH": str(bare)}
-    cmd = [BIN / "probe", "--target", "--probe", "fs_user_ssh_list", "--probe", "fs_tmp_write"]
+    cmd: list[str | Path] = [BIN / "probe", "--target", "--probe", "fs_user_ssh_list",
+                             "--probe", "fs_tmp_write"]
     done = subprocess.run([*cmd, "--workspace", tmp_path], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 1

@@ -75,7 +75,7 @@ def test_files_are_grouped_by_directory_with_their_access_modes(tmp_path: Path) 
     archive = _normalized(tmp_path)
     view = json.loads(assay("show", archive, "--json").stdout)
     kernel = [json.loads(line) for line in read_archive(archive)["layers/kernel.ndjson"].splitlines()]
-    opened = {e["value"]: set() for e in kernel if e["kind"] == "openat"}
+    opened: dict[str, set[str]] = {e["value"]: set() for e in kernel if e["kind"] == "openat"}
     for e in kernel:
         if e["kind"] == "openat":
             opened[e["value"]].add(e["access_mode"])

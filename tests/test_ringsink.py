@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import ctypes
-import io
 import struct
+from collections.abc import Callable
 
 import pytest
 
 from ebpf import ringsink
 from ebpf.wire import HEADER, RUN_SLOTS
-from spool.format import Batch, batch_head, encode_frame, iter_frames
+from spool.format import Batch, batch_head, encode_frame
+from tests.spool_frames import batch_frames
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +42,7 @@ def test_records_go_to_their_runs_in_order_and_unknown_keys_are_orphans() -> Non
     sink = ringsink.RingSink()
     sink.open_run(1, ringsink.MSGPACK)
     sink.open_run(2, ringsink.FRAMES)
-    sent = {1: [], 2: []}
+    sent: dict[int, list[bytes]] = {1: [], 2: []}
     sizes = [0, 10, 191, 192, 4000, 8191]  # around msgpack's bin 8 / bin 16 boundary (record = 64 + payload)
     for i, size in enumerate(sizes * 3):
         key = 1 + i % 2
@@ -54,7 +55,7 @@ def test_records_go_to_their_runs_in_order_and_unknown_keys_are_orphans() -> Non
     assert count == len(sent[1])
     frame = batch_head(count, len(items)) + items
     assert frame == encode_frame(Batch(records=sent[1]))  # the bytes msgspec writes
-    assert [f.records for f in iter_frames(io.BytesIO(frame))] == [sent[1]]
+    assert [f.records for f in batch_frames(frame)] == [sent[1]]
     data, count = sink.take(2)
     assert count == len(sent[2]) and frames(data) == sent[2]
     assert sink.orphans == 4
@@ -100,16 +101,18 @@ class FakeRing:
 
     def __init__(self) -> None:
         self.queue: list[bytes] = []
-        self.callback = None
+        self.callback: Callable[[int, ctypes.c_void_p, int], int] | None = None
         self.ctx = 0
 
     def open_ring(self, callback: object, ctx: int) -> None:
+        assert isinstance(callback, ringsink._CALLBACK)  # what RingSink hands over, as to libbpf
         self.callback, self.ctx = callback, ctx
 
     def wait(self, timeout_ms: int, wake: int | None = None) -> None:
         self.drain()
 
     def drain(self) -> None:
+        assert self.callback is not None, "drained before open_ring"
         while self.queue:
             rec = self.queue.pop(0)
             buf = ctypes.create_string_buffer(rec, len(rec))
@@ -127,7 +130,7 @@ def test_the_observer_hands_every_record_on_across_pauses() -> None:
     observer.drain()
     assert len(got) > 1 and observer.pauses > 0  # the bound split the drain
     spooled = [r for items, count in got
-               for f in iter_frames(io.BytesIO(batch_head(count, len(items)) + items)) for r in f.records]
+               for f in batch_frames(batch_head(count, len(items)) + items) for r in f.records]
     assert spooled == sent and observer.orphans == 1
     observer.close()
 

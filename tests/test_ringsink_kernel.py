@@ -4,7 +4,6 @@ account exactly for what is missing."""
 
 from __future__ import annotations
 
-import io
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +14,8 @@ from ebpf import ringsink
 from ebpf.monitor import RUN_KEY, Monitor, MonitorConfig
 from ebpf.wire import HEADER, HOOK_OPEN
 from runner.capture.cgroup import RunCgroup
-from spool.format import batch_head, iter_frames
+from spool.format import batch_head
+from tests.spool_frames import batch_frames
 
 pytestmark = pytest.mark.kernel
 
@@ -82,7 +82,7 @@ def _capture(opener: Path, scratch: Path, n: int, every: int, pages: int, read_w
         observer.close()
         cgroup.remove()
     records = [r for items, count in batches
-               for f in iter_frames(io.BytesIO(batch_head(count, len(items)) + items)) for r in f.records]
+               for f in batch_frames(batch_head(count, len(items)) + items) for r in f.records]
     return records, counters, pauses
 
 

@@ -51,7 +51,7 @@ def test_show_and_report_refuse_an_archive_with_a_bad_run_id(tmp_path: Path, com
     for file in archive.rglob("*"):
         if file.is_file():
             file.write_bytes(file.read_bytes().replace(b'"run_minimal"', b'"evil\\n"'))
-    args = ["-o", tmp_path / "r.html"] if command == "report" else []
+    args: list[str | Path] = ["-o", tmp_path / "r.html"] if command == "report" else []
     run = measure_cli(command, "--no-spool", archive, *args, cwd=tmp_path)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "run id 'evil\\n' is not one Assay accepts" in run.stderr

@@ -79,10 +79,10 @@ def test_a_failed_write_keeps_whole_frames_and_the_run_goes_on(tmp_path: Path) -
         os.write(write_end, report.encode())
         os._exit(0)
     os.close(write_end)
-    report = os.read(read_end, 200).decode().split()
+    words = os.read(read_end, 200).decode().split()
     os.waitpid(pid, 0)
-    assert report[:2] == ["failed", "27"], report  # EFBIG
-    written, unwritten = int(report[2]), int(report[3])
+    assert words[:2] == ["failed", "27"], words  # EFBIG
+    written, unwritten = int(words[2]), int(words[3])
     assert 0 < written < 300 and written + unwritten == 300
     partial = tmp_path / "s.spool.partial"
     assert partial.stat().st_size <= 4096

@@ -154,7 +154,7 @@ def test_kernel_blocks_give_the_problems_and_facts_of_the_line_by_line_check(
     def run() -> tuple[list[str], list[str], tuple[int, ...]]:
         parsed = Parsed()
         parsed.saw_run_id("manifest.json", None, "r1")
-        problems = [str(p) for p in lines.check_lines(KERNEL, layer, parsed)]  # type: ignore[arg-type]
+        problems = [str(p) for p in lines.check_lines(KERNEL, layer, parsed)]
         facts = parsed.kernel
         sets = (facts.count, facts.connects, facts.datagrams) if facts else ()
         values = sorted(facts.values.sorted_values("filesystem_paths")) if facts else []

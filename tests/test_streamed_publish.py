@@ -146,6 +146,7 @@ def test_the_archive_is_tarfiles_tar_in_one_gzip_member(spool: Path) -> None:
     assert gz.eof and gz.unused_data == b""
     assert tar == gzip.decompress(data) == _tarfile_archive(run.run_id, as_bytes)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
+        # every member is a regular file, which extractfile never answers with None
         assert {m.name: t.extractfile(m).read() for m in t.getmembers()} == {  # type: ignore[union-attr]
             MANIFEST: build_manifest(run.run_id, as_bytes), **as_bytes}
 
@@ -276,9 +277,11 @@ def test_a_layer_collected_on_its_own_workers_thread_never_blocks_it(monkeypatch
         def take(self, chunk: bytes) -> None:
             if not collected:
                 queue_full.wait(10)
-                collected.append(pipeline._ending())  # type: ignore[union-attr] # as gc would, here
+                ending = pipeline._ending
+                assert ending is not None  # the worker is running, so its finalizer is set
+                collected.append(ending())  # as gc would, here
 
-    pipeline = layer_digest.Pipeline(CollectedMidChunk())  # type: ignore[arg-type]
+    pipeline = layer_digest.Pipeline(CollectedMidChunk())  # type: ignore[arg-type]  # a stand-in digest
     for _ in range(1 + layer_digest.QUEUE_CHUNKS):  # one in the worker's hands, the queue full
         pipeline.put(b"x\n")
     (worker,) = _digest_threads()

@@ -121,7 +121,7 @@ def test_a_full_screen_program_and_the_status_row(tmp_path: Path, service: Path,
     vim = f"vim -u NONE -es -c 'call setline(1, \"x\")' -c wq {tmp_path / 'v'}"
     before, after = tmp_path / "before", tmp_path / "after"  # each once the status row was drawn there
     script = f"echo before-less; {_until(before)}; less {page}; {vim}; echo after-less; {_until(after)}"
-    typed = []
+    typed: list[bool] = []
 
     def keys(screen: list[str]) -> pty_screen.Action:
         shown = [line.rstrip() for line in screen]
@@ -146,7 +146,7 @@ def test_a_full_screen_program_and_the_status_row(tmp_path: Path, service: Path,
 
 @pytest.mark.parametrize("mode", ["direct", "python-client", "fast-client"])
 def test_ctrl_c_leaves_the_terminal_whole(tmp_path: Path, service: Path, mode: str) -> None:
-    typed = []
+    typed: list[bool] = []
 
     def keys(screen: list[str]) -> pty_screen.Action:
         shown = [line.rstrip() for line in screen]
@@ -169,7 +169,7 @@ def test_the_status_row_follows_a_resize(tmp_path: Path, service: Path, mode: st
     """The terminal grows to 30 rows while the command runs: the status moves to the new last row, the
     command's lines stay, and the kernel's size is given back as the new one."""
     rows = 30
-    resized = []
+    resized: list[bool] = []
     moved = tmp_path / "moved"
 
     def keys(screen: list[str]) -> pty_screen.Action:

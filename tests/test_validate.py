@@ -16,7 +16,7 @@ import json
 import re
 import subprocess
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +81,9 @@ def edit(name: str, change: Callable[[Obj], object]) -> Callable[[Members], Memb
     return mutate
 
 
-def lines(name: str, change: Callable[[list[Obj]], object]) -> Callable[[Members], Members]:
-    """Mutation: change the list of NDJSON objects of `name`, then remanifest."""
+def lines(name: str, change: Callable[[list[Any]], object]) -> Callable[[Members], Members]:
+    """Mutation: change the list of NDJSON values of `name` (objects, until a change puts
+    another value in), then remanifest."""
 
     def mutate(m: Members) -> Members:
         items = [json.loads(x) for x in m[name].splitlines()]
@@ -739,7 +740,7 @@ def test_undecodable_kernel_layer_skips_cross_checks() -> None:
 # --- archives on disk ------------------------------------------------------
 
 
-def write_tar(path: Path, entries: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+def write_tar(path: Path, entries: Sequence[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
     """A .tar.gz with exactly these headers (and data), however hostile."""
     raw_tar = io.BytesIO()
     with tarfile.open(fileobj=raw_tar, mode="w", format=tarfile.GNU_FORMAT) as tar:

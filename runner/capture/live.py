@@ -32,7 +32,7 @@ import threading
 
 from normalizer.build import NormalizedRun, Scanned, finish, scan
 from runner.capture.live_child import IDLE, lower, restore
-from runner.capture.live_process import LiveProcess
+from runner.capture.live_process import LiveProcess, WrittenSpool
 from runner.evidence.publish import warm
 from runner.logs import get_logger
 from spool.tail import SpoolTail
@@ -54,7 +54,7 @@ def enabled() -> bool:
 class LiveNormalize:
     """Stage A over the growing spool, then stage B once the trailer is in, on a thread of its own."""
 
-    def __init__(self, spooler: Spooler, run_id: str) -> None:
+    def __init__(self, spooler: WrittenSpool, run_id: str) -> None:
         self._run_id = run_id
         self._fd = spooler.reader_fd()
         self._tail = SpoolTail(self._fd, lambda: spooler.size)

@@ -37,7 +37,7 @@ import struct
 import subprocess
 import sys
 import time
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, Protocol, TypeVar
 
 import msgspec
 
@@ -57,9 +57,22 @@ from runner.capture.live_child import (
     split_frame,
 )
 from runner.logs import get_logger
-from spool.writer import Spooler
 
 _Awaited = TypeVar("_Awaited", Scanned, Done)
+
+
+class WrittenSpool(Protocol):
+    """What a live pass reads of the spool being written (`spool.writer.Spooler`): the bytes and
+    records committed so far, and a descriptor of its own on the file."""
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def records(self) -> int: ...
+
+    def reader_fd(self) -> int: ...
+
 
 RESULT_TIMEOUT_S = 30.0
 """The least the runner waits for a message after the command exits before it gives up on the pass."""
@@ -100,7 +113,7 @@ class HandedLayer(KernelLayer):
 class LiveProcess:
     """Stage A over the growing spool, then stage B once the trailer is in, in a child process."""
 
-    def __init__(self, spooler: Spooler, run_id: str, priority: str) -> None:
+    def __init__(self, spooler: WrittenSpool, run_id: str, priority: str) -> None:
         self._spooler = spooler
         self._run_id = run_id
         self._nice = os.getpriority(os.PRIO_PROCESS, 0)  # the runner's

@@ -136,7 +136,7 @@ def _write_tar(fileobj: BinaryIO, run_id: str, members: Mapping[str, Member]) ->
     stream.close()
 
 
-def archive_bytes(run_id: str, members: dict[str, Member]) -> bytes:
+def archive_bytes(run_id: str, members: Mapping[str, Member]) -> bytes:
     """The deterministic .tar.gz of `members` plus their manifest."""
     raw = io.BytesIO()
     _write_tar(raw, run_id, members)

@@ -31,7 +31,7 @@ import tarfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 import msgspec
 
@@ -117,7 +117,17 @@ ReadMember = bytes | ArchiveMember
 """A member as read: in memory, or streamed from the archive."""
 
 
-def member_chunks(member: ReadMember) -> Iterable[bytes]:
+class Chunked(Protocol):
+    """All that reading a member's bytes in order needs (an `ArchiveMember` is one)."""
+
+    def chunks(self) -> Iterable[bytes]: ...
+
+
+ChunkedMember = bytes | Chunked
+"""A member whose bytes are only read, never sized or digested (runner/evidence/docstream.py)."""
+
+
+def member_chunks(member: ChunkedMember) -> Iterable[bytes]:
     return (member,) if isinstance(member, bytes) else member.chunks()
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import posixpath
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Literal, TypeVar
 
 import msgspec
@@ -155,7 +155,7 @@ class RunArtifacts(msgspec.Struct):
     correlation: CorrelationReport
 
 
-def decode_artifacts(members: dict[str, ReadMember]) -> RunArtifacts:
+def decode_artifacts(members: Mapping[str, ReadMember]) -> RunArtifacts:
     """Decode the surface, health and correlation members; CapDiffError if one is unusable.
 
     Large members are streamed (runner/evidence/docstream.py): the surface's lists stay

@@ -33,7 +33,7 @@ from typing import Any, TypeVar, get_args, get_origin
 import ijson
 import msgspec
 
-from runner.evidence.bounded import INLINE_DOCUMENT_BYTES, ReadMember, member_chunks
+from runner.evidence.bounded import INLINE_DOCUMENT_BYTES, ChunkedMember, member_chunks
 
 WHOLE_BYTES = INLINE_DOCUMENT_BYTES
 """Documents up to this size are decoded whole (msgspec), larger ones streamed."""
@@ -51,7 +51,7 @@ class DocumentError(ValueError):
 class _ChunkFile(io.RawIOBase):
     """A member's bytes as a file for ijson, read a chunk at a time."""
 
-    def __init__(self, member: ReadMember) -> None:
+    def __init__(self, member: ChunkedMember) -> None:
         self._chunks = iter(member_chunks(member))
         self._left = b""
 
@@ -69,7 +69,7 @@ class _ChunkFile(io.RawIOBase):
         return n
 
 
-def _tokens(member: ReadMember) -> Iterator[tuple[str, Any]]:
+def _tokens(member: ChunkedMember) -> Iterator[tuple[str, Any]]:
     try:
         yield from ijson.basic_parse(_ChunkFile(member), buf_size=READ_BYTES, use_float=True)
     except ijson.JSONError as exc:
@@ -112,7 +112,7 @@ def _list_fields(kind: type[msgspec.Struct]) -> dict[str, Any]:
     return {f.encode_name: get_args(f.type)[0] for f in fields if get_origin(f.type) is list}
 
 
-def _items(member: ReadMember, name: str) -> Iterator[Any]:
+def _items(member: ChunkedMember, name: str) -> Iterator[Any]:
     """The items of the top-level list `name`, read from the member by ijson's C parser (the
     document decoded before, so the path is a list: field names hold no dot)."""
     try:
@@ -125,7 +125,7 @@ class StreamedList:
     """A list field of a streamed document: its length, and its items read again when iterated
     (checked by the first decode; Struct items are converted again)."""
 
-    def __init__(self, member: ReadMember, name: str, item: Any, size: int) -> None:
+    def __init__(self, member: ChunkedMember, name: str, item: Any, size: int) -> None:
         self._member, self._name, self._item, self._size = member, name, item, size
 
     def __len__(self) -> int:
@@ -149,7 +149,7 @@ def _check_item(item: Any, item_type: Any, where: str) -> None:
         raise _error(exc, where) from exc
 
 
-def decode_document(member: ReadMember, kind: type[S], held: int | None = None) -> S:
+def decode_document(member: ChunkedMember, kind: type[S], held: int | None = None) -> S:
     """`member` decoded strictly as `kind`, streamed when large (see the module's docstring);
     DocumentError with the first problem. With `held`, every list is a real list of at most
     that many items; without, a streamed document's lists are `StreamedList`s."""

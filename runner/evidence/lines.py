@@ -33,7 +33,7 @@ import msgspec
 from normalizer.artifacts import KernelEvent, PolicyEvent, RunEvent, SdkEvent
 from runner.evidence.bounded import (
     MAX_LINE_BYTES,
-    ReadMember,
+    ChunkedMember,
     block_lines,
     iter_line_blocks,
     iter_lines,
@@ -190,7 +190,7 @@ class _Checker:
             self.parsed.lines[self.name] = self.held
 
 
-def check_lines(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Problem]:
+def check_lines(name: str, data: ChunkedMember, parsed: Parsed) -> Iterator[Problem]:
     """Every problem of the NDJSON member `name`, line by line; what the cross checks need goes
     into `parsed` (the kernel layer's `KernelFacts` there must be closed by the caller)."""
     checker = _Checker(name, parsed)
@@ -207,7 +207,7 @@ def check_lines(name: str, data: ReadMember, parsed: Parsed) -> Iterator[Problem
     checker.finish()
 
 
-def locator(data: ReadMember) -> kernel.Locate:
+def locator(data: ChunkedMember) -> kernel.Locate:
     """Finds the first kernel line of each of some values by reading the layer again (only
     values a surface lacks, named in a problem, are looked for)."""
 

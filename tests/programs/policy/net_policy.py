@@ -8,7 +8,7 @@ import json
 import socket
 
 
-def send(peer: tuple[str, int], with_sendmsg: bool = False) -> int:
+def send(peer: tuple[str, int], with_sendmsg: bool = False) -> int | None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             if with_sendmsg:

@@ -8,7 +8,7 @@ root-only file inside them.
 import json
 import sys
 
-result = {}
+result: dict[str, int | None] = {}
 for path in sys.argv[1:]:
     try:
         with open(path, "rb") as f:

@@ -49,7 +49,7 @@ def in_a_new_process(fn) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def write_procs(cgroup_dir: str) -> int:
+def write_procs(cgroup_dir: str) -> int | None:
     try:
         with open(os.path.join(cgroup_dir, "cgroup.procs"), "w") as procs:
             procs.write(f"{os.getpid()}\n")
