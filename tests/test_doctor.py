@@ -19,10 +19,7 @@ import pytest
 
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.host import checks, headers, mounts
-
-CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "hooks", "pidns", "landlock",
-          "limits", "stale", "native")
-
+from tests.doctor_support import CHECKS
 
 STALE = re.compile(r"cgroup .* of a runner that died|spool|archive")
 

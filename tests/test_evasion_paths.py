@@ -16,13 +16,13 @@ import json
 from pathlib import Path
 
 import pytest
-from test_normspeed import MODES, mode
 
 from ebpf import wire
 from normalizer import build, reopen, telemetry
 from normalizer.build import normalize
 from runner.evidence.archive import archive_bytes
 from spool.format import Spool, read_spool
+from tests.normalize_modes import MODES, mode
 from tests.support import Archive, assert_assay_accepts
 
 EXAMPLE = read_spool(Path(__file__).resolve().parent / "data" / "example.spool")

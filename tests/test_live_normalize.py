@@ -23,7 +23,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from test_surface import missing_opens
 
 from normalizer import surface
 from normalizer.build import NormalizedRun, dac_questions, normalize
@@ -33,6 +32,7 @@ from runner.capture.live_child import IDLE
 from runner.capture.live_process import LiveProcess
 from spool.format import FRAME_HEAD, Batch, SpoolError, decode_frame, encode_frame, iter_frames, read_spool
 from spool.tail import SpoolTail, TailCancelled
+from tests.example_spool import missing_opens
 
 DATA = Path(__file__).parent / "data"
 SPOOLS = sorted(p.stem for p in DATA.glob("*.spool"))

@@ -8,9 +8,7 @@ when normalizer/fastscan.c is built (normalizer/accel.py) and in Python otherwis
 
 from __future__ import annotations
 
-import contextlib
 from array import array
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -19,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ebpf import wire
-from normalizer import accel, build, collector, redact, scan, surface, telemetry
+from normalizer import accel, build, collector, redact, scan, telemetry
 from normalizer.buckets import Spilled, ThreadBuckets, index_shapes
 from normalizer.build import normalize
 from normalizer.classify import Classified, open_meta
@@ -29,14 +27,11 @@ from normalizer.surface import SurfacePreview
 from normalizer.transient import TransientNames
 from runner.evidence.archive import archive_bytes
 from spool.format import Spool, read_spool
+from tests.normalize_modes import MODES, mode
 
 DATA = Path(__file__).resolve().parent / "data"
 ENCODE = msgspec.json.Encoder().encode
 SPOOLS = sorted(DATA.glob("*.spool"))
-MODES = ("native", "python", "general")
-"""The C fast path (when built), the Python twin, and the general way for every record (with
-stage B working out every spilled chunk itself: nothing prepared in stage A)."""
-
 needs_native = pytest.mark.skipif(accel.native is None,
                                   reason="normalizer/_fastscan is not built (make setup)")
 
@@ -44,26 +39,6 @@ needs_native = pytest.mark.skipif(accel.native is None,
 def test_make_setup_built_the_accelerator() -> None:
     """CI runs `make setup`, which builds the accelerator: the C path is the one tested here."""
     assert accel.native is not None
-
-
-@contextlib.contextmanager
-def mode(name: str, tiny: bool = False) -> Iterator[None]:
-    """Normalize the `name` way; `tiny` memos and spills make every limit and rotation happen."""
-    with pytest.MonkeyPatch.context() as mp:
-        if name != "native":
-            mp.setattr(accel, "native", None)
-        if name == "general":
-            mp.setattr(scan, "FAST", False)
-            mp.setattr(build, "PREPARE", False)
-        if tiny:
-            mp.setattr(scan, "OPEN_MEMO", 2)
-            mp.setattr(build, "SPILL_EVERY", 3)
-            mp.setattr(collector, "MEMO_ENTRIES", 2)
-            mp.setattr(surface, "HELD_VALUES", 2)
-            mp.setattr(surface, "FRAME_VALUES", 2)
-            mp.setattr(surface, "FAN_IN", 2)
-            mp.setattr(surface, "ENCODE_VALUES", 2)
-        yield
 
 
 def archive(spool: Spool) -> tuple[bytes, SurfacePreview] | str:

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ebpf import wire
 from normalizer import build, collector, scan, surface
 from normalizer.artifacts import SURFACE_SCHEMA, CapabilitySurface, json_member
 from normalizer.build import normalize
@@ -23,6 +22,7 @@ from normalizer.redact import find_unredacted_bytes
 from normalizer.surface import DistinctValues, Preview, surface_member, write_surface
 from runner.evidence.archive import archive_bytes, write_archive
 from spool.format import Spool, read_spool
+from tests.example_spool import EXAMPLE, RECORDS, missing_opens
 
 DATA = Path(__file__).resolve().parent / "data"
 SETS = ("files", "endpoints", "execs", "written", "blocked")
@@ -110,25 +110,6 @@ def test_the_file_handed_over_holds_every_byte() -> None:
         handed.seek(0)
         assert handed.read() == member.read_bytes()
     assert member.size > surface.FILE_IN_MEMORY
-
-
-EXAMPLE = read_spool(DATA / "example.spool")
-RECORDS = list(EXAMPLE.records)
-RECORDED = dict(zip(wire.HEADER_FIELDS, wire.HEADER.unpack_from(RECORDS[2]), strict=True))
-RUN_TID = min({wire.HEADER.unpack_from(r)[2] for r in RECORDS} - set(EXAMPLE.header.control_pids)
-              - {EXAMPLE.header.shim_pid})
-
-
-def missing_opens(n: int) -> list[bytes]:
-    """`n` opens of distinct missing files by one of the run's threads, as open_heavy makes them."""
-    fields = {**RECORDED, "tgid": RUN_TID, "tid": RUN_TID, "hook": wire.HOOK_OPEN, "truncated": 0, "ret": -2,
-              "a0": 0xFFFFFF9C, "a1": 0, "a2": 0, "a3": 0}
-    out = []
-    for i in range(n):
-        data = b"/tmp/rec/work/missing-%08d-" % i + b"x" * 100 + b"\0"
-        record = {**fields, "data_len": len(data)}
-        out.append(wire.HEADER.pack(*(record[f] for f in wire.HEADER_FIELDS)) + data)
-    return out
 
 
 def _peak(n: int, out: Path) -> tuple[int, int]:
