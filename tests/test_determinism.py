@@ -32,6 +32,7 @@ from runner.evidence.compare import (
     render_text,
 )
 from runner.evidence.endstate import end_state, time_record
+from tests.determinism_support import determinism
 from tests.support import CLI, Archive, assay, runner_env
 
 PROGRAMS = Path(__file__).parent / "programs" / "determinism"
@@ -112,16 +113,6 @@ def _tree(root: Path) -> dict[str, tuple[int, bytes | None, int]]:
         out[str(p.relative_to(root))] = (st.st_mode, p.read_bytes() if p.is_file() else None,
                                          st.st_mtime_ns)
     return out
-
-
-def determinism(out: Path, run_id: str, work: Path, *cmd: str, extra: tuple[str, ...] = ()):
-    """Run the gate like a user; returns the process and the parsed JSON report."""
-    proc = assay("determinism", "--runs", "3", "--run-id", run_id, "--out", out,
-                 "--workdir", work, *extra, "--", *cmd)
-    assert proc.returncode != 125, proc.stderr
-    report_path = out / "determinism-report.json"
-    report = json.loads(report_path.read_text()) if report_path.exists() else None
-    return proc, report
 
 
 @pytest.mark.kernel

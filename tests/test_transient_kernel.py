@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_determinism import determinism
 
 from runner.evidence.archive import read_archive
+from tests.determinism_support import determinism
 from tests.support import Archive, assay
 
 pytestmark = pytest.mark.kernel
