@@ -20,10 +20,10 @@ from pathlib import Path
 import msgspec
 import pytest
 from test_faults_kernel import WAIT_S, Job, job, running
-from test_spool_faults import DATA, _partial_of
 
 from runner.capture.owner import XATTR, Owner, records_dir, write_record
 from runner.host.mounts import cgroup2_mount
+from tests.partial_spools import DATA, partial_of
 from tests.support import Archive, assay
 
 pytestmark = pytest.mark.kernel
@@ -49,7 +49,7 @@ def test_forged_owner_hints_and_records_change_nothing(job: Job) -> None:
     os.setxattr(live_cg, XATTR, msgspec.json.encode(forged))
     atk = job.tmp / "atk"
     atk.mkdir()
-    _partial_of(DATA / "example.spool", atk / "victim-run-42.spool.partial", 0)
+    partial_of(DATA / "example.spool", atk / "victim-run-42.spool.partial", 0)
     planted_cg = v2 / f"planted-{dead.pid}-{secrets.token_hex(4)}"
     planted_cg.mkdir()
     write_record(records_dir(job.token), planted_cg.stat().st_ino,

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_spool_faults import DATA, HEADER, _partial_of
 
 from runner.capture.rebuild import rebuild
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
 from spool.format import Phase, encode_frame, read_spool
+from tests.partial_spools import DATA, HEADER, partial_of
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_a_run_that_died_before_creating_its_spool_has_nothing_to_rebuild(
 
 
 def test_a_partial_spool_is_rebuilt_into_a_valid_archive_marked_partial(tmp_path: Path, out_fd: int) -> None:
-    records = _partial_of(DATA / "example.spool", tmp_path / "r.spool.partial", 7)
+    records = partial_of(DATA / "example.spool", tmp_path / "r.spool.partial", 7)
     said = rebuild(out_fd, tmp_path, "r.spool")
     assert said == (f"rebuilt {tmp_path / 'r.tar.gz'} from the dead run's spool ({records} records; "
                     "marked partial: s2_run_recovered, 7 torn bytes cut)")
@@ -76,7 +76,7 @@ def test_a_spool_name_that_is_a_path_is_refused_and_nothing_outside_is_touched(
     out, atk = tmp_path / "out", tmp_path / "atk"
     out.mkdir()
     atk.mkdir()
-    _partial_of(DATA / "example.spool", atk / "victim-run-42.spool.partial", 0)
+    partial_of(DATA / "example.spool", atk / "victim-run-42.spool.partial", 0)
     (out / "sub").symlink_to(atk)
     before = sorted(p.name for p in atk.iterdir())
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
@@ -93,7 +93,7 @@ def test_a_spool_name_that_is_a_path_is_refused_and_nothing_outside_is_touched(
 def test_a_spool_that_is_a_symlink_is_never_followed(tmp_path: Path, out_fd: int) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    _partial_of(DATA / "example.spool", elsewhere / "r.spool", 0)
+    partial_of(DATA / "example.spool", elsewhere / "r.spool", 0)
     (tmp_path / "r.spool").symlink_to(elsewhere / "r.spool")
     said = rebuild(out_fd, tmp_path, "r.spool")
     assert said.startswith(f"cannot rebuild {tmp_path / 'r.tar.gz'}"), said

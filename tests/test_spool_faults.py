@@ -18,26 +18,14 @@ import pytest
 from normalizer.build import normalize
 from runner.evidence.archive import MANIFEST, build_manifest
 from runner.evidence.validate import validate_members
-from spool.format import SPOOL_FORMAT, Batch, SpoolHeader, SpoolTrailer, encode_frame, iter_frames, read_spool
+from spool.format import Batch, SpoolTrailer, iter_frames, read_spool
 from spool.recover import CannotRecover, recover
 from spool.writer import Spooler, SpoolWriteFailed
-
-DATA = Path(__file__).parent / "data"
-HEADER = SpoolHeader(format=SPOOL_FORMAT, run_id="r", argv=["x"], workdir="/", control_pids=[], shim_pid=0,
-                     ringbuf_pages=64)
+from tests.partial_spools import DATA, HEADER, partial_of
 
 
 def _dir(path: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-
-
-def _partial_of(recording: Path, to: Path, torn: int) -> int:
-    """`recording` without its trailer, plus `torn` bytes of a frame cut short; its record count."""
-    frames = [f for f in iter_frames(recording.open("rb")) if not isinstance(f, SpoolTrailer)]
-    records = sum(len(f.records) for f in frames if isinstance(f, Batch))
-    cut = encode_frame(Batch(records=[b"x" * 100]))[:torn]
-    to.write_bytes(b"".join(encode_frame(f) for f in frames) + cut)
-    return records
 
 
 def test_every_drain_reaches_the_file_at_once(tmp_path: Path) -> None:
@@ -93,7 +81,7 @@ def test_a_failed_write_keeps_whole_frames_and_the_run_goes_on(tmp_path: Path) -
 
 @pytest.mark.parametrize("torn", [0, 3, 40])
 def test_a_dead_runners_spool_is_recovered_into_an_archive_marked_partial(tmp_path: Path, torn: int) -> None:
-    records = _partial_of(DATA / "example.spool", tmp_path / "r.spool.partial", torn)
+    records = partial_of(DATA / "example.spool", tmp_path / "r.spool.partial", torn)
     fd = _dir(tmp_path)
     got = recover(fd, "r.spool", "runner_died")
     os.close(fd)
@@ -109,7 +97,7 @@ def test_a_dead_runners_spool_is_recovered_into_an_archive_marked_partial(tmp_pa
 
 
 def test_recovery_replaces_nothing_and_needs_a_header(tmp_path: Path) -> None:
-    _partial_of(DATA / "example.spool", tmp_path / "r.spool.partial", 0)
+    partial_of(DATA / "example.spool", tmp_path / "r.spool.partial", 0)
     shutil.copy(DATA / "example.spool", tmp_path / "r.spool")
     (tmp_path / "h.spool.partial").write_bytes(b"\x05\x00\x00\x00garbage")
     fd = _dir(tmp_path)
