@@ -19,10 +19,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from test_faults_kernel import WAIT_S, Job, job, running
 
 from runner.capture.owner import XATTR, Owner, records_dir, write_record
 from runner.host.mounts import cgroup2_mount
+from tests.faults_support import WAIT_S, Job, job, running
 from tests.partial_spools import DATA, partial_of
 from tests.support import Archive, assay
 
