@@ -82,8 +82,8 @@ lint: $(VENV)/bin/ruff
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 
-# mypy over the directories pyproject.toml's [tool.mypy] names (strict on normalizer, spool,
-# policy); its cache is .mypy_cache. tests/test_typecheck.py runs the same check in `make test`.
+# mypy over the directories pyproject.toml's [tool.mypy] names, tests included (strict on
+# normalizer, spool, policy); its cache is .mypy_cache. tests/test_typecheck.py runs the same check in `make test`.
 .PHONY: typecheck
 typecheck: $(VENV)/bin/mypy
 	$(VENV)/bin/mypy

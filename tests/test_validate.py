@@ -32,41 +32,21 @@ from runner.evidence.archive import (
     sha256_ref,
 )
 from runner.evidence.validate import validate_members, validate_path
+from tests.golden_edits import KERNEL, RUN_ID, Members, Obj, dump, golden, lines, remanifest, set_line
 
 ROOT = Path(__file__).resolve().parent.parent
-GOLDEN = ROOT / "golden" / "archive-minimal"
 GOLDEN_LAYERS = ROOT / "golden" / "archive-sdk-policy"
 CLI = ROOT / ".venv" / "bin" / "assay-runner"
-RUN_ID = "run_minimal"
 HEALTH = "observation-health.json"
 SURFACE = "capability-surface.json"
 CORRELATION = "correlation-report.json"
-KERNEL = "layers/kernel.ndjson"
 PHASES = "events.ndjson"
 POLICY = "layers/policy.ndjson"
 SDK = "layers/sdk.ndjson"
 WORK = "/tmp/assay-runner/work"
 
-Members = dict[str, bytes]
-Obj = dict[str, Any]
-
 
 # --- building broken archives ---------------------------------------------
-
-
-def golden() -> Members:
-    return load_members(GOLDEN)
-
-
-def _dump(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
-
-
-def remanifest(m: Members) -> Members:
-    """Rebuild the manifest so that only the intended break remains."""
-    run_id = json.loads(m[MANIFEST])["run_id"] if MANIFEST in m else RUN_ID
-    m[MANIFEST] = build_manifest(run_id, {k: v for k, v in m.items() if k != MANIFEST})
-    return m
 
 
 def edit(name: str, change: Callable[[Obj], object]) -> Callable[[Members], Members]:
@@ -75,21 +55,8 @@ def edit(name: str, change: Callable[[Obj], object]) -> Callable[[Members], Memb
     def mutate(m: Members) -> Members:
         doc = json.loads(m[name])
         change(doc)
-        m[name] = _dump(doc)
+        m[name] = dump(doc)
         return m if name == MANIFEST else remanifest(m)
-
-    return mutate
-
-
-def lines(name: str, change: Callable[[list[Any]], object]) -> Callable[[Members], Members]:
-    """Mutation: change the list of NDJSON values of `name` (objects, until a change puts
-    another value in), then remanifest."""
-
-    def mutate(m: Members) -> Members:
-        items = [json.loads(x) for x in m[name].splitlines()]
-        change(items)
-        m[name] = b"".join(_dump(x) for x in items)
-        return remanifest(m)
 
     return mutate
 
@@ -135,10 +102,6 @@ def add_kernel(*events: tuple[int, str, str | None]) -> Callable[[Members], Memb
 
 def health(**fields: Any) -> Callable[[Members], Members]:
     return edit(HEALTH, lambda d: d.update(fields))
-
-
-def set_line(name: str, index: int, **fields: Any) -> Callable[[Members], Members]:
-    return lines(name, lambda xs: xs[index].update(fields))
 
 
 def manifest_entry(member: str, **fields: Any) -> Callable[[Members], Members]:

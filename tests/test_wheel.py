@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_validate import KERNEL, golden, set_line
 
 from policy.load import PRESETS
+from tests.golden_edits import KERNEL, golden, set_line
 from tests.support import ROOT
 
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.so", "build", "*.egg-info", "runs",
