@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+import tests.sanitized  # noqa: F401  (first: the sanitized C pieces, when asked for, before any import of them)
 from runner.capture.cgroup import PARENT_ENV
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
