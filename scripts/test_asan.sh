@@ -24,7 +24,7 @@ VENV=${VENV:-.venv}
 TREE=build/asan
 SUITES=(tests/test_sanitized.py tests/test_ringsink.py tests/test_normspeed.py tests/test_spool_reader.py
         tests/test_streamed_publish.py tests/test_fuzz_normalizer.py tests/test_fuzz_readers.py
-        tests/test_fastclient.py)
+        tests/test_fastclient.py tests/test_fastclient_edges.py)
 
 sanitizer_env() {
   local logdir=$1

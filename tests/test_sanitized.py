@@ -70,40 +70,48 @@ PLANTED = {
     "signed integer overflow": ("s->paused = 0;", "s->paused = INT32_MAX; s->paused++;",
                                 "lib.ringsink_unpause(s)"),
 }
+"""Each finding: the line of ebpf/ringsink.c it replaces, its replacement, and the call that reaches it."""
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (make setup installs it)")
-@pytest.mark.parametrize("finding", sorted(PLANTED))
-def test_a_planted_finding_fails_with_a_report(tmp_path: Path, finding: str) -> None:
-    original, planted, call = PLANTED[finding]
-    root = tmp_path / "src"
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sanitized build (`build_native.sh --sanitize`) of sources with every finding planted."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc (make setup installs it)")  # a failure on CI (conftest.py)
+    base = tmp_path_factory.mktemp("planted")
+    root = base / "src"
     for name in SOURCES:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, root / name)
     source = root / "ebpf" / "ringsink.c"
     text = source.read_text()
-    assert original in text
-    source.write_text(text.replace(original, planted))
+    for original, replacement, _ in PLANTED.values():
+        assert original in text
+        text = text.replace(original, replacement)
+    source.write_text(text)
     venv = root / ".venv" / "bin"
     venv.mkdir(parents=True)
     (venv / "python").symlink_to(sys.executable)
     (venv / "assay-runner-py").write_text("#!/bin/sh\n")
     (venv / "assay-runner-py").chmod(0o755)
-    tree = tmp_path / "asan"
-    built = subprocess.run(["bash", str(root / "scripts/build_native.sh"), "--sanitize", str(tree)],
+    built = subprocess.run(["bash", str(root / "scripts/build_native.sh"), "--sanitize", str(base / "asan")],
                            capture_output=True, text=True, check=False, timeout=300)
     assert built.returncode == 0, built.stderr
-    logs = tmp_path / "reports"
+    return base
+
+
+@pytest.mark.parametrize("finding", sorted(PLANTED))
+def test_a_planted_finding_aborts_with_its_report(planted: Path, finding: str) -> None:
+    logs = planted / f"reports-{finding.replace(' ', '-')}"
     logs.mkdir()
-    printed = subprocess.run(["bash", str(root / "scripts/test_asan.sh"), "--env", str(logs)],
+    printed = subprocess.run(["bash", str(planted / "src/scripts/test_asan.sh"), "--env", str(logs)],
                              capture_output=True, text=True, check=True, timeout=60).stdout
     env = {**os.environ, **dict(line.split("=", 1) for line in printed.splitlines())}
-    program = (f"import ctypes; lib = ctypes.CDLL({str(tree / '_ringsink.so')!r}); "
+    program = (f"import ctypes; lib = ctypes.CDLL({str(planted / 'asan/_ringsink.so')!r}); "
                f"lib.ringsink_new.restype = ctypes.c_void_p; s = ctypes.c_void_p(lib.ringsink_new(1 << 20)); "
-               f"{call}; print('survived')")
+               f"{PLANTED[finding][2]}; print('survived')")
     proc = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
                           check=False, timeout=120)
-    assert proc.returncode != 0 and "survived" not in proc.stdout, proc.stdout + proc.stderr
-    assert proc.returncode == -signal.SIGABRT, proc.stderr
+    assert proc.returncode == -signal.SIGABRT and "survived" not in proc.stdout, proc.stdout + proc.stderr
     reports = "".join(p.read_text() for p in logs.iterdir()) + proc.stderr  # UBSan writes to stderr only
     assert finding in reports, reports
