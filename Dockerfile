@@ -9,7 +9,7 @@
 # BPF filter uses absolute cgroup levels) and needs CAP_SYS_ADMIN, which the
 # kernel accepts for BPF (bpf_capable). --privileged is not needed, and fails
 # on hosts whose capability bounding set is smaller than docker's full set.
-# The entrypoint (runner/host/container.py) mounts tracefs, debugfs and cgroup
+# The entrypoint (runner/cli/container.py) mounts tracefs, debugfs and cgroup
 # v2 inside the container when they are missing, then runs the CLI.
 # Kernel headers are per kernel, so they are not baked in: bind the host's
 # /lib/modules and /usr/src read-only (set up on the host by `make setup`).
@@ -23,7 +23,7 @@
 #   (EXTRA_CA=host, the default) or a file (EXTRA_CA=path); docs/setup.md.
 #
 # Two stages: `build` makes the venv (pip and its downloads stay there) and
-# builds the three C pieces with scripts/build_native.sh, the script `make
+# builds the four C pieces with scripts/build_native.sh, the script `make
 # setup` runs (gcc and the headers stay there); the final stage adds only
 # Debian's python3-bpfcc, copies the checkout with its venv and pieces, and
 # fails the build unless each piece loads there (`python -m runner.host.native`).
@@ -80,5 +80,5 @@ WORKDIR /opt/assay-runner
 # otherwise the build fails here instead of the image silently taking the
 # slower Python paths.
 RUN .venv/bin/python -m runner.host.native
-ENTRYPOINT ["/opt/assay-runner/.venv/bin/python", "-m", "runner.host.container"]
+ENTRYPOINT ["/opt/assay-runner/.venv/bin/python", "-m", "runner.cli.container"]
 CMD ["doctor"]

@@ -22,8 +22,8 @@ PY := $(VENV)/bin/python
 setup:
 	@bash scripts/setup.sh
 
-# The three C pieces alone (ring consumer, normalizer accelerator, fast client), rebuilt when
-# older than their sources; `make setup` and the image build run the same script.
+# The four C pieces alone (ring consumer, normalizer accelerator, spool frame reader, fast client),
+# rebuilt when older than their sources; `make setup` and the image build run the same script.
 native: $(VENV)/bin/python
 	@bash scripts/build_native.sh $(VENV)
 
@@ -43,7 +43,7 @@ test: setup
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-asan
 
-# The three C pieces built with ASan and UBSan into build/asan (never the checkout), and their
+# The four C pieces built with ASan and UBSan into build/asan (never the checkout), and their
 # twin, fuzz and Hypothesis suites run against those builds; any sanitizer finding fails.
 test-asan: setup
 	VENV=$(VENV) bash scripts/test_asan.sh
@@ -83,9 +83,17 @@ MATRIX_TESTS ?= full
 kernel-matrix: setup
 	$(PY) scripts/kernel_matrix.py --kernels $(MATRIX_KERNELS) --tests $(MATRIX_TESTS)
 
-# Lint needs only the venv, not a ready kernel: no root once the venv exists.
+# Lint needs only the venv, not a ready kernel: no root once the venv exists. The import
+# contracts are in pyproject.toml ([tool.importlinter]; docs/architecture.md, "Layers").
 lint: $(VENV)/bin/ruff
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
+
+# mypy over the directories pyproject.toml's [tool.mypy] names (strict on normalizer, spool,
+# policy); its cache is .mypy_cache. tests/test_typecheck.py runs the same check in `make test`.
+.PHONY: typecheck
+typecheck: $(VENV)/bin/mypy
+	$(VENV)/bin/mypy
 
 schemas: setup
 	$(PY) scripts/gen_schemas.py
@@ -105,10 +113,10 @@ image:
 image-smoke: setup
 	$(VENV)/bin/pytest -q -m image tests/test_image.py
 
-$(VENV)/bin/ruff $(VENV)/bin/python:
+$(VENV)/bin/ruff $(VENV)/bin/mypy $(VENV)/bin/python:
 	@bash scripts/setup.sh
 
 # Generated files only; the venv stays (rm -rf .venv, then make setup, rebuilds it).
 clean:
-	rm -rf runs build bench/results .pytest_cache .ruff_cache .setup-stamp* *.egg-info
+	rm -rf runs build bench/results .pytest_cache .ruff_cache .mypy_cache .setup-stamp* *.egg-info
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

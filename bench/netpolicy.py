@@ -93,7 +93,7 @@ def main() -> int:
         bare_cg.mkdir()
         run_cg, other_cg = child(parent, "run"), child(parent, "other")
         monitor.add_run(1, run_cg.id, POLICY)
-        rounds = {"no program": [], "run (rules allow)": [], "not a run (miss)": []}
+        rounds: dict[str, list[float]] = {"no program": [], "run (rules allow)": [], "not a run (miss)": []}
         for _ in range(7):  # interleaved, medians
             rounds["no program"].append(connect_ns(bare_cg))
             rounds["run (rules allow)"].append(connect_ns(run_cg.path))

@@ -16,7 +16,8 @@ with another checkout in the same session.
 
 `--profile FILE` writes a cProfile of the same work (docs/benchmarks.md),
 `--profile-stage-b FILE` one of stage B alone (`finish`);
-`--pure` times the pure-Python path of a tree whose C accelerator is built;
+`--pure` times the pure-Python path of a tree whose C pieces are built (the normalizer's
+accelerator and the spool's frame reader);
 `--warm` imports what publishing needs first, as the runner does before a run
 (`publish.warm`: about 10 ms of imports otherwise counted in publish).
 """
@@ -77,7 +78,7 @@ def main() -> int:
     p.add_argument("--profile-stage-b", type=Path, metavar="FILE",
                    help="write a cProfile of stage B alone (`finish`) here")
     p.add_argument("--pure", action="store_true",
-                   help="run the normalizer's pure-Python path even when its C accelerator is built")
+                   help="run the pure-Python paths even when the C accelerator and frame reader are built")
     p.add_argument("--warm", action="store_true", help="import what publishing needs before timing")
     args = p.parse_args()
     if args.warm:
@@ -86,8 +87,9 @@ def main() -> int:
         warm()
     if args.pure:
         from normalizer import accel
+        from spool import accel as spool_accel
 
-        accel.native = None
+        accel.native = spool_accel.native = None
     import logging
 
     import structlog  # publish logs a warning when it skips validation; keep stdout one line

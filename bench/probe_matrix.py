@@ -1,7 +1,7 @@
 """`python -m bench.probe_matrix`: wall time of `probe --matrix` over the full catalog.
 
-Issue 11 asks for the matrix (every probe x baseline and the three runner
-presets) to finish under 60 s on our 2-core machines. This runs it REPS
+The matrix (every probe x baseline and the three runner presets) is
+meant to finish under 60 s on our 2-core machines. This runs it REPS
 times in fresh workspaces, exactly as a user would (`probe --matrix`), and
 reports each run's wall time, the CPU time of everything it started (user +
 system: the figure that does not depend on how busy a shared machine is)

@@ -39,6 +39,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="where to build the archives (default: a temp dir)")
     parser.add_argument("--only", choices=("surface", "kernel", "cap"), help="one case only")
     args = parser.parse_args()
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="assay-bench-readers-", dir=args.out) as tmp:
         work = Path(tmp)
         cases = {

@@ -205,7 +205,7 @@ def run_session(args: argparse.Namespace, tools: Tools) -> tuple[
             workloads = [w for w in WORKLOADS if w.name in args.only]
             overhead = [bench_workload(session, w, variants, args.reps, skipped) for w in workloads]
             probe_results = run_probes(session, args, variants, skipped)
-            if "daemon" in args.only:
+            if "daemon" in args.only and service is not None:  # needs_daemon: always there
                 probe_results += daemon_probes(session, args, variants, service, cgroup)
     finally:
         cgroup.remove()

@@ -1,6 +1,6 @@
 """The pure parts of `bench.scaling`: whose memory is whose, and linearity and flatness from numbers.
 
-Issue 14 asks that archive-ready time grow linearly with the event count
+Archive-ready time should grow linearly with the event count
 and that peak RSS stay flat. Neither is asserted here: a least-squares line
 through (events, seconds) gives the slope per 100k events, the intercept
 and the largest residual, so a reader sees how far the points are from a
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.taskstats import ProcessPeak
@@ -49,7 +50,7 @@ def fit_line(points: list[tuple[int, float]]) -> Fit | None:
                1 - sum(r * r for r in residuals) / total if total else None)
 
 
-def spread(values: list[float | None]) -> float | None:
+def spread(values: Sequence[float | None]) -> float | None:
     """Largest minus smallest of the values present; None when fewer than two are."""
     present = [v for v in values if v is not None]
     return max(present) - min(present) if len(present) >= 2 else None

@@ -1,6 +1,5 @@
 """The four overhead workloads: what they run at full and quick size, and the
-slowdown target the runner must meet on each (issue 2's targets; open-heavy's
-is issue 14's 1.20x, tightened from 1.30x once the C ring consumer landed).
+slowdown target the runner must meet on each.
 
 Sizes are operation counts, not durations, so every variant of a workload
 makes the same syscalls and the ratios compare like with like.

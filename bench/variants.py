@@ -8,6 +8,7 @@ event the workload made is in the capture.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -53,19 +54,20 @@ class Measurement:
 
 def measurement(variant: str, done: Finished, capture: Capture | None = None) -> Measurement:
     """Builds a measurement from a finished process and, optionally, its capture."""
-    base = {"variant": variant, "wall_s": done.wall_s, "max_rss_kib": done.max_rss_kib,
-            "rss_while_command_kib": done.rss_while_command_kib, "start_ns": done.start_ns}
+    measured = functools.partial(
+        Measurement, variant=variant, wall_s=done.wall_s, max_rss_kib=done.max_rss_kib,
+        rss_while_command_kib=done.rss_while_command_kib, start_ns=done.start_ns)
     if failure := done.failure():
-        return Measurement(own_s=None, error=failure, **base)
+        return measured(own_s=None, error=failure)
     try:
         report = parse_report(done.stdout)
     except (ReportError, ValueError, KeyError) as exc:
-        return Measurement(own_s=None, error=str(exc), **base)
+        return measured(own_s=None, error=str(exc))
     if capture is None:
-        return Measurement(own_s=report.elapsed_s, extra=report.extra, **base)
-    return Measurement(
+        return measured(own_s=report.elapsed_s, extra=report.extra)
+    return measured(
         own_s=report.elapsed_s, drops=capture.drops, extra=report.extra,
-        events=tuple(check_events(report.expect, capture.records)), **base,
+        events=tuple(check_events(report.expect, capture.records)),
     )
 
 

@@ -2,6 +2,6 @@
 
 Scenario parsing, capture modes, the command-log model, the evaluation, the
 events writer and the `check-events` validator. Nothing here touches the
-kernel or the runner's capture side (tests/test_layers.py enforces it): the
+kernel or the runner's capture side (the import contracts in pyproject.toml): the
 orchestration that runs an agent lives in runner/blackbox/.
 """

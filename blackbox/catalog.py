@@ -2,7 +2,7 @@
 
 One place for every name the writer emits and the validator checks, so the
 two cannot drift apart (../shared/spec/decision-events-blackbox.md and the
-9-event catalog of issue 12 / the reference's design/events-blackbox.md).
+9-event catalog of the reference's design/events-blackbox.md).
 """
 
 from __future__ import annotations

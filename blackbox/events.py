@@ -85,7 +85,7 @@ class EventWriter:
         """Write one event line (fsync'd) and return its span id, the parent of later events."""
         ident = self.identity
         span = self._span()
-        event = {
+        event: dict[str, object] = {
             "schema_version": SCHEMA_VERSION,
             EVENT_FIELD: name,
             "event_id": str(uuid.uuid4()),

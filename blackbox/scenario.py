@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from blackbox.capture import apply_mode
 from blackbox.catalog import (
@@ -76,6 +77,16 @@ class Scenario:
     parameters: dict[str, object] = field(default_factory=dict)
 
 
+class Sections(TypedDict):
+    """The fields scenario.md gives a Scenario, by their names there."""
+
+    user_request: str
+    objective: str
+    constraints: tuple[Constraint, ...]
+    prohibited_actions: tuple[str, ...]
+    success_criteria: tuple[str, ...]
+
+
 def split_sections(text: str) -> dict[str, str]:
     """`## Heading` -> body (stripped), keyed by the lower-cased heading."""
     sections: dict[str, list[str]] = {}
@@ -121,7 +132,7 @@ def constraints_from(lines: tuple[str, ...]) -> tuple[Constraint, ...]:
     return tuple(seen.values())
 
 
-def parse_scenario_md(text: str, where: str = "scenario.md") -> dict[str, object]:
+def parse_scenario_md(text: str, where: str = "scenario.md") -> Sections:
     """The sections of scenario.md; the raw request is required and must not be empty."""
     sections = split_sections(text)
     request = sections.get("user request (raw)", "")
@@ -185,7 +196,7 @@ def load_scenario(path: Path) -> Scenario:
         workspace_mode=str(params.get("workspace_mode", "empty")),
         capture_mode=str(params.get("capture_mode", "full")),
         parameters=params,
-        **fields,  # type: ignore[arg-type]
+        **fields,
     )
 
 

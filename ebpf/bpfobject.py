@@ -27,6 +27,7 @@ import os
 import stat
 import struct
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -115,8 +116,8 @@ def cache_key(text: str, cflags: list[str], includes: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _trusted(st: os.stat_result, kind: object) -> bool:
-    return bool(kind(st.st_mode)) and st.st_uid == 0 and not st.st_mode & 0o022  # type: ignore[operator]
+def _trusted(st: os.stat_result, kind: Callable[[int], bool]) -> bool:
+    return kind(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022
 
 
 def _read(path: Path) -> BpfObject | None:
@@ -168,7 +169,7 @@ def compile_with_bcc(text: str, cflags: list[str]) -> BpfObject:
         raise CompileError(f"cannot import bcc ({exc}); install Debian's python3-bpfcc "
                            "('make setup')") from exc
 
-    class CompileOnly(BPF):  # type: ignore[misc]
+    class CompileOnly(BPF):
         def _trace_autoload(self) -> None:
             """Nothing: loading and attaching are ebpf/loader.py's."""
 

@@ -3,9 +3,11 @@
 Every record's header carries the key of the run whose task it is about
 (`struct assay_hdr.run`, ebpf/wire.py `RUN_OFFSET`), so one reader can hand
 each record to its run's sink, in ring order, without looking at anything
-else. The sink interface is deliberately small so a faster reader (a C
-consumer writing framed records straight to per-run fds: docs/daemon.md,
-"The run channel") can replace this one without touching the runs:
+else. This is the Python reader, one callback per record; the C consumer
+(ebpf/ringsink.c, docs/architecture.md "Reading the ring") does the same
+dispatch in C and is used whenever it is built (unless
+`ASSAY_RUNNER_RING_CONSUMER=python`). The sink interface is small so either
+can serve the runs:
 
 - `open_run(key, sink)` before the run's first task is tracked
   (`Monitor.add_run`), `close_run(key)` after its last record was handed on;

@@ -7,9 +7,8 @@ tails of distinct shapes (`kernel_lines.shape_tails`), the spill's shape
 table (`buckets.index_shapes`), the tail memo's lookups
 (`collector.unseen_shapes`, `collector.tails_of`), the surface's value
 gathering (`collector.collect_values`), the secret sweep's and the
-redaction prefilter's block test (`redact.any_folded`) and the spool
-reader's walk over whole batch frames (`spool.format.batch_records`,
-`skip_frames`). The Python functions are
+redaction prefilter's block test (`redact.any_folded`); the spool
+reader's walk over whole frames is the spool's own (spool/accel.py). The Python functions are
 the fallback when it is not built and the reference it is tested against:
 both give the same bytes on every recorded spool and on generated records
 (tests/test_normspeed.py). `native` is None when it is not there; tests and

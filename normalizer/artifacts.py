@@ -15,7 +15,7 @@ enum value is reported with the field's path.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -27,14 +27,14 @@ def json_member(obj: msgspec.Struct) -> bytes:
     return _json.encode(obj) + b"\n"
 
 
-KERNEL_EVENT_SCHEMA = "assay.runner.kernel_event.v0"
-HEALTH_SCHEMA = "assay.runner.observation_health.v0"
-SURFACE_SCHEMA = "assay.runner.capability_surface.v0"
-CORRELATION_SCHEMA = "assay.runner.correlation_report.v0"
-MANIFEST_SCHEMA = "assay.runner.archive_manifest.v0"
-RUN_EVENT_SCHEMA = "assay.runner.event.v0"
-POLICY_EVENT_SCHEMA = "assay.runner.policy_event.v0"
-SDK_EVENT_SCHEMA = "assay.runner.sdk_event.v0"
+KERNEL_EVENT_SCHEMA: Final = "assay.runner.kernel_event.v0"
+HEALTH_SCHEMA: Final = "assay.runner.observation_health.v0"
+SURFACE_SCHEMA: Final = "assay.runner.capability_surface.v0"
+CORRELATION_SCHEMA: Final = "assay.runner.correlation_report.v0"
+MANIFEST_SCHEMA: Final = "assay.runner.archive_manifest.v0"
+RUN_EVENT_SCHEMA: Final = "assay.runner.event.v0"
+POLICY_EVENT_SCHEMA: Final = "assay.runner.policy_event.v0"
+SDK_EVENT_SCHEMA: Final = "assay.runner.sdk_event.v0"
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]+$"
 """Upstream's `is_safe_run_id` (crates/assay-runner-core/src/run.rs:216-220) and the
@@ -82,7 +82,7 @@ class KernelEvent(_Strict):
     structured `connect_blocked` fields (`cgroup_id` .. `rule_id`) are read,
     never written: our blocks carry the endpoint in `value`. `status` implies
     `return_value` (schema allOf/5), so a successful open carries neither
-    (docs/artifacts.md, "Open metadata").
+    (docs/artifacts.md, "Kernel open metadata").
     """
 
     schema: Literal["assay.runner.kernel_event.v0"]
@@ -208,7 +208,7 @@ class Manifest(_Strict):
 
 
 Decision = Literal["allow", "deny"]
-TOOL_DECISION = "assay.tool.decision"
+TOOL_DECISION: Final = "assay.tool.decision"
 
 
 class PolicyEvent(_Strict):

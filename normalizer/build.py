@@ -11,7 +11,7 @@ gathering what the other members need (normalizer/collector.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -90,7 +90,7 @@ class NormalizedRun:
         }
 
 
-def ndjson_member(items: list[msgspec.Struct]) -> bytes:
+def ndjson_member(items: Sequence[msgspec.Struct]) -> bytes:
     """One compact JSON object per line."""
     return b"".join(_encoder.encode(i) + b"\n" for i in items)
 
@@ -111,19 +111,22 @@ def canonical_runs(buckets: ThreadBuckets, processes: list[Process],
         shapes: list[Classified] = []
         pairs: list[int] = []
         for thread, c in other_threads_order([(t, buckets.events(t)) for t in others], names.apply):
-            if thread is not current and shapes:
-                yield current, (shapes, pairs)  # type: ignore[misc]
+            if thread is not current and current is not None and shapes:
+                yield current, (shapes, pairs)
                 shapes, pairs = [], []
             current = thread
             shapes.append(shape_of(c))
             pairs.append(c.order)
             pairs.append(c.ts)
-        if shapes:
-            yield current, (shapes, pairs)  # type: ignore[misc]
+        if current is not None and shapes:  # shapes only once there is a current thread
+            yield current, (shapes, pairs)
 
 
-def _rank(thread: Thread) -> tuple[int, int]:
-    """A thread's canonical position: (process number, thread rank; 0 is the first thread)."""
+def _rank(thread: Hashable) -> tuple[int, int]:
+    """A thread's canonical position: (process number, thread rank; 0 is the first thread).
+
+    TransientNames keeps whoever made a name as any hashable; the scan gives it threads."""
+    assert isinstance(thread, Thread)
     return thread.process.number, thread.rank
 
 
@@ -224,6 +227,7 @@ def finish(scanned: Scanned, spool: Spool, run_id: str | None = None) -> Normali
     decided = decisions(sdk.tool_calls, out.blocks)
     policy_lines = policy_events(decided, run_id)
     markers = [p for p in spool.phases if p.name in RUN_PHASES]
+    # the markers' names are the RUN_PHASES a RunEvent's type may be
     phases = [RunEvent(schema=RUN_EVENT_SCHEMA, run_id=run_id, seq=i, type=p.name)  # type: ignore[arg-type]
               for i, p in enumerate(markers)]
     notes = [n for n in (sdk.note, privilege_note(spool.header.uid, spool.header.policy)) if n]

@@ -27,8 +27,9 @@ from ebpf.wire import (
     HOOK_SENDMSG,
     HOOK_SENDTO,
 )
+from normalizer.artifacts import AccessMode, OpenStatus, OperationFlag
 from normalizer.paths import Resolved
-from normalizer.telemetry import O_TMPFILE_BIT, open_event_type
+from normalizer.telemetry import CHANGE_BITS, O_TMPFILE_BIT, is_telemetry_path, open_event_type
 from normalizer.text import escape_bytes
 
 KIND_BY_TYPE = {1: "openat", 2: "connect", 4: "exec", 10: "file_blocked", 20: "connect_blocked"}
@@ -40,9 +41,10 @@ CLASSIFIED_HOOKS = frozenset({HOOK_OPEN, HOOK_EXEC, HOOK_EXECVE, HOOK_NET_BLOCK,
 """The hooks `classify` can turn into evidence; it returns None for every other."""
 
 O_ACCMODE = 0o3
-ACCESS_MODES = ("read", "write", "read_write", "unknown")
+ACCESS_MODES: tuple[AccessMode, ...] = ("read", "write", "read_write", "unknown")
 O_EXCL = 0o200
-OPERATION_FLAGS = (  # the open flags' meaning, in upstream's serialized order
+# the open flags' meaning, in upstream's serialized order
+OPERATION_FLAGS: tuple[tuple[OperationFlag, int], ...] = (
     ("create", 0o100),
     ("truncate", 0o1000),
     ("append", 0o2000),
@@ -65,13 +67,13 @@ class OpenMeta(msgspec.Struct, frozen=True, array_like=True):
     mode: int | None
     resolve: int | None
     return_value: int | None
-    access_mode: str
-    operation_flags: tuple[str, ...] | None
+    access_mode: AccessMode
+    operation_flags: tuple[OperationFlag, ...] | None
     """A tuple, so a meta is hashable (the kernel-line writer memoizes on it); JSON: an array."""
-    status: str | None
+    status: OpenStatus | None
 
 
-def operation_flags(flags: int) -> tuple[str, ...] | None:
+def operation_flags(flags: int) -> tuple[OperationFlag, ...] | None:
     """The operation hints of `flags`, or None where Assay's derivation would contradict them.
 
     The list is what the bits mean. Assay reads `exclusive` as bit 0o400
@@ -205,3 +207,10 @@ def classify(resolved: Resolved, order: int, file_denied: str | None = None) -> 
         ts=e.ts,
         denied=denied,
     )
+
+
+def is_telemetry(event: Classified) -> bool:
+    """True for an `openat` read (no write, create or truncate) whose path the contract classes
+    as telemetry."""
+    return event.kind == "openat" and event.value is not None and event.meta is not None \
+        and not event.meta.flags & CHANGE_BITS and is_telemetry_path(event.value)

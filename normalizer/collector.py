@@ -18,7 +18,7 @@ from operator import attrgetter
 
 from normalizer import accel
 from normalizer.buckets import Ahead, Run, Spilled
-from normalizer.classify import O_TMPFILE_BIT, Classified, kind_name
+from normalizer.classify import Classified, kind_name
 from normalizer.correlate import END, Block
 from normalizer.kernel_lines import (
     LINES_PER_WRITE,
@@ -31,7 +31,7 @@ from normalizer.kernel_lines import (
 from normalizer.redact import Redactor, may_hold_secrets
 from normalizer.sdk import ToolCall
 from normalizer.surface import DistinctValues
-from normalizer.telemetry import RUNTIME_WRITE
+from normalizer.telemetry import O_TMPFILE_BIT, RUNTIME_WRITE
 from normalizer.transient import Substitution
 
 FILE_KINDS = frozenset({"openat", "file_blocked"})
@@ -104,17 +104,17 @@ def collect_values(shapes: list[Classified], values: list[str | None], kinds: se
     kinds.update(map(_KIND, shapes))
     for c, value in zip(shapes, values, strict=True):
         route = None if value is None else routes.get(c.kind)
-        if route is None:
+        if route is None or value is None:
             continue
         into, blocked, written = route
         if into is not None:
-            into.add(value)  # type: ignore[arg-type]
+            into.add(value)
         if blocked is not None:
-            blocked.add(value)  # type: ignore[arg-type]
+            blocked.add(value)
         m = c.meta
         if written is not None and m is not None and m.status is None and m.access_mode in writes \
                 and not m.flags & O_TMPFILE_BIT:  # O_TMPFILE names the directory of an unnamed file
-            written.add(value)  # type: ignore[arg-type]
+            written.add(value)
 
 
 VALUE_SETS = ("files", "endpoints", "execs", "written", "blocked")
@@ -318,9 +318,10 @@ class Collector:
         clean = [True] * len(values)
         redactor = self._redactor
         for k, suspect in enumerate(may_hold_secrets(values)):
-            if suspect:
+            value = values[k]
+            if suspect and value is not None:  # a None is never suspect
                 before = redactor.count
-                values[k] = redactor.redact(values[k])  # type: ignore[arg-type]
+                values[k] = redactor.redact(value)
                 clean[k] = redactor.count == before
         self._collect(shapes, values, self.kinds, self._routes, _WRITES)
         self.values.bound()

@@ -46,6 +46,7 @@ from normalizer.artifacts import (
     TOOL_DECISION,
     Binding,
     CorrelationReport,
+    Decision,
     PolicyEvent,
     SdkEvent,
     Window,
@@ -75,7 +76,7 @@ class Decided(NamedTuple):
     """The decision for one tool_call_id: the first call with it, and what decided."""
 
     call: ToolCall
-    decision: str
+    decision: Decision
     source: str
 
 
@@ -136,7 +137,7 @@ def policy_events(decided: Sequence[Decided], run_id: str) -> list[PolicyEvent]:
         PolicyEvent(
             schema=POLICY_EVENT_SCHEMA, run_id=run_id, seq=seq, source_event_type=TOOL_DECISION,
             source=d.source, tool_call_id=d.call.tool_call_id or "", tool=d.call.tool or "",
-            decision=d.decision,  # type: ignore[arg-type]  # "allow" | "deny"
+            decision=d.decision,
         )
         for seq, d in enumerate(decided)
     ]

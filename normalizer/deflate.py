@@ -79,6 +79,8 @@ class Segment:
         """End the segment (full flush); the CRC-32 of everything written."""
         self._emit(self._z.flush(zlib.Z_FULL_FLUSH))
         tail = self._z.flush(zlib.Z_FINISH)
+        crc: int
+        size: int
         crc, size = struct.unpack("<II", tail[len(_EMPTY_FINAL_BLOCK):]) if len(tail) == 10 else (0, -1)
         if tail[:2] != _EMPTY_FINAL_BLOCK or size != self.size & 0xFFFFFFFF:
             raise RuntimeError("zlib ended a flushed deflate segment unexpectedly")
@@ -188,4 +190,4 @@ class _Inflating(io.RawIOBase):
 def inflated(done: Deflated) -> BinaryIO:
     """The bytes `done` holds, from the start, as a stream."""
     done.data.seek(0)
-    return io.BufferedReader(_Inflating(done.data), 1 << 20)  # type: ignore[return-value]
+    return io.BufferedReader(_Inflating(done.data), 1 << 20)

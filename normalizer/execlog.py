@@ -1,7 +1,7 @@
 """The run's command log: every exec with its argv, cwd and result, and how each process ended.
 
 This is spool-only evidence (not a v0 member): the `blackbox` command log
-(issue 12) is built from it. The kernel side (ebpf/monitor.c) writes:
+is built from it. The kernel side (ebpf/monitor.c) writes:
 
 - `EXEC_ARGV` at execve/execveat enter: up to 32 argv entries of up to 4095
   bytes each (8 KiB in all), read at enter because a successful exec replaces

@@ -47,7 +47,15 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 
 from ebpf.wire import HOOK_NAMES, HOOK_NET_BLOCK, NETWORK_HOOKS
-from normalizer.artifacts import HEALTH_SCHEMA, ObservationHealth
+from normalizer.artifacts import (
+    HEALTH_SCHEMA,
+    Correlation,
+    EndpointClaimScope,
+    NetworkCoverage,
+    ObservationHealth,
+    PolicyLayer,
+    SdkLayer,
+)
 from policy.model import ResolvedPolicy
 
 CONNECT_KINDS = frozenset({"connect", "connect_blocked"})
@@ -110,7 +118,7 @@ class CaptureFacts:
         return sum(self.drops.values()) + self.lost_in_transit + self.lost_after_death
 
 
-def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[str, str]:
+def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[NetworkCoverage, EndpointClaimScope]:
     """(network_protocol_coverage, network_endpoint_claim_scope) from the kinds in the kernel layer."""
     if any(facts.drops.get(name, 0) for name in NETWORK_HOOK_NAMES) or facts.lost_in_transit \
             or facts.untraced_io.get("io_uring_setup") or set(facts.lost_hooks) & NETWORK_SYSCALLS:
@@ -128,7 +136,7 @@ def network_coverage(kinds: Set[str], facts: CaptureFacts) -> tuple[str, str]:
     return "absent", "not_applicable"
 
 
-def cgroup_correlation(facts: CaptureFacts) -> str:
+def cgroup_correlation(facts: CaptureFacts) -> Correlation:
     """clean, partial or failed, as the module docstring says."""
     if not facts.root_seen:
         return "failed"
@@ -158,8 +166,8 @@ def observation_health(
     events: int,
     facts: CaptureFacts,
     extra_notes: list[str],
-    policy_layer: str = "absent",
-    sdk_layer: str = "absent",
+    policy_layer: PolicyLayer = "absent",
+    sdk_layer: SdkLayer = "absent",
 ) -> ObservationHealth:
     """The health artifact for a normalized run."""
     drops = facts.total_drops

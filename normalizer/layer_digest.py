@@ -62,6 +62,7 @@ class Digest:
         """The first rule a line still matches after redaction (the sweep stops there)."""
         self._deflated = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - lives as long as the layer
             max_size=IN_MEMORY_BYTES, prefix="assay-kernel-")
+        # a SpooledTemporaryFile, which typeshed does not count as a BinaryIO (also below)
         self._segment = Segment(self._deflated)  # type: ignore[arg-type]
 
     def take(self, chunk: list[bytes]) -> None:
@@ -75,7 +76,7 @@ class Digest:
     def finish(self) -> Deflated:
         crc = self._segment.finish()
         self._deflated.seek(0)
-        return Deflated(self._deflated, crc, self._segment.size)  # type: ignore[arg-type]
+        return Deflated(self._deflated, crc, self._segment.size)  # type: ignore[arg-type]  # see __init__
 
 
 _DONE = None
@@ -94,7 +95,8 @@ class Pipeline:
         """The worker's first error, until the writer takes it (`_raise`)."""
         self._failed: BaseException | None = None
         self._abandoned = threading.Event()
-        self._ending: weakref.finalize | None = None
+        self._ending: weakref.finalize[[queue.Queue[list[bytes] | None], threading.Event], Pipeline] | None
+        self._ending = None
         self.ended = False
 
     def put(self, block: bytes) -> None:
@@ -139,7 +141,7 @@ class Pipeline:
                 self._digest.take(chunk)
             else:
                 self._queue.put(chunk)
-        if self._ending is not None and self._ending.detach() is not None:
+        if self._queue is not None and self._ending is not None and self._ending.detach() is not None:
             self._queue.put(_DONE)  # the worker stops once the queue is done
 
     def close(self) -> Digest:

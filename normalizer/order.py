@@ -1,6 +1,6 @@
 """Canonical order within a process: its first thread's own order, then its other threads' events by content.
 
-A normalizer decision (issue 15; docs/determinism.md, "Canonical order"):
+A normalizer decision (docs/determinism.md, "Canonical order"):
 a process's first thread (rank 0: the thread the process began with) keeps
 its own syscall order. The events of its other threads come after them,
 ordered by content, one record at a time (the two lines of a rename, link

@@ -30,6 +30,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import overload
 
 import msgspec
 
@@ -136,6 +137,10 @@ def to_int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+@overload
+def joined(base: str, path: str) -> str: ...
+@overload
+def joined(base: str | None, path: str) -> str | None: ...
 def joined(base: str | None, path: str) -> str | None:
     """`path` made absolute against `base` (None: unknown), normalized lexically.
 

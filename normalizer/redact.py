@@ -176,8 +176,8 @@ def _candidates(text: str) -> list[tuple[str, re.Pattern[str]]]:
             fold, literals = needles
             if fold and folded is None:
                 folded = text.casefold()
-            haystack = folded if fold else text
-            if not any(literal in haystack for literal in literals):  # type: ignore[operator]
+            haystack = folded if fold and folded is not None else text
+            if not any(literal in haystack for literal in literals):
                 continue
         out.append((name, pattern))
     return out

@@ -35,14 +35,22 @@ generated records.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from itertools import islice
 
 from ebpf.wire import HEADER, HOOK_CLOSE, HOOK_NAMES, HOOK_NEWTASK, HOOK_OPEN, TRUNC_ARGS, TRUNC_UNREAD
 from normalizer import accel
 from normalizer.blocks import EACCES, FileBlockJudge, NetBlockMerge
 from normalizer.buckets import Run, ThreadBuckets, full, shape_of
-from normalizer.classify import CLASSIFIED_HOOKS, Classified, OpenMeta, cached_open_meta, classify, kind_name
+from normalizer.classify import (
+    CLASSIFIED_HOOKS,
+    Classified,
+    OpenMeta,
+    cached_open_meta,
+    classify,
+    is_telemetry,
+    kind_name,
+)
 from normalizer.decode import decode_one
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
@@ -60,7 +68,7 @@ from normalizer.paths import (
     to_int32,
 )
 from normalizer.reopen import ALIAS_PREFIXES, may_hold_link
-from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, is_telemetry, open_event_type
+from normalizer.telemetry import TELEMETRY_PREFIXES, TELEMETRY_SUBSTRINGS, open_event_type
 from normalizer.tracing import TRACE_HOOKS, trace_event
 from normalizer.transient import TransientNames, random_span
 from normalizer.tree import Process, Thread, TreeBuilder
@@ -92,7 +100,7 @@ def record_batches(records: Iterable[bytes]) -> Iterator[list[bytes]]:
             yield batch
 
 
-OpenAnswer = tuple[tuple[str, bool] | None, Classified, bool, bool]
+OpenAnswer = tuple[tuple[str | None, bool] | None, Classified, bool, bool]
 """A remembered open: the fd-table entry it makes (None when it failed), the shape it is
 filed as, whether it is dropped telemetry, and whether transient names can ignore it."""
 
@@ -110,7 +118,7 @@ the opener's pid, and `transient.random_span` (whether a create is inert)."""
 def fast_records(batch: list[bytes], i: int, tasks: dict[int, Thread], states: dict[Process, FsState],
                  memo: dict[tuple[str | None, bytes], OpenAnswer],
                  older: dict[tuple[str | None, bytes], OpenAnswer], held: dict[Hashable, Run],
-                 tracked: dict[str, object], order: int, room: int,
+                 tracked: Mapping[str, object], order: int, room: int,
                  ctx: OpenContext | None) -> tuple[int, int, int]:
     """Take `batch[i:]` while each record is a close, or an open remembered in `memo` that
     transient names can ignore (`tracked` empty), of a known thread whose process has a

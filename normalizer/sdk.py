@@ -31,6 +31,8 @@ contract forbids).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from normalizer.artifacts import SDK_EVENT_SCHEMA, SdkEvent
@@ -65,7 +67,7 @@ class SdkLayer(msgspec.Struct, frozen=True):
     tool_calls: list[ToolCall]
 
     @property
-    def status(self) -> str:
+    def status(self) -> Literal["self_reported", "absent"]:
         """`observation-health.json`'s sdk_layer: self_reported iff there are lines (sdk.rs:169-170)."""
         return "self_reported" if self.sdk_events else "absent"
 
@@ -117,8 +119,10 @@ def sdk_events(ordered: list[SdkMessage], calls: list[ToolCall], run_id: str) ->
         named = named or m is hello
         if m.event not in ("tool_call_started", "tool_call_finished"):
             continue
+        if m.tool_call_id is None:
+            continue
         tool = m.tool or tool_by_id.get(m.tool_call_id)
-        if m.tool_call_id is None or tool is None:
+        if tool is None:
             continue
         event = SdkEvent(
             schema=SDK_EVENT_SCHEMA,

@@ -255,6 +255,7 @@ def write_surface(values: DistinctValues, run_id: str, mcp_tools: list[str],
     sink.write(frame[-1])
     preview = SurfacePreview(**shown, written=_preview(values.sorted_values("written")),
                              blocked=_preview(values.sorted_values("blocked")))
+    # sink.file: a SpooledTemporaryFile, which typeshed does not count as a BinaryIO
     return SurfaceFile(sink.file, sink.sha.hexdigest(), sink.size, sink.unredacted), preview  # type: ignore[arg-type]
 
 
@@ -262,6 +263,7 @@ def surface_member(surface: CapabilitySurface) -> SurfaceFile:
     """A surface built in memory as a member (for tests and tools that make one by hand)."""
     sink = _Sink()
     sink.write(json_member(surface))
+    # sink.file: a SpooledTemporaryFile, which typeshed does not count as a BinaryIO
     return SurfaceFile(sink.file, sink.sha.hexdigest(), sink.size, sink.unredacted)  # type: ignore[arg-type]
 
 

@@ -22,12 +22,8 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from normalizer.reopen import ALIAS_PREFIXES
-
-if TYPE_CHECKING:
-    from normalizer.classify import Classified
 
 OPENAT = 1
 RUNTIME_WRITE = 83
@@ -118,10 +114,3 @@ def open_event_type(path: str | None, flags: int, aliased: bool = False) -> int:
     if aliased and is_telemetry_path(path):
         return PROC_READ
     return PROC_READ if path.startswith(ALIAS_PREFIXES) and _PROC_READ.match(path) else OPENAT
-
-
-def is_telemetry(event: Classified) -> bool:
-    """True for an `openat` read (no write, create or truncate) whose path the contract classes
-    as telemetry."""
-    return event.kind == "openat" and event.value is not None and event.meta is not None \
-        and not event.meta.flags & CHANGE_BITS and is_telemetry_path(event.value)

@@ -106,7 +106,10 @@ class TreeBuilder:
             # a non-leader thread exec'd: it takes over the leader's id
             self._tasks[e.tid] = self._tasks.pop(e.a0)
         thread = self._tasks.get(e.tid)
-        return Attributed(e, thread) if thread else self._unowned(e)
+        if thread:
+            return Attributed(e, thread)
+        self._unowned(e)
+        return None
 
     @property
     def tasks(self) -> dict[int, Thread]:
@@ -131,7 +134,8 @@ class TreeBuilder:
             return None
         parent = self._tasks.get(e.tid)
         if parent is None:
-            return self._unowned(e)
+            self._unowned(e)
+            return None
         if e.a1 & CLONE_THREAD:
             thread = Thread(parent.process)
             parent.child_threads.append(thread)

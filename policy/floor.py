@@ -24,6 +24,7 @@ import ipaddress
 
 from policy.model import (
     MAX_NET_RULES,
+    Decision,
     PolicyError,
     ResolvedFilesystem,
     ResolvedNetRule,
@@ -103,7 +104,7 @@ def _meet_rule(a: ResolvedNetRule, b: ResolvedNetRule) -> ResolvedNetRule | None
         net_a, net_b = _v6(net_a), _v6(net_b)
     if net_a.subnet_of(net_b):  # type: ignore[arg-type]  # same version here
         inner = net_a
-    elif net_b.subnet_of(net_a):  # type: ignore[arg-type]
+    elif net_b.subnet_of(net_a):  # type: ignore[arg-type]  # same version here
         inner = net_b
     else:
         return None
@@ -131,7 +132,7 @@ def _meet_tools(f: ResolvedTools, c: ResolvedTools) -> ResolvedTools:
     With a deny default, the allow list keeps every listed tool both allow.
     """
     deny = tuple(sorted(set(f.deny) | set(c.deny)))
-    default = "allow" if f.default == c.default == "allow" else "deny"
+    default: Decision = "allow" if f.default == c.default == "allow" else "deny"
     listed = set(f.allow) | set(c.allow)
     allow = tuple(sorted(t for t in listed if f.decision(t)[0] == c.decision(t)[0] == "allow"))
     return ResolvedTools(default=default, allow=allow, deny=deny)

@@ -181,7 +181,7 @@ def _required(info: Any) -> Any:
     return info
 
 
-_TYPE_WORDS = {
+_TYPE_WORDS: dict[type, str] = {
     msgspec.inspect.StrType: "a string",
     msgspec.inspect.IntType: "an integer",
     msgspec.inspect.BoolType: "a boolean",
@@ -209,7 +209,8 @@ def _describe_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return str(value)
-    return {list: "an array", dict: "a table"}.get(type(value), "a date/time")
+    words: dict[type, str] = {list: "an array", dict: "a table"}
+    return words.get(type(value), "a date/time")
 
 
 def _value_at(data: Any, loc: Loc) -> Any:

@@ -73,10 +73,13 @@ def _quote(value: object) -> str:
 
 
 class _Document(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Strict: a misspelt key is an error, never a silently ignored rule."""
+    """Strict: a misspelt key is an error, never a silently ignored rule.
+
+    Subclasses repeat `frozen=True`: msgspec inherits it, a type checker does not know that.
+    """
 
 
-class FilesystemSection(_Document):
+class FilesystemSection(_Document, frozen=True):
     """Trees (recursive) the command may read, and may write (write implies read).
 
     Anything not beneath one of them is denied. Entries are absolute paths or
@@ -87,7 +90,7 @@ class FilesystemSection(_Document):
     write: tuple[str, ...] = ()
 
 
-class NetworkRuleSpec(_Document):
+class NetworkRuleSpec(_Document, frozen=True):
     """One allow rule: a CIDR (or a bare address), ports `"N"`/`"N-M"`/N, a protocol.
 
     Omitted `ports` means every port (0 included); omitted `protocol` means any.
@@ -98,14 +101,14 @@ class NetworkRuleSpec(_Document):
     protocol: Protocol = "any"
 
 
-class NetworkSection(_Document):
+class NetworkSection(_Document, frozen=True):
     """IPv4/IPv6 endpoints: `allow` rules, then `default` for everything else."""
 
     default: Decision
     allow: tuple[NetworkRuleSpec, ...] = ()
 
 
-class ToolsSection(_Document):
+class ToolsSection(_Document, frozen=True):
     """Tool names the agent asks about on the SDK channel: deny wins, then allow, then default."""
 
     default: Decision
@@ -113,7 +116,7 @@ class ToolsSection(_Document):
     deny: tuple[str, ...] = ()
 
 
-class Policy(_Document):
+class Policy(_Document, frozen=True):
     """A policy file as decoded. An omitted section does not restrict that area."""
 
     version: Literal[1]

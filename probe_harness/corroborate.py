@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,7 @@ def _access(line: dict[str, Any]) -> str | None:
 
 def _classify(line: dict[str, Any], verb: str) -> str | None:
     """'success', 'blocked' or None (irrelevant) for one line already matched on value."""
-    kind = line.get("kind")
+    kind = line.get("kind", "")
     if verb in WRITE_VERBS | READ_VERBS or verb == "exec":
         if kind == "file_blocked":
             return "blocked"
@@ -133,7 +133,7 @@ def judge(record: dict[str, Any], lines: Iterable[dict[str, Any]]) -> dict[str, 
     verb, value = op["verb"], _kernel_value(record)
     op_detail = record["payload"]["raw"].get("op")
     step = op_detail.get("step") if isinstance(op_detail, dict) else None
-    seen = {"success": [], "blocked": []}
+    seen: dict[str, list[Any]] = {"success": [], "blocked": []}
     matches = value_pattern(value).fullmatch
     for line in lines:
         if isinstance(line.get("value"), str) and matches(line["value"]):
@@ -213,7 +213,7 @@ def judge(record: dict[str, Any], lines: Iterable[dict[str, Any]]) -> dict[str, 
     }
 
 
-def report(batches: list[tuple[str, str, Path | None, list[dict[str, Any]]]]) -> dict[str, Any]:
+def report(batches: Sequence[tuple[str, str | None, Path | None, list[dict[str, Any]]]]) -> dict[str, Any]:
     """The corroboration report over (mode, run_id, archive, records) of each runner batch."""
     runs, entries = [], []
     for mode, run_id, archive, records in batches:

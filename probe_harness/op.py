@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from runner.daemon.address import SUN_PATH_MAX
+from runner.sockaddr import SUN_PATH_MAX
 
 SEP = "\x1f"
 DENIED_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})

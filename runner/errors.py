@@ -15,6 +15,8 @@ EXIT_NOT_FOUND = 127
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: the reader of stdout left early (`show | head`), as a shell's own tools report it."""
 """128 + SIGINT: Ctrl-C ended a run (`determinism`, `acceptance`)."""
 
 

@@ -11,6 +11,7 @@ the command under observation names its own files and programs.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from runner.display import printable
@@ -26,7 +27,7 @@ def _printable(value: object) -> object:
     return value
 
 
-def escape_values(_logger: object, _method: str, event_dict: dict[str, object]) -> dict[str, object]:
+def escape_values(_logger: object, _method: str, event_dict: Mapping[str, object]) -> dict[str, object]:
     """structlog processor: every string value escaped for a terminal (runner/display.py)."""
     return {k: _printable(v) for k, v in event_dict.items()}
 

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Build assay-runner's three C pieces in the checkout, for the venv's Python.
+# Build assay-runner's four C pieces in the checkout, for the venv's Python.
 #
 #   scripts/build_native.sh [VENV]     default VENV: .venv (made by scripts/setup.sh)
 #   scripts/build_native.sh --sanitize DIR [VENV]
-#                                      the same three pieces with AddressSanitizer and
+#                                      the same four pieces with AddressSanitizer and
 #                                      UndefinedBehaviorSanitizer, into DIR instead of the
 #                                      checkout (`make test-asan`, tests/sanitized.py):
-#                                      DIR/_ringsink.so, DIR/_fastscan*.so, DIR/bin/assay-runner
-#                                      (its Python CLI, DIR/bin/assay-runner-py, links to VENV's)
+#                                      DIR/_ringsink.so, DIR/_fastscan*.so, DIR/_framescan*.so,
+#                                      DIR/bin/assay-runner (its Python CLI,
+#                                      DIR/bin/assay-runner-py, links to VENV's)
 #
 #   ebpf/_ringsink.so        the ring consumer (ebpf/ringsink.c, loaded with ctypes
 #                            by ebpf/ringsink.py); plain C, no libbpf headers
 #   normalizer/_fastscan*.so the normalizer accelerator (normalizer/fastscan.c), a
 #                            CPython extension for VENV's Python (normalizer/accel.py)
+#   spool/_framescan*.so     the spool reader's frame walk (spool/framescan.c), a
+#                            CPython extension for VENV's Python (spool/accel.py)
 #   VENV/bin/assay-runner    the fast daemon client (runner/daemon/fastclient.c); it
 #                            replaces pip's script and hands everything but a daemon
 #                            run to the Python CLI, VENV/bin/assay-runner-py
@@ -37,6 +40,7 @@ VENV=${1:-.venv}
 CFLAGS=(-O2 -Wall -Wextra -Werror)
 RING_SO=ebpf/_ringsink.so
 SCAN_DIR=normalizer
+FRAME_DIR=spool
 CLIENT=$VENV/bin/assay-runner
 
 say() { printf 'native: %s\n' "$*"; }
@@ -52,6 +56,7 @@ if [ -n "$SANITIZE" ]; then
   mkdir -p "$SANITIZE/bin"
   RING_SO=$SANITIZE/_ringsink.so
   SCAN_DIR=$SANITIZE
+  FRAME_DIR=$SANITIZE
   CLIENT=$SANITIZE/bin/assay-runner
   ln -sfn "$(realpath "$VENV/bin/assay-runner-py")" "$SANITIZE/bin/assay-runner-py"
 fi
@@ -108,7 +113,19 @@ else
   say "normalizer accelerator: built $so"
 fi
 
-# 3. The fast daemon client becomes the venv's `assay-runner` (docs/daemon.md).
+# 3. The spool reader's frame walk, for the venv's Python, like the accelerator. Without it
+#    its Python twin walks the frames, slower.
+so=$FRAME_DIR/_framescan$ext
+if [ -f "$so" ] && [ "$so" -nt spool/framescan.c ]; then
+  say "spool frame reader: already built ($so)"
+else
+  need_compiler
+  [ -f "$inc/Python.h" ] || die "Python.h not found in $inc: apt-get install python3-dev"
+  compile "spool frame reader" "$so" -shared -fPIC -I"$inc" spool/framescan.c
+  say "spool frame reader: built $so"
+fi
+
+# 4. The fast daemon client becomes the venv's `assay-runner` (docs/daemon.md).
 #    Without it every client call pays Python's start-up (about 100 ms).
 client=$CLIENT
 [ -x "$VENV/bin/assay-runner-py" ] \

@@ -106,8 +106,8 @@ else
   say "pip install -e .[$EXTRAS]: installed"
 fi
 
-# 3b. The three C pieces (ring consumer, normalizer accelerator, fast daemon
-#     client), each rebuilt when older than its source; a piece that cannot be
+# 3b. The four C pieces (ring consumer, normalizer accelerator, spool frame
+#     reader, fast daemon client), each rebuilt when older than its source; a piece that cannot be
 #     built stops set-up with what to install (scripts/build_native.sh).
 bash scripts/build_native.sh "$VENV"
 

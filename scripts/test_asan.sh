@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-asan`: the three C pieces built with AddressSanitizer and UndefinedBehaviorSanitizer,
+# `make test-asan`: the four C pieces built with AddressSanitizer and UndefinedBehaviorSanitizer,
 # then the suites that drive them (their C/Python twin tests, fuzz and Hypothesis tests) run
 # against those builds (docs/setup.md, "Sanitized C").
 #

@@ -14,12 +14,11 @@ import os
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import msgspec
 
-from normalizer import accel
 from policy.model import ResolvedPolicy
+from spool import accel
 
 SPOOL_FORMAT = "assay.runner.raw_spool.v1"
 _LEN = struct.Struct("<I")
@@ -162,8 +161,8 @@ class SpoolRecords:
         record: consecutive batches joined up to `RECORDS_PER_LIST` (the consumer may drain a
         few records at a time, and each list costs the walk a call), a larger batch whole.
 
-        The whole batch frames of each block read are taken by `batch_records` (in C when the
-        accelerator is built); the frame it stops at goes the general way (`FrameReader.body`).
+        The whole batch frames of each block read are taken by `batch_records` (in C when
+        spool/framescan.c is built); the frame it stops at goes the general way (`FrameReader.body`).
         """
         native = accel.native
         take = native.batch_records if native else batch_records
@@ -205,7 +204,7 @@ class Spool(msgspec.Struct):
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Frame)
+_decoder: msgspec.msgpack.Decoder[Frame] = msgspec.msgpack.Decoder(Frame)
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -214,7 +213,7 @@ def encode_frame(frame: Frame) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-def _file_left(stream: BinaryIO) -> int | None:
+def _file_left(stream: io.BufferedIOBase) -> int | None:
     """Bytes left in a file from its current offset (None when it is not a file: then
     MAX_FRAME is the bound a length prefix must keep)."""
     try:
@@ -241,14 +240,14 @@ def batch_head(count: int, items_size: int) -> bytes:
     return _LEN.pack(len(_BATCH_HEAD) + len(array) + items_size) + _BATCH_HEAD + array
 
 
-def iter_frames(stream: BinaryIO) -> Iterator[Frame]:
+def iter_frames(stream: io.BufferedIOBase) -> Iterator[Frame]:
     """Frames in file order; raises SpoolError on a torn or foreign frame."""
     frames = FrameReader(stream)
     while (body := frames.body()) is not None:
         yield _decode(body)
 
 
-def _decode(body: bytes) -> Frame:
+def _decode(body: bytes | memoryview) -> Frame:
     try:
         return _decoder.decode(body)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8
@@ -268,12 +267,12 @@ class FrameReader:
     frame too.
 
     `body` gives one frame at a time. A caller may also walk the whole frames
-    of `block[pos:end]` itself (`batch_records`, `skip_frames`: in C when the
-    accelerator is built) and set `pos` to where it stopped: frames inside a
+    of `block[pos:end]` itself (`batch_records`, `skip_frames`: in C when
+    spool/framescan.c is built) and set `pos` to where it stopped: frames inside a
     block read are whole, and the one cut by the block's end is left to `body`.
     """
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: io.BufferedIOBase) -> None:
         self._stream = stream
         self._file_left = _file_left(stream)
         self.block = bytearray()
@@ -340,7 +339,7 @@ def batch_records(block: bytearray, pos: int, end: int, out: list[bytes], limit:
     MAX_FRAME, or not a batch frame: `head`, then one msgpack array of `bin` items that ends
     with the frame).
 
-    The C accelerator has the same function (normalizer/fastscan.c); this is its fallback and
+    The C accelerator has the same function (spool/framescan.c); this is its fallback and
     reference (tests/test_spool_reader.py).
     """
     while len(out) < limit and end - pos >= FRAME_HEAD:
@@ -361,7 +360,7 @@ def skip_frames(block: bytearray, pos: int, end: int, head: bytes) -> int:
     """The offset of the first frame of `block[pos:end]` that is not whole (cut by `end`, or over
     MAX_FRAME) or whose body does not start with `head`.
 
-    The C accelerator has the same function (normalizer/fastscan.c); this is its fallback and
+    The C accelerator has the same function (spool/framescan.c); this is its fallback and
     reference (tests/test_spool_reader.py).
     """
     while end - pos >= FRAME_HEAD:
@@ -373,8 +372,9 @@ def skip_frames(block: bytearray, pos: int, end: int, head: bytes) -> int:
     return pos
 
 
-def frame_size(head: bytes) -> int:
+def frame_size(head: bytes | bytearray | memoryview) -> int:
     """The body size a frame's 4-byte length prefix announces; SpoolError past MAX_FRAME."""
+    size: int
     (size,) = _LEN.unpack(head)
     if size > MAX_FRAME:
         raise SpoolError(f"frame of {size} bytes is too large; not an assay-runner spool?")

@@ -99,6 +99,7 @@ class SpoolTail:
         """The spool as stage A reads it while it grows: the header (read first if need be), `records`
         (this tail's, perhaps wrapped) and the small frames seen so far, which fill in as it is read."""
         header = self.header or self.read_header()
+        # no trailer while the spool grows: stage A never reads it (finished() has it for stage B)
         return Spool(header=header, records=records, phases=self.phases, trailer=None,  # type: ignore[arg-type]
                      sdk=self.sdk)
 

@@ -1,7 +1,7 @@
 """The sanitized C pieces in place of the checkout's, when `ASSAY_NATIVE_SANITIZED` names their tree.
 
-`make test-asan` builds the ring consumer, the normalizer accelerator and the
-fast client with AddressSanitizer and UndefinedBehaviorSanitizer into a tree
+`make test-asan` builds the ring consumer, the normalizer accelerator, the
+spool frame reader and the fast client with AddressSanitizer and UndefinedBehaviorSanitizer into a tree
 of their own (`scripts/build_native.sh --sanitize DIR`) and runs their twin,
 fuzz and Hypothesis suites with `ASSAY_NATIVE_SANITIZED=DIR`, libasan
 preloaded into pytest's Python, and every finding fatal (docs/setup.md,
@@ -9,6 +9,7 @@ preloaded into pytest's Python, and every finding fatal (docs/setup.md,
 normalizer, so:
 
 - `normalizer._fastscan` is DIR's build (`normalizer.accel.native`);
+- `spool._framescan` is DIR's build (`spool.accel.native`);
 - `ebpf.ringsink.LIBRARY` is DIR's `_ringsink.so`;
 - `FAST_CLIENT` is DIR's `bin/assay-runner` (tests/test_fastclient.py runs it).
 
@@ -43,21 +44,26 @@ def _fresh(built: Path, source: Path) -> Path:
     return built
 
 
-def _install(tree: Path) -> None:
-    """Make the sanitized builds the ones every test uses (before any import of them)."""
-    if "normalizer._fastscan" in sys.modules:
-        raise SystemExit(f"{ENV}: normalizer._fastscan was imported before tests/sanitized.py")
-    if "libasan" not in os.environ.get("LD_PRELOAD", ""):
-        raise SystemExit(f"{ENV}: libasan is not preloaded (make test-asan sets LD_PRELOAD)")
-    os.environ.pop("LD_PRELOAD")
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    scan = _fresh(tree / f"_fastscan{suffix}", ROOT / "normalizer" / "fastscan.c")
-    loader = importlib.machinery.ExtensionFileLoader("normalizer._fastscan", str(scan))
-    spec = importlib.util.spec_from_file_location("normalizer._fastscan", scan, loader=loader)
+def _extension(tree: Path, name: str, source: Path) -> None:
+    """Import DIR's build of extension module `name` (package.module) under that name."""
+    if name in sys.modules:
+        raise SystemExit(f"{ENV}: {name} was imported before tests/sanitized.py")
+    built = _fresh(tree / f"{name.rpartition('.')[2]}{sysconfig.get_config_var('EXT_SUFFIX')}", source)
+    loader = importlib.machinery.ExtensionFileLoader(name, str(built))
+    spec = importlib.util.spec_from_file_location(name, built, loader=loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    sys.modules["normalizer._fastscan"] = module
+    sys.modules[name] = module
+
+
+def _install(tree: Path) -> None:
+    """Make the sanitized builds the ones every test uses (before any import of them)."""
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""):
+        raise SystemExit(f"{ENV}: libasan is not preloaded (make test-asan sets LD_PRELOAD)")
+    os.environ.pop("LD_PRELOAD")
+    _extension(tree, "normalizer._fastscan", ROOT / "normalizer" / "fastscan.c")
+    _extension(tree, "spool._framescan", ROOT / "spool" / "framescan.c")
 
     from ebpf import ringsink
     ringsink.LIBRARY = _fresh(tree / "_ringsink.so", ringsink.SOURCE)

@@ -1,4 +1,4 @@
-"""Archive bombs and hostile spools are refused early, in bounded memory (issue 10, point 5).
+"""Archive bombs and hostile spools are refused early, in bounded memory.
 
 Each case runs the real CLI in a child process and reads that child's peak
 RSS from wait4(2): the limit is 200 MiB, where the reader before these bounds
@@ -61,7 +61,7 @@ def each_reader(tmp_path: Path, archive: Path, expect: str) -> None:
 
 
 def test_newline_bomb_behind_a_stale_manifest_is_refused_at_its_header(tmp_path: Path) -> None:
-    """The issue's bomb: a ~511 KB archive whose sdk layer inflates to 512 MiB of newlines."""
+    """The canonical bomb: a ~511 KB archive whose sdk layer inflates to 512 MiB of newlines."""
     archive = archive_replacing(tmp_path / "nl.tar.gz", {SDK: (512 * MiB, repeated(b"\n", 512 * MiB))})
     assert archive.stat().st_size < MiB
     declared = msgspec.json.decode(golden_members()[MANIFEST])["files"][SDK]["bytes"]

@@ -1,6 +1,6 @@
-"""Issue 8, point 1 (runner side): the command cannot write itself out of the run's cgroup.
+"""Runner side: the command cannot write itself out of the run's cgroup.
 
-Written as the escape of the issue: `echo $$ > <cgroup2 root>/cgroup.procs`,
+Written as the escape: `echo $$ > <cgroup2 root>/cgroup.procs`,
 then a read that must still be observed. Unprivileged (the sudo default),
 ordinary permissions refuse it; as root under a policy whose write trees
 contain the cgroup filesystem (`/sys`), Landlock refuses it, because the

@@ -1,4 +1,4 @@
-"""check-events, rule family `catalog`: what each of the nine events must carry (issue 12's catalog)."""
+"""check-events, rule family `catalog`: what each of the nine black-box events must carry."""
 
 from __future__ import annotations
 

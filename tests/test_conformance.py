@@ -24,7 +24,7 @@ from normalizer.artifacts import CapabilitySurface, CorrelationReport
 from normalizer.build import normalize
 from normalizer.kernel_lines import KernelLayer
 from normalizer.redact import Redactor, find_unredacted, rules
-from runner.cli.cmd_run import check_run_id
+from runner.capture.inputs import check_run_id
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.evidence.archive import read_archive
 from runner.evidence.conformance.base import UPSTREAM

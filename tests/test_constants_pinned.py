@@ -49,7 +49,7 @@ PINNED = [
     ("normalizer/fastscan.c", "O_CREAT_BIT", os.O_CREAT),
     ("normalizer/fastscan.c", "O_EXCL_BIT", os.O_EXCL),
     ("normalizer/fastscan.c", "O_CLOEXEC_BIT", os.O_CLOEXEC),
-    ("normalizer/fastscan.c", "MAX_FRAME", spool_format.MAX_FRAME),
+    ("spool/framescan.c", "MAX_FRAME", spool_format.MAX_FRAME),
     ("ebpf/ringsink.c", "RINGSINK_SLOTS", wire.RUN_SLOTS),
     ("ebpf/ringsink.c", "RINGSINK_HDR", wire.HEADER.size),
     ("ebpf/ringsink.c", "RINGSINK_RUN_OFFSET", HEADER_RUN_OFFSET),

@@ -34,7 +34,7 @@ __all__ = ["job"]
 FAST = str(Path(sys.executable).with_name("assay-runner"))
 """The C fast client (runner/daemon/fastclient.c, after make setup): it returns the moment the run does."""
 BAR_NS = 50_000_000
-"""The issue's bar: nothing of the command may happen later than this after the kill."""
+"""The bar: nothing of the command may happen later than this after the kill."""
 CREATOR = """import os, sys, time
 d = sys.argv[1]
 i = 0

@@ -12,7 +12,7 @@ from support import assay, runner_env
 from runner.evidence.clock import CLOCK_ENV, pin_clock
 
 GIT_JOB = "git init -q r && cd r && echo a > f && touch -d @946684800 f && git add f && git commit -qm x"
-"""The issue's job, with f's mtime pinned before `git add`: git's racily-clean check re-reads a file
+"""The commit job, with f's mtime pinned before `git add`: git's racily-clean check re-reads a file
 modified in the same second as the index, so without the pin a run in which a second boundary falls
 between writing f and writing the index reads f once less than the others (docs/determinism.md,
 "What makes a command nondeterministic"); that difference is the job's, and determinism rightly reports it."""

@@ -173,12 +173,12 @@ def test_landlock_abi_is_reported() -> None:
 
 
 def test_native_check_says_the_c_pieces_make_setup_built_are_in_use() -> None:
-    """`make test` runs after `make setup`, which builds all three (or stops): doctor must see them."""
+    """`make test` runs after `make setup`, which builds all four (or stops): doctor must see them."""
     from runner.cli.cmd_doctor import check_native
 
     check = check_native()
     assert (check.status, check.required) == ("ok", False)
-    assert check.detail == "ringsink, fastscan, fastclient built and in use"
+    assert check.detail == "ringsink, fastscan, framescan, fastclient built and in use"
 
 
 def test_native_check_warns_with_what_is_missing_and_the_fix_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Leaving the run's cgroup hides nothing: the escape attacks of issue 8.
+"""Leaving the run's cgroup hides nothing: the escape attacks.
 
 Each test is the attack: the command moves itself (or starts a child) out of
 the run's cgroup, then reads and writes. The later reads and writes must be

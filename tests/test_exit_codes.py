@@ -7,13 +7,15 @@ user would and checks the code (and, for bad input to `run`, the one line).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import ROOT, assay
+from support import CLI, ROOT, assay, runner_env
 
 from runner.acceptance import execute
 from runner.acceptance.pack import GateResult
@@ -141,6 +143,19 @@ def acceptance_could_not_run(_tmp_path: Path) -> None:
     assert execute.exit_code(results) == 3
 
 
+def show_reader_left(tmp_path: Path) -> None:
+    """`show | head`, the reader gone before the output comes: one code, no traceback."""
+    archive = _archive(tmp_path)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write show makes meets a pipe nobody reads
+    try:
+        proc = subprocess.run([*CLI, "show", str(archive)], stdout=write_end, stderr=subprocess.PIPE,
+                              env=runner_env(), timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141 and proc.stderr == b"", proc.stderr
+
+
 KERNEL = pytest.mark.kernel
 EXERCISES: dict[tuple[str, str], tuple[Callable[[Path], None], bool]] = {
     ("run", "the command's"): (run_own_code, True),
@@ -160,6 +175,7 @@ EXERCISES: dict[tuple[str, str], tuple[Callable[[Path], None], bool]] = {
     ("determinism", "125"): (determinism_runner_failed, True),
     ("determinism", "130"): (determinism_interrupted, True),
     ("acceptance", "3"): (acceptance_could_not_run, False),
+    ("show", "141"): (show_reader_left, False),
 }
 """Each row's exercise, and whether it needs root (a run under the kernel monitor)."""
 

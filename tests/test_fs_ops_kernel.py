@@ -1,4 +1,4 @@
-"""The file-system changes issue 8 found unobserved, checked against strace.
+"""The file-system changes the runner once left unobserved, checked against strace.
 
 The command is strace running tests/programs/fs_ops.py inside the observed
 run: each mkdir, rename, link, symlink, truncate, chmod (setuid/setgid

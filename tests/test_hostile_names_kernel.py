@@ -1,4 +1,4 @@
-"""Issue 8, point 3 against the real kernel: no name the command chooses breaks the run.
+"""Against the real kernel: no name the command chooses breaks the run.
 
 Non-UTF-8 bytes, newlines, escape sequences, a literal backslash-escape and
 over-long paths, opened (and one exec'd) by a real program: the archive is

@@ -1,4 +1,4 @@
-"""The container image, really built and run against the host kernel (issue 13).
+"""The container image, really built and run against the host kernel.
 
 `make image` builds it (debootstrapped base, the host's extra CA for pip
 behind a TLS-intercepting proxy); then the `docker run` line of
@@ -86,7 +86,7 @@ def test_every_c_piece_is_in_use_in_the_image(image: str) -> None:
     report = in_image(image, f"{VENV_BIN}/python", "-m", "runner.host.native")
     assert report.returncode == 0, report.stdout + report.stderr
     assert [line.split()[:2] for line in report.stdout.splitlines()] == [
-        ["ok", "ringsink"], ["ok", "fastscan"], ["ok", "fastclient"]], report.stdout
+        ["ok", "ringsink"], ["ok", "fastscan"], ["ok", "framescan"], ["ok", "fastclient"]], report.stdout
     # No compiler in the final image: the pieces came from the build stage.
     gcc = in_image(image, "/bin/sh", "-c", "command -v gcc cc || echo none")
     assert gcc.stdout == "none\n", gcc.stdout
@@ -97,7 +97,7 @@ def test_image_size_is_reported(built: Built, capsys: pytest.CaptureFixture[str]
     assert f"({size} bytes)" in built.report, built.report
     with capsys.disabled():  # shown under `pytest -q` too: CI logs carry the size
         print(f"\n{built.report}")
-    # The single-stage image issue 13 replaced was 1.25 GB: stay well below it.
+    # A single-stage image of the same content is 1.25 GB: stay well below it.
     assert size < 600_000_000, size
 
 

@@ -1,4 +1,4 @@
-"""Pure stages of issue 8's kernel half, fed with recorded raw events.
+"""Pure stages of the lineage tracking's kernel half, fed with recorded raw events.
 
 The kernel tests run the attacks; these pin the normalizer's decisions on
 the edges the attacks do not reach: moves that are not escapes, fd numbers

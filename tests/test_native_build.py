@@ -21,7 +21,7 @@ from ebpf import ringsink
 from runner.host import native
 from tests.support import ROOT
 
-SOURCES = ("scripts/build_native.sh", "ebpf/ringsink.c", "normalizer/fastscan.c",
+SOURCES = ("scripts/build_native.sh", "ebpf/ringsink.c", "normalizer/fastscan.c", "spool/framescan.c",
            "runner/daemon/fastclient.c")
 TOOLS = ("bash", "dirname", "mktemp", "rm", "head", "tail", "mv")
 """What the script runs besides gcc and the venv's python."""
@@ -70,18 +70,18 @@ def path_without_gcc(tmp_path: Path, gcc: str | None = None) -> str:
 def built(root: Path) -> dict[str, int]:
     """The pieces in the tree, by path, with their modification times."""
     found = [root / "ebpf" / "_ringsink.so", *root.glob("normalizer/_fastscan*.so"),
-             root / ".venv/bin/assay-runner"]
+             *root.glob("spool/_framescan*.so"), root / ".venv/bin/assay-runner"]
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in found}
 
 
-def test_builds_the_three_pieces_then_only_what_changed(tree: Path) -> None:
+def test_builds_the_four_pieces_then_only_what_changed(tree: Path) -> None:
     first = build(tree)
     assert first.returncode == 0, first.stderr
     assert [line.split(":")[1].strip() for line in first.stdout.splitlines()] == [
-        "ring consumer", "normalizer accelerator", "fast client"]
+        "ring consumer", "normalizer accelerator", "spool frame reader", "fast client"]
     assert all(": built " in line for line in first.stdout.splitlines()), first.stdout
     before = built(tree)
-    assert len(before) == 3, before
+    assert len(before) == 4, before
     assert (tree / ".venv/bin/assay-runner").read_bytes()[:4] == native.ELF
     # The fast client hands a non-run command to the Python CLI beside it.
     handed = subprocess.run([str(tree / ".venv/bin/assay-runner"), "doctor"], capture_output=True, text=True,
@@ -99,7 +99,7 @@ def test_builds_the_three_pieces_then_only_what_changed(tree: Path) -> None:
     third = build(tree)
     assert third.returncode == 0, third.stderr
     lines = third.stdout.splitlines()
-    assert ": built " in lines[0] and ": already built (" in lines[1] and ": built " in lines[2], third.stdout
+    assert [": built " in line for line in lines] == [True, False, False, True], third.stdout
     assert not list(tree.rglob("*.tmp"))
 
 
@@ -130,7 +130,7 @@ def test_missing_python_headers_say_what_to_install(tree: Path) -> None:
     assert proc.stdout == "native: ring consumer: built ebpf/_ringsink.so\n"
     assert proc.stderr == (f"native: error: Python.h not found in {tree}/no-include: "
                            "apt-get install python3-dev\n")
-    assert not list(tree.glob("normalizer/_fastscan*"))
+    assert not list(tree.glob("normalizer/_fastscan*")) and not list(tree.glob("spool/_framescan*"))
 
 
 def test_a_compile_error_stops_the_build(tree: Path) -> None:
@@ -150,7 +150,13 @@ def test_this_checkout_uses_every_piece() -> None:
                           cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [line.split()[:2] for line in proc.stdout.splitlines()] == [
-        ["ok", "ringsink"], ["ok", "fastscan"], ["ok", "fastclient"]]
+        ["ok", "ringsink"], ["ok", "fastscan"], ["ok", "framescan"], ["ok", "fastclient"]]
+
+
+def test_a_missing_frame_reader_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native.spool_accel, "native", None)
+    piece = native.frame_reader()
+    assert not piece.ok and "does not import" in piece.detail, piece
 
 
 def test_a_missing_or_broken_ring_consumer_is_reported(tmp_path: Path,

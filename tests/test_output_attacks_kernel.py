@@ -1,4 +1,4 @@
-"""Issue 8, output side, written as the attacks: the command cannot forge, redirect or
+"""Output side, written as the attacks: the command cannot forge, redirect or
 destroy the evidence, and runs as the invoking user under sudo.
 
 Every command here is hostile on purpose. "Sudo-style" runs set SUDO_UID and

@@ -1,7 +1,7 @@
-"""Issue 4 against the real kernel: policy enforcement, the SDK layer and tool-call correlation.
+"""Against the real kernel: policy enforcement, the SDK layer and tool-call correlation.
 
 Every run goes through the real CLI (`assay-runner run` / `determinism`) as a
-user would start it. Each test proves one thing the issue requires; runs are
+user would start it. Each test proves one thing the acceptance requires; runs are
 shared between assertions through module-scoped fixtures. What the tests
 prove, and how to run them, is in docs/acceptance.md.
 """
@@ -99,7 +99,7 @@ def determinism(workspace: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 def check_acceptance(run: FixtureRun, workspace: Path) -> None:
-    """What issue 4 requires of a fixture run (shared by both fixtures)."""
+    """What the acceptance requires of a fixture run (shared by both fixtures)."""
     archive = run.archive
     health = archive.health
     assert (health["policy_layer"], health["sdk_layer"]) == ("present", "self_reported")

@@ -1,4 +1,4 @@
-"""Issue 11: `probe --target`, `--list-only`, `--repeat` and `probe-exec`'s refusals, in baseline.
+"""`probe --target`, `--list-only`, `--repeat` and `probe-exec`'s refusals, in baseline.
 
 Baseline runs the probes directly (no runner, no root), in a tmp_path
 workspace; every error case checks the one-line message, the exit code and

@@ -1,4 +1,4 @@
-"""Issue 11: the probe contracts as files, and emit-record / probe --listen enforcing them.
+"""The probe contracts as files, and emit-record / probe --listen enforcing them.
 
 No root needed: these build records with the real emit-record and check that
 every bad input is refused with one line and nothing on stdout.

@@ -1,4 +1,4 @@
-"""Issue 11: the corroboration rules can disagree, not only agree.
+"""The corroboration rules can disagree, not only agree.
 
 `judge` is pure: a record and kernel lines in, a verdict out. Lines here have
 the v0 kernel-line shape (golden/kernel-layer-variety.ndjson); the kernel

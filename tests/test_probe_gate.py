@@ -1,4 +1,4 @@
-"""Issue 11: the contract gate really fails on bad probes, and passes every shipped probe.
+"""The contract gate really fails on bad probes, and passes every shipped probe.
 
 Each bad probe is the shipped `fs_workspace_list` with one defect, in a
 tmp_path probes directory (the gate's location rule is relative to the

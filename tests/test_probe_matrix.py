@@ -1,4 +1,4 @@
-"""Issue 11 against the real kernel: the probe matrix under the runner's presets and bubblewrap.
+"""The probe matrix against the real kernel under the runner's presets and bubblewrap.
 
 The whole matrix runs inside a network namespace this module creates (`ip
 netns`), joined to a second namespace by a veth pair; the only non-loopback

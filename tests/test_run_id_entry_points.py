@@ -1,4 +1,4 @@
-"""Strict run-id checking at every entry point that takes one from outside (issue 10, point 5).
+"""Strict run-id checking at every entry point that takes one from outside.
 
 `run`, `determinism` and `normalize --run-id` are covered in test_run_inputs.py;
 here: the daemon's request decoder, a spool whose header carries a bad id,

@@ -80,7 +80,7 @@ def test_invalid_run_id_in_determinism_and_normalize(out: Path, run_id: str, tmp
 
 def test_valid_run_id_characters() -> None:
     """Letters, digits, '_' and '-' only, up to 128: accepted (the command then runs)."""
-    from runner.cli.cmd_run import check_run_id
+    from runner.capture.inputs import check_run_id
 
     assert check_run_id("Run_2-x") == "Run_2-x"
     assert check_run_id("x" * 128) == "x" * 128
@@ -143,7 +143,7 @@ def test_out_made_by_a_concurrent_run_at_the_same_moment_is_used(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs sharing one --out (CI jobs, the daemon's clients) may both find it missing: the
     second mkdir's EEXIST on a directory is not an error."""
-    from runner.cli.cmd_run import make_dirs
+    from runner.capture.inputs import make_dirs
 
     out = tmp_path / "shared" / "out"
     real_mkdir = Path.mkdir

@@ -18,7 +18,7 @@ NOISE = re.compile(
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Archive, Path, object]:
-    """The issue's example command, run once for the assertions below."""
+    """A small example command (cd, write, read, connect), run once for the assertions below."""
     work = tmp_path_factory.mktemp("work")
     (work / "sub").mkdir()
     out = tmp_path_factory.mktemp("out")

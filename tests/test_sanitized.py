@@ -1,7 +1,7 @@
 """`make test-asan` tests what it says: the sanitized builds are the ones in use, and a finding fails.
 
-The first tests check that the accelerator, the ring consumer and the fast
-client the suites use are the sanitized builds under `make test-asan`
+The first tests check that the accelerator, the frame reader, the ring consumer
+and the fast client the suites use are the sanitized builds under `make test-asan`
 (scripts/test_asan.sh, `ASSAY_NATIVE_SANITIZED` set) and the checkout's
 otherwise. The last ones: a copy of the sources with a planted heap overflow and a planted
 signed overflow, built by `build_native.sh --sanitize` and loaded with the
@@ -22,26 +22,29 @@ import pytest
 
 from ebpf import ringsink
 from normalizer import accel
+from spool import accel as spool_accel
 from tests import sanitized
 from tests.support import ROOT
 
 SOURCES = ("scripts/build_native.sh", "scripts/test_asan.sh", "ebpf/ringsink.c", "normalizer/fastscan.c",
-           "runner/daemon/fastclient.c")
+           "spool/framescan.c", "runner/daemon/fastclient.c")
 
 
 def test_the_suites_use_the_builds_the_environment_names() -> None:
     """The sanitized tree's pieces under make test-asan, the checkout's otherwise; never a mix."""
-    assert accel.native is not None
+    assert accel.native is not None and spool_accel.native is not None
     assert ringsink.available()
     maps = Path("/proc/self/maps").read_text()
     asan_runtime = b"__asan_init" in sanitized.FAST_CLIENT.read_bytes()
     if sanitized.TREE is None:
         assert Path(accel.native.__file__).parent == ROOT / "normalizer"
+        assert Path(spool_accel.native.__file__).parent == ROOT / "spool"
         assert ringsink.LIBRARY == ROOT / "ebpf" / "_ringsink.so"
         assert Path(sys.executable).with_name("assay-runner") == sanitized.FAST_CLIENT
         assert "libasan" not in maps and not asan_runtime
     else:
         assert Path(accel.native.__file__).parent == sanitized.TREE
+        assert Path(spool_accel.native.__file__).parent == sanitized.TREE
         assert ringsink.LIBRARY.parent == sanitized.TREE
         assert sanitized.FAST_CLIENT.parent == sanitized.TREE / "bin"
         assert "libasan" in maps and asan_runtime

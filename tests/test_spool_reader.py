@@ -1,6 +1,6 @@
 """The spool reader reads in blocks: whatever the block size, the same frames and records, and a
 torn or oversize frame refused as strictly (spool/format.py `FrameReader`, `SpoolRecords`), and the
-C walk over whole batch frames (normalizer/fastscan.c) takes what its Python twin takes."""
+C walk over whole batch frames (spool/framescan.c) takes what its Python twin takes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normalizer import accel
+from spool import accel
 from spool import format as spool_format
 from spool.format import (
     FRAME_HEAD,
@@ -108,7 +108,7 @@ def test_a_frame_shorter_than_a_batch_head_is_never_skipped_as_a_batch(tmp_path:
 
 
 needs_native = pytest.mark.skipif(accel.native is None,
-                                  reason="normalizer/_fastscan is not built (make setup)")
+                                  reason="spool/_framescan is not built (make setup)")
 HEAD = spool_format._BATCH_HEAD
 RECORDS = st.lists(st.binary(max_size=300), max_size=20)
 
@@ -211,7 +211,7 @@ def test_batches_give_each_batch_frame_records_in_order(tmp_path_factory: pytest
     """SpoolRecords.batches over any frames at any block size: every batch's records in order, in
     lists of at least `RECORDS_PER_LIST` but the last, or the error the general way raises."""
     if native and accel.native is None:
-        pytest.skip("normalizer/_fastscan is not built (make setup)")
+        pytest.skip("spool/_framescan is not built (make setup)")
     path = tmp_path_factory.mktemp("batches") / "s.spool"
     path.write_bytes(b"".join(frames))
     try:

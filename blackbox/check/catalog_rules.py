@@ -1,7 +1,7 @@
 """What each catalog event must carry, and the run's required artifacts and constraints.
 
 - `catalog`: per-event action types, summaries and artifact metadata
-  (issue 12's catalog, the reference's design/events-blackbox.md).
+  (the catalog of the reference's design/events-blackbox.md).
 - `artifacts`: the run references stdout, stderr and the diff, and a
   commands_observed event references the command log (contract 4.5.2).
 - `constraints`: constraint types of the POC ids; every constraint the run
@@ -90,7 +90,7 @@ def per_event(name: str, ev: dict[str, Any]) -> Iterator[str]:
     action = get(ev, "agent_action", "action_type")
     if name in ACTION_BY_EVENT and isinstance(action, str) and action not in ACTION_BY_EVENT[name]:
         yield f"{name}: action_type must be {'|'.join(sorted(ACTION_BY_EVENT[name]))}, got {action!r}"
-    session = ev.get("session") if isinstance(ev.get("session"), dict) else {}
+    session = ev["session"] if isinstance(ev.get("session"), dict) else {}
     if name == RUN_STARTED:
         ids = tuple(str(session.get(k)) for k in ("run_id", "session_id"))
         yield from (f"{name}: {m}" for m in _needs_tokens(ev, ids, "the run_id and scenario_id"))
@@ -166,7 +166,7 @@ def run_wide(lines: list[Line]) -> Iterator[tuple[int, str]]:
     yield from _constraints(lines, by_name)
 
 
-def _constraints(lines: list[Line], by_name: dict[str | None, Line]) -> Iterator[tuple[int, str]]:
+def _constraints(lines: list[Line], by_name: dict[str, Line]) -> Iterator[tuple[int, str]]:
     emitted: dict[str, str] = {}
     for line in lines:
         for c in get(line.event, "request", "constraints") or []:

@@ -24,25 +24,28 @@ RULE = "fields"
 _STR = (str,)
 _OPT_STR = (str, type(None))
 _OPT_NUM = (*NUMBER, type(None))
+Spec = dict[str, tuple[type, ...]]
+"""A JSON object's fields: the types each may have."""
 
-TOP = {
+TOP: Spec = {
     "schema_version": _STR, "event_id": _STR, "timestamp": _STR, "trace_id": _STR, "span_id": _STR,
     "parent_span_id": _OPT_STR, "observability_mode": _STR, "session": (dict,), "request": (dict,),
     "prompt_provenance": (dict,), "model_output": (dict,), "agent_action": (dict,), "evaluation": (dict,),
 }
-SESSION = {"session_id": _STR, "run_id": _STR, "agent_id": _STR, "agent_version": _STR, "environment": _STR}
-REQUEST = {"request_id": _STR, "user_request_raw": _STR, "constraints": (list,), "context": (dict,)}
-PROVENANCE = {"provider": _STR, "model": _STR, "capture_mode": _STR, "prompt_bundle": (dict, type(None)),
-              "prompt_bundle_hash": _STR, "parameters": (dict,)}
-OUTPUT = {"completion_id": _OPT_STR, "output_raw": _OPT_STR, "output_structured": (dict, type(None)),
-          "tool_calls": (list,), "usage": (dict,)}
-ACTION = {"action_type": _STR, "action_summary": _STR, "artifacts": (list,), "tool_results": (list,)}
-ARTIFACT = {"type": _STR, "id": _STR, "summary": _STR, "content_ref": _OPT_STR, "hash": _STR,
-            "metadata": (dict,)}
-CONSTRAINT = {"id": _STR, "type": _STR, "rule": _STR}
-VIOLATION = {"id": _STR, "severity": _STR, "message": _STR, "evidence": _STR}
-CHECK = {"id": _STR, "status": _STR, "evidence": _STR}
-SECTIONS = {"alignment": {"status": _STR, "score": _OPT_NUM, "violations": (list,)},
+SESSION: Spec = {"session_id": _STR, "run_id": _STR, "agent_id": _STR, "agent_version": _STR,
+                 "environment": _STR}
+REQUEST: Spec = {"request_id": _STR, "user_request_raw": _STR, "constraints": (list,), "context": (dict,)}
+PROVENANCE: Spec = {"provider": _STR, "model": _STR, "capture_mode": _STR,
+                    "prompt_bundle": (dict, type(None)), "prompt_bundle_hash": _STR, "parameters": (dict,)}
+OUTPUT: Spec = {"completion_id": _OPT_STR, "output_raw": _OPT_STR, "output_structured": (dict, type(None)),
+                "tool_calls": (list,), "usage": (dict,)}
+ACTION: Spec = {"action_type": _STR, "action_summary": _STR, "artifacts": (list,), "tool_results": (list,)}
+ARTIFACT: Spec = {"type": _STR, "id": _STR, "summary": _STR, "content_ref": _OPT_STR, "hash": _STR,
+                  "metadata": (dict,)}
+CONSTRAINT: Spec = {"id": _STR, "type": _STR, "rule": _STR}
+VIOLATION: Spec = {"id": _STR, "severity": _STR, "message": _STR, "evidence": _STR}
+CHECK: Spec = {"id": _STR, "status": _STR, "evidence": _STR}
+SECTIONS: dict[str, Spec] = {"alignment": {"status": _STR, "score": _OPT_NUM, "violations": (list,)},
             "quality": {"status": _STR, "checks": (list,)},
             "policy": {"status": _STR, "checks": (list,)}}
 OPTIONAL_NUMBERS = {"prompt_provenance.parameters": ("temperature", "top_p", "max_tokens"),

@@ -63,7 +63,7 @@ def intent(ev: dict[str, Any]) -> Iterator[str]:
             yield f"{path} invents reasoning or intent ({m.group(0)!r}): state what was observed"
 
 
-def _findings(section: dict[str, Any]) -> list[tuple[str, str, Any]]:
+def _findings(section: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(where, status, evidence) of each check and violation of an evaluation section."""
     out = [(f"checks[{n}]", c.get("status"), c.get("evidence"))
            for n, c in enumerate(section.get("checks") or []) if isinstance(c, dict)]

@@ -145,10 +145,11 @@ def load(path: Path) -> Expectations:
     except msgspec.ValidationError as exc:
         raise ExpectationError(f"{path}: {exc}") from exc
     matrix = exp.probe_matrix
-    for probe, row in (matrix.outcomes.items() if matrix else ()):
-        if len(row) != len(matrix.modes):
-            raise ExpectationError(f"{path}: field probe_matrix.outcomes.{probe}: {len(row)} cells, "
-                                   f"expected one per mode ({len(matrix.modes)})")
+    if matrix is not None:
+        for probe, row in matrix.outcomes.items():
+            if len(row) != len(matrix.modes):
+                raise ExpectationError(f"{path}: field probe_matrix.outcomes.{probe}: {len(row)} cells, "
+                                       f"expected one per mode ({len(matrix.modes)})")
     return exp
 
 
@@ -214,7 +215,7 @@ def check(exp: Expectations, view: RunView, subst: dict[str, str]) -> list[str]:
         if want is not None and want != actual:
             problems.append(f"health: {name} is {actual!r}, expected {want!r}")
     files = [f for d in view.directories for f in d.files]
-    actual = {
+    observed = {
         "files_written": view.summary.files_written,
         "execs": sorted({x.path for p in view.processes for x in p.execs
                          if x.result == "success" and x.path}),
@@ -223,13 +224,13 @@ def check(exp: Expectations, view: RunView, subst: dict[str, str]) -> list[str]:
         "blocks": sorted(f"{b.kind}:{b.target}" for b in view.blocks),
     }
     e = exp.evidence
-    for name, got in actual.items():
-        want = getattr(e, name)
-        if want is not None:
-            want = _subst(want, subst)
+    for name, got in observed.items():
+        listed = getattr(e, name)
+        if listed is not None:
+            wanted = _subst(listed, subst)
             if name == "endpoints":
-                got = [g for g in got if g in want or not _host_service(g)]
-            problems += _exact(name, want, got)
+                got = [g for g in got if g in wanted or not _host_service(g)]
+            problems += _exact(name, wanted, got)
     if e.files_read_include is not None:
         read = {f.path for f in files if "read" in f.access_modes or "read_write" in f.access_modes}
         problems += [f"files_read: expected {p!r}, not read in the run"

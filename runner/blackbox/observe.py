@@ -273,5 +273,6 @@ def _after_agent(req: ObserveRequest, writer: EventWriter, ws: Workspace, root: 
                 summary=f"{text} exit_code={result.exit_code} agent_end={end_text}{marks}",
                 evaluation=evaluation, artifacts=(steps.archive_artifact(result, kernel),))
     log.info("observe.done", run_dir=str(run_dir), **statuses)
-    findings = [c for section in evaluation.values() for c in section["checks"]]  # type: ignore[union-attr]
+    # evaluate() types its sections' values as object; every section's "checks" is a list
+    findings = [c for section in evaluation.values() for c in section["checks"]]  # type: ignore[attr-defined]
     return ObserveResult(run_dir, result.exit_code, statuses, len(writer.names), findings)

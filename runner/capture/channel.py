@@ -201,7 +201,8 @@ class ChannelSource(Buffered):
         return self._replies.pop(0)
 
     def wait(self, timeout_ms: int, wake: int | None = None) -> None:
-        select.select([self._sock] if wake is None else [self._sock, wake], [], [], timeout_ms / 1000)
+        fd = self._sock.fileno()
+        select.select([fd] if wake is None else [fd, wake], [], [], timeout_ms / 1000)
 
     def drain(self) -> None:
         """Hand on every record that has arrived (never blocks); the channel closing ends the run."""

@@ -105,6 +105,7 @@ class Interruptions:
                  _tb: TracebackType | None) -> None:
         keep_ignoring = self.final and self.phase == "done"
         for s, handler in self._old.items():
+            # the old handler is None only when it was not set from Python
             signal.signal(s, signal.SIG_IGN if keep_ignoring else handler)  # type: ignore[arg-type]
 
     def _on(self, signum: int, _frame: FrameType | None) -> None:

@@ -37,7 +37,7 @@ import struct
 import subprocess
 import sys
 import time
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 import msgspec
 
@@ -58,6 +58,8 @@ from runner.capture.live_child import (
 )
 from runner.logs import get_logger
 from spool.writer import Spooler
+
+_Awaited = TypeVar("_Awaited", Scanned, Done)
 
 RESULT_TIMEOUT_S = 30.0
 """The least the runner waits for a message after the command exits before it gives up on the pass."""
@@ -180,7 +182,7 @@ class LiveProcess:
                               done.surface_unredacted)
         return NormalizedRun(kernel=layer, surface=surface, **msgspec.structs.asdict(done.run))
 
-    def _receive(self, kind: type[Scanned] | type[Done]) -> Scanned | Done | Failed:
+    def _receive(self, kind: type[_Awaited]) -> _Awaited | Failed:
         """The child's next message, which must be a `kind`; a `Failed` (logged) otherwise: the
         child failed, ended without it, sent something else, or nothing before the deadline."""
         try:

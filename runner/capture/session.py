@@ -331,7 +331,7 @@ def _unprivileged(user: Credentials | None) -> bool:
 def _with_dac_verdicts(spool: Spool, out_fd: int, name: str, user: Credentials | None) -> Spool:
     """Add permission verdicts for policy-refused failed opens of a non-root command."""
     questions = dac_questions(spool) if _unprivileged(user) else []
-    if not questions:
+    if not questions or user is None:  # no questions without a user
         return spool
     verdicts = DacVerdicts(allowed=check_as(user, questions))
     Spooler.append(out_fd, name, verdicts)

@@ -82,7 +82,10 @@ def survey() -> tuple[list[Stale], list[Skipped]]:
         with contextlib.suppress(OSError):
             for path in sorted(p for p in parent.iterdir() if p.is_dir()):
                 verdict = _judge(path, v2, index)
-                (stale if isinstance(verdict, Stale) else skipped).append(verdict)
+                if isinstance(verdict, Stale):
+                    stale.append(verdict)
+                else:
+                    skipped.append(verdict)
     return stale, skipped
 
 
@@ -143,13 +146,14 @@ def _records(directory: Path) -> dict[str, tuple[Path, Owner | None]]:
 def _judge(path: Path, v2: bool, index: dict[str, tuple[Path, Owner | None]]) -> Stale | Skipped:
     """A cgroup's verdict: stale only when its record names it, agrees with its hint, and is dead."""
     found = index.get(path.name)
-    if found is None or found[1] is None:
+    owner = found[1] if found else None
+    if found is None or owner is None:
         pid = name_pid(path)
         if pid is not None and start_time(pid) is not None:  # its runner is still making it
             return Skipped(path, f"no owner record yet; pid {pid} of its name is running", live=True)
         return Skipped(path, "it has no owner record (not made by a runner of this version, or forged)",
                        live=False)
-    record, owner = found
+    record = found[0]
     if v2:
         try:
             ino = path.stat().st_ino

@@ -87,7 +87,7 @@ class StatusRow:
         if self._rows:
             self._give_back()
         for signum, handler in self._old.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
+            signal.signal(signum, handler)  # type: ignore[arg-type]  # None only for a non-Python handler
         self._old = {}
 
     def _line(self) -> str:

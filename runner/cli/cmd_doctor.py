@@ -91,7 +91,7 @@ def check_stale() -> Check:
 
 
 def check_native() -> Check:
-    """The three C pieces (runner/host/native.py): each has a Python fallback with the same output,
+    """The four C pieces (runner/host/native.py): each has a Python fallback with the same output,
     so a missing one costs only time, and only this line says so."""
     pieces = native.pieces()
     missing = [p for p in pieces if not p.ok]

@@ -10,7 +10,7 @@ from pathlib import Path
 from normalizer.artifacts import RUN_ID_MAX
 from normalizer.build import normalize
 from normalizer.decode import DecodeError
-from runner.cli.cmd_run import check_run_id
+from runner.capture.inputs import check_run_id
 from runner.display import printable
 from runner.errors import EXIT_BAD_INPUT, RunnerError
 from runner.evidence.publish import publish

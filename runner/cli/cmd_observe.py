@@ -18,7 +18,7 @@ from blackbox.catalog import CAPTURE_MODES, ENVIRONMENTS, WORKSPACE_MODES
 from blackbox.scenario import SCENARIO_ID, Scenario, ScenarioError, inline_scenario, load_scenario
 from ebpf.wire import DEFAULT_RINGBUF_PAGES
 from runner.blackbox.observe import ObserveRequest, observe
-from runner.cli.cmd_run import check_run_id
+from runner.capture.inputs import check_run_id
 from runner.display import printable_lines
 from runner.enforce.identity import named_user
 from runner.errors import RunnerError

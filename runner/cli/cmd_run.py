@@ -6,23 +6,20 @@ import argparse
 import contextlib
 import dataclasses
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from ebpf.wire import DEFAULT_RINGBUF_PAGES
-from normalizer.artifacts import RUN_ID_MAX, is_safe_run_id
-from normalizer.redact import find_unredacted
+from normalizer.artifacts import RUN_ID_MAX
 from policy.load import PRESETS, PolicyFileError, host_variables, load_policy, load_preset
 from policy.model import PolicyError, ResolvedPolicy, resolve
+from runner.capture.inputs import check_ringbuf_pages, command_inputs, create_out_dir
 from runner.capture.limits import DEFAULT_PIDS_MAX, CgroupLimits
 from runner.display import printable
 from runner.enforce.identity import command_credentials, effective, identity_env
-from runner.errors import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER_ERROR, RunnerError
+from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.logs import get_logger
-from spool.dirfd import open_dir, remove_within
 
 if TYPE_CHECKING:  # the capture side is imported only for direct mode: the daemon client stays light
     from runner.capture.session import RunRequest
@@ -34,7 +31,7 @@ DEFAULT_OUT = STATE_DIR / "runs"
 log = get_logger("run")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run",
         help="run a command under eBPF observation and write its evidence archive",
@@ -104,50 +101,6 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                         help="enforce a built-in policy preset")
 
 
-def check_run_id(run_id: str | None) -> str:
-    """A valid run id, or a generated one when none was given."""
-    if run_id is None:
-        import datetime as dt  # here: the daemon client with a --run-id never pays for them
-        import secrets
-
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        return f"run-{stamp}-{secrets.token_hex(2)}"
-    if not is_safe_run_id(run_id) or len(run_id) > RUN_ID_MAX:
-        raise RunnerError(
-            f"invalid --run-id {run_id!r}: use 1-{RUN_ID_MAX} ASCII letters, digits, '_' or '-' "
-            "(the run ids Assay accepts)"
-        )
-    if find_unredacted(run_id) is not None:
-        raise RunnerError(f"invalid --run-id {run_id!r}: it looks like a secret, which no archive may carry")
-    return run_id
-
-
-def check_ringbuf_pages(pages: int) -> int:
-    """`--ringbuf-pages`, checked the same way in both modes (the daemon's ring is its own size)."""
-    if pages < 1 or pages & (pages - 1):
-        raise RunnerError(f"--ringbuf-pages must be a power of two, got {pages}")
-    return pages
-
-
-def resolve_command(cmd: list[str], workdir: Path, env: dict[str, str]) -> str:
-    """The absolute executable for `cmd[0]`, as execve will see it from `workdir`."""
-    if not cmd:
-        raise RunnerError("no command given: use assay-runner run [OPTIONS] -- CMD [ARGS...]")
-    name = cmd[0]
-    if "/" in name:
-        path = (workdir / name).resolve() if not name.startswith("/") else Path(name)
-        if not path.exists():
-            raise RunnerError(f"command not found: {name}", EXIT_NOT_FOUND)
-    else:
-        found = shutil.which(name, path=env.get("PATH", os.defpath))
-        if found is None:
-            raise RunnerError(f"command not found: {name} (not on PATH)", EXIT_NOT_FOUND)
-        path = Path(found).absolute()
-    if path.is_dir() or not os.access(path, os.X_OK):
-        raise RunnerError(f"command not executable: {path}", EXIT_NOT_EXECUTABLE)
-    return str(path)
-
-
 def prepare_out_dir(out: Path, run_id: str, force: bool, user: Credentials | None,
                     policy: ResolvedPolicy | None) -> Path:
     """Make sure the command cannot touch --out, then create it and check it can take the archive.
@@ -160,47 +113,6 @@ def prepare_out_dir(out: Path, run_id: str, force: bool, user: Credentials | Non
     if not unconfined_root(command, policy):  # there, no --out is safe: main() warns
         check_out(out, command, policy)
     return create_out_dir(out, run_id, force)
-
-
-def create_out_dir(out: Path, run_id: str, force: bool) -> Path:
-    """Create --out and check it can take the archive (the daemon client's part: its runs are staged
-    out of the command's reach until the command is gone, so no command-safety check is needed)."""
-    try:
-        make_dirs(out)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".assay-write-check-"):
-            pass
-    except OSError as exc:
-        raise RunnerError(
-            f"cannot write to --out {out}: {exc.strerror}; choose a writable directory"
-        ) from exc
-    archive, partial = f"{run_id}.tar.gz", f"{run_id}.spool.partial"
-    for name in (archive, partial):
-        if os.path.lexists(out / name) and not force:
-            raise RunnerError(f"{out / name} already exists: pass --force to replace it, "
-                              "or use another --run-id")
-    dir_fd = open_dir(out)
-    try:  # a stale (or planted) partial spool: unlinked, never followed
-        remove_within(dir_fd, partial)
-    finally:
-        os.close(dir_fd)
-    return out.resolve()
-
-
-def make_dirs(path: Path) -> None:
-    """Create `path` and its missing parents as 0755 whatever the umask (0777 would undo the check)."""
-    missing = []
-    for p in (path, *path.parents):
-        if p.is_dir():
-            break
-        missing.append(p)
-    for p in reversed(missing):
-        try:
-            p.mkdir(mode=0o755)
-        except FileExistsError:
-            if p.is_dir():
-                continue  # a concurrent run sharing --out made it first
-            raise
-        os.chmod(p, 0o755)
 
 
 def run_policy(args: argparse.Namespace, workdir: Path, user: Credentials | None) -> ResolvedPolicy | None:
@@ -234,29 +146,13 @@ def run_limits(args: argparse.Namespace) -> CgroupLimits:
                         required=pids is not None or memory is not None)
 
 
-def command_inputs(args: argparse.Namespace) -> tuple[list[str], str, Path, dict[str, str], str]:
-    """The command, run id, workdir, environment and executable, checked as the caller.
-
-    Shared by direct mode and the daemon client, so both refuse the same inputs the same way.
-    """
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    run_id = check_run_id(args.run_id)
-    workdir = (args.workdir or Path.cwd()).resolve()
-    if not workdir.is_dir():
-        raise RunnerError(f"--workdir {workdir} is not a directory")
-    env = dict(os.environ)
-    return cmd, run_id, workdir, env, resolve_command(cmd, workdir, env)
-
-
 def build_request(args: argparse.Namespace) -> RunRequest:
     """Check every input before anything is created; raise RunnerError on the first problem."""
     from runner.capture.session import RunRequest
     from runner.enforce import prepare as enforce
     from runner.host.checks import require_run_prerequisites
 
-    cmd, run_id, workdir, env, exe = command_inputs(args)
+    cmd, run_id, workdir, env, exe = command_inputs(args.cmd, args.run_id, args.workdir)
     pages = check_ringbuf_pages(args.ringbuf_pages)
     user = command_credentials(args.user, env)
     env.update(identity_env(user))

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from runner import __version__
 from runner.display import printable
-from runner.errors import EXIT_BAD_INPUT, RunnerError
+from runner.errors import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, RunnerError
 from runner.logs import configure_logging
 
 COMMANDS = ("run", "normalize", "validate", "diff", "determinism", "doctor", "policy", "observe",
@@ -59,7 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     configure_logging(args.log_format, args.verbose)
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        sys.stdout.flush()  # inside the try: a reader that left must not surface at interpreter exit
+        return code
+    except BrokenPipeError:
+        # `show | head`: the reader has what it wanted. Stop quietly; stdout goes to /dev/null so the
+        # interpreter's final flush cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except RunnerError as exc:
         print(printable(f"assay-runner: error: {exc}"), file=sys.stderr)
         return exc.exit_code

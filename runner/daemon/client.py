@@ -22,11 +22,12 @@ from pathlib import Path
 
 from policy.load import PolicyFileError, load_policy, load_preset
 from policy.model import Policy
+from runner.capture.inputs import command_inputs, create_out_dir
 from runner.capture.status import LiveStatus
 from runner.capture.terminal import capable
 from runner.daemon import protocol
-from runner.daemon.address import unix_address
 from runner.errors import RunnerError
+from runner.sockaddr import unix_address
 
 DEFAULT_SOCKET = Path("/run/assay-runner/runner.sock")
 SOCKET_ENV = "ASSAY_RUNNER_SOCKET"
@@ -123,9 +124,7 @@ def _stdio() -> list[int]:
 
 def run_via_daemon(args: argparse.Namespace) -> int:
     """Send the run to the daemon and mirror it here; returns the command's exit code."""
-    from runner.cli.cmd_run import command_inputs, create_out_dir
-
-    cmd, run_id, workdir, env, exe = command_inputs(args)
+    cmd, run_id, workdir, env, exe = command_inputs(args.cmd, args.run_id, args.workdir)
     request = protocol.RunStart(
         version=protocol.VERSION, run_id=run_id, exe=os.fsencode(exe), argv=[os.fsencode(a) for a in cmd],
         env={os.fsencode(k): os.fsencode(v) for k, v in env.items()}, workdir=os.fsencode(str(workdir)),
@@ -180,7 +179,7 @@ def _mirror(sock: socket.socket) -> int:
         while True:
             msg = _next_reply(sock, reader, "before the run finished")
             if isinstance(msg, protocol.Progress):
-                status.update(msg.events, lambda m=msg: {"all": m.drops}, msg.elapsed_s)
+                status.update(msg.events, {"all": msg.drops}.copy, msg.elapsed_s)
             elif isinstance(msg, protocol.Finished):
                 status.clear()
                 print(msg.summary, file=sys.stderr)

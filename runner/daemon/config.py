@@ -65,20 +65,20 @@ MAX_CONNECTIONS_PER_USER = 64
 
 
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    pass
+    """Subclasses repeat `frozen=True`: msgspec inherits it, a type checker does not know that."""
 
 
-class SocketSection(_Section):
+class SocketSection(_Section, frozen=True):
     path: str = DEFAULT_SOCKET
     group: str = ""
     """Group owning the socket; empty keeps root's group (then only root can connect)."""
 
 
-class AccessSection(_Section):
+class AccessSection(_Section, frozen=True):
     allowed_groups: tuple[str, ...] = ()
 
 
-class LimitsSection(_Section):
+class LimitsSection(_Section, frozen=True):
     max_concurrent_runs: int = 8
     max_runs_per_user: int | None = None
     """None: half of `max_concurrent_runs` (at least 1), so no one caller takes every slot."""
@@ -88,18 +88,18 @@ class LimitsSection(_Section):
     memory_max: int | str = DEFAULT_MEMORY_MAX
 
 
-class FloorSection(_Section):
+class FloorSection(_Section, frozen=True):
     policy: str | None = None
     workspace_roots: tuple[str, ...] = ()
     """Globs of the directories a caller's working directory must lie under (runner/daemon/workspace.py)."""
 
 
-class SensorSection(_Section):
+class SensorSection(_Section, frozen=True):
     ringbuf_pages: int = DAEMON_RINGBUF_PAGES
     tasks_max: int = TASKS_MAX
 
 
-class MetricsSection(_Section):
+class MetricsSection(_Section, frozen=True):
     socket: str | None = None
     """Root-only (0600) unix socket serving Prometheus text over HTTP; None: `metrics.sock` beside
     the daemon's socket; empty: none."""
@@ -107,14 +107,14 @@ class MetricsSection(_Section):
     """A TCP port on 127.0.0.1 serving the same; 0: none."""
 
 
-class ShipSection(_Section):
+class ShipSection(_Section, frozen=True):
     ref: str | None = None
     """REGISTRY/REPOSITORY that every finished archive is pushed to as `REF:<run id>` (runner/ship/)."""
     queue_dir: str = str(DEFAULT_QUEUE)
     plain_http: bool | None = None
 
 
-class ConfigDocument(_Section):
+class ConfigDocument(_Section, frozen=True):
     version: Literal[1] = 1
     socket: SocketSection = SocketSection()
     access: AccessSection = AccessSection()

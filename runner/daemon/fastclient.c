@@ -17,7 +17,7 @@
  * either way. Nothing is sent to the daemon before the fallback is ruled out.
  *
  * What it does on its path mirrors runner/daemon/client.py and
- * runner/cli/cmd_run.py (command_inputs, create_out_dir) step by step:
+ * runner/capture/inputs.py (command_inputs, create_out_dir) step by step:
  * resolve the command as execve will see it from the working directory, make
  * and check --out as the caller, then send `RunStart` (runner/daemon/protocol.py,
  * msgpack) with stdin/stdout/stderr, the --out fd and the working directory
@@ -254,7 +254,7 @@ static int rd_value(rd_t *r, double *num, const char **str, size_t *len, int dep
     return (c & 0xe0) == 0xa0 || (c >= 0xd9 && c <= 0xdb) ? 's' : 'o';
 }
 
-/* --- the command, the run id, --out: cmd_run.command_inputs and create_out_dir ------------- */
+/* --- the command, the run id, --out: inputs.command_inputs and create_out_dir -------------- */
 
 /* str(Path(p)) for an absolute p: empty and "." components dropped, no trailing slash.
  * NULL for a leading "//" (Path keeps it, the kernel does not care; not worth the difference). */
@@ -297,7 +297,7 @@ static int runnable(const char *p)
     return stat(p, &st) == 0 && access(p, X_OK) == 0 && !S_ISDIR(st.st_mode);
 }
 
-/* cmd_run.resolve_command on its success path; NULL: let the Python CLI say what is wrong. */
+/* inputs.resolve_command on its success path; NULL: let the Python CLI say what is wrong. */
 static char *resolve_command(const char *name, const char *workdir, const char *path_env)
 {
     char *found = NULL;
@@ -346,7 +346,7 @@ static const char *const SECRET_LITERALS[] = {
     "eyj", "bearer", "key", "secret", "token", "passw",
 };
 
-/* A run id the Python client would accept (cmd_run.check_run_id), proven here: the run id charset
+/* A run id the Python client would accept (inputs.check_run_id), proven here: the run id charset
  * and length, and none of the redaction rules' literals in it. */
 static int run_id_ok(const char *id)
 {
@@ -367,7 +367,7 @@ static int run_id_ok(const char *id)
     return 1;
 }
 
-/* cmd_run.check_run_id's generated id: run-<UTC stamp>-<4 hex digits>. */
+/* inputs.check_run_id's generated id: run-<UTC stamp>-<4 hex digits>. */
 static char *generated_run_id(void)
 {
     static char id[64];
@@ -414,7 +414,7 @@ static char *resolve_out(const char *abs)
     return NULL;
 }
 
-/* cmd_run.make_dirs: the missing directories of `p`, each 0755 whatever the umask; one that a
+/* inputs.make_dirs: the missing directories of `p`, each 0755 whatever the umask; one that a
  * concurrent run made first (mkdir's EEXIST on a directory) is theirs and keeps its mode. */
 static int make_dirs(const char *p)
 {
@@ -434,7 +434,7 @@ static int make_dirs(const char *p)
     return chmod(p, 0755);
 }
 
-/* cmd_run.create_out_dir up to the partial spool's removal; -1: the Python CLI takes over. */
+/* inputs.create_out_dir up to the partial spool's removal; -1: the Python CLI takes over. */
 static int create_out_dir(const char *out, const char *run_id, int force)
 {
     char name[PATH_MAX];

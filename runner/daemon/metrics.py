@@ -117,7 +117,7 @@ class Endpoint:
             self._answer(conn, buf)
         self._close(conn)
 
-    def _answer(self, conn: socket.socket, request: bytes) -> None:
+    def _answer(self, conn: socket.socket, request: bytes | bytearray) -> None:
         if request.startswith((b"GET /metrics ", b"GET / ")):
             body, status, kind = self._metrics.text(), "200 OK", CONTENT_TYPE_LATEST
         else:

@@ -48,13 +48,13 @@ class ProtocolError(ValueError):
 
 
 class _Msg(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type"):
-    pass
+    """Subclasses repeat `frozen=True`: msgspec inherits it, a type checker does not know that."""
 
 
 # --- client to daemon ----------------------------------------------------------------------
 
 
-class RunStart(_Msg, tag="run"):
+class RunStart(_Msg, tag="run", frozen=True):
     """Start a run. The fds of `RUN_FDS` come with this frame."""
 
     version: int
@@ -81,11 +81,11 @@ class RunStart(_Msg, tag="run"):
     """(resource, soft, hard) of the caller; the command gets these (capped by the daemon's)."""
 
 
-class Interrupt(_Msg, tag="interrupt"):
+class Interrupt(_Msg, tag="interrupt", frozen=True):
     """Ctrl-C in the client: SIGINT to the command, a second one ends the run."""
 
 
-class StatusQuery(_Msg, tag="status"):
+class StatusQuery(_Msg, tag="status", frozen=True):
     version: int
 
 
@@ -95,23 +95,23 @@ ClientMessage = RunStart | Interrupt | StatusQuery
 # --- daemon to client ----------------------------------------------------------------------
 
 
-class Started(_Msg, tag="started"):
+class Started(_Msg, tag="started", frozen=True):
     run_id: str
 
 
-class Progress(_Msg, tag="progress"):
+class Progress(_Msg, tag="progress", frozen=True):
     events: int
     drops: int
     elapsed_s: float
     """Since the run's drain loop started: the moment direct mode's status line starts counting."""
 
 
-class Finished(_Msg, tag="finished"):
+class Finished(_Msg, tag="finished", frozen=True):
     exit_code: int
     summary: str
 
 
-class Refused(_Msg, tag="refused"):
+class Refused(_Msg, tag="refused", frozen=True):
     """The request cannot be served; `message` is one line for the user (make it with `refused`)."""
 
     message: str
@@ -146,7 +146,7 @@ class ShipInfo(msgspec.Struct, frozen=True):
     last_error: str
 
 
-class StatusReply(_Msg, tag="status_reply"):
+class StatusReply(_Msg, tag="status_reply", frozen=True):
     version: int
     pid: int
     uptime_s: float

@@ -16,6 +16,7 @@ direct mode uses).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
@@ -61,7 +62,7 @@ def deliver(staging: Path, run_id: str, out_fd: int, creds: Credentials,
     for name in names:
         with open(staging / name, "rb") as src, filesystem_identity(creds):  # this thread's fsuid only
             try:
-                write_streamed(Path(name), lambda f, s=src: shutil.copyfileobj(s, f, 1 << 20), out_fd,
+                write_streamed(Path(name), functools.partial(shutil.copyfileobj, src, length=1 << 20), out_fd,
                                mode=SPOOL_MODE if name.endswith(".spool") else FILE_MODE)
             except OSError as exc:
                 raise RunnerError(f"cannot write {name} into --out: {exc.strerror or exc}") from exc

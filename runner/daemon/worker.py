@@ -39,10 +39,10 @@ from pathlib import Path
 from policy.floor import meet
 from policy.model import PolicyError, ResolvedPolicy, resolve, validate_policy
 from runner.capture.control import End, Interrupt
+from runner.capture.inputs import check_ringbuf_pages, check_run_id
 from runner.capture.session import RunRequest, execute
 from runner.capture.spawn import CallerProcess, Credentials
 from runner.capture.status import REFRESH_S, summary
-from runner.cli.cmd_run import check_ringbuf_pages, check_run_id
 from runner.daemon import protocol
 from runner.daemon.config import DaemonConfig
 from runner.daemon.peer import Peer, caller_may_write

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 
 from normalizer.text import os_path
-from runner.capture.spawn import Credentials
+from runner.enforce.identity import Credentials
 
 
 def _allowed(access: str, value: str) -> bool:

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from policy.model import ResolvedPolicy
-from runner.capture.spawn import Credentials
 from runner.enforce.cgroupfs import beneath
 from runner.enforce.dac import ask_as
+from runner.enforce.identity import Credentials
 from runner.errors import RunnerError
 
 MAX_HOPS = 40  # the kernel's own symlink limit

@@ -125,7 +125,7 @@ class _Asm:
     """Instructions with symbolic jump targets, resolved to cBPF's forward offsets."""
 
     def __init__(self) -> None:
-        self.code: list[tuple[int, object, object, int]] = []
+        self.code: list[tuple[int, str | int, str | int, int]] = []
         self.labels: dict[str, int] = {}
 
     def label(self, name: str) -> None:

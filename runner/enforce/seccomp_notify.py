@@ -122,7 +122,7 @@ class Guard:
 
     def _receive(self) -> int | None:
         """The notification fd, or None when the command's process never sent one."""
-        ready, _, _ = select.select([self._ours, self._stop_r], [], [])
+        ready, _, _ = select.select([self._ours.fileno(), self._stop_r], [], [])
         if self._stop_r in ready:
             return None
         try:

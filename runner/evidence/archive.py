@@ -23,7 +23,7 @@ import io
 import os
 import secrets
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -88,7 +88,7 @@ def _entry(path: str, data: Member) -> ManifestEntry:
     return ManifestEntry(path=path, sha256="sha256:" + data.sha256, bytes=data.size)
 
 
-def build_manifest(run_id: str, members: dict[str, Member]) -> bytes:
+def build_manifest(run_id: str, members: Mapping[str, Member]) -> bytes:
     """Manifest bytes for `members` (which must not include the manifest)."""
     files = {path: _entry(path, data) for path, data in sorted(members.items())}
     return _json.encode(Manifest(schema=MANIFEST_SCHEMA, run_id=run_id, files=files)) + b"\n"
@@ -110,7 +110,7 @@ def _copy(data: StreamedMember, stream: deflate.GzipSegments) -> None:
         left -= len(block)
 
 
-def _write_tar(fileobj: BinaryIO, run_id: str, members: dict[str, Member]) -> None:
+def _write_tar(fileobj: BinaryIO, run_id: str, members: Mapping[str, Member]) -> None:
     """The USTAR bytes tarfile writes for these members (file entries only, as upstream writes,
     archive.rs:435-449), each member's data padded to a block, then two zero blocks and zeros
     to a whole record; deflated in segments (normalizer/deflate.py)."""
@@ -171,7 +171,8 @@ def write_streamed(path: Path, write: Callable[[BinaryIO], object], dir_fd: int 
     the file's exact permissions (spool.dirfd.SPOOL_MODE for a raw spool).
     """
     owned = dir_fd is None
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if owned else dir_fd
+    directory = (os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if dir_fd is None
+                 else dir_fd)
     tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
     try:
         with create_new(directory, tmp, mode) as f:
@@ -188,7 +189,7 @@ def write_streamed(path: Path, write: Callable[[BinaryIO], object], dir_fd: int 
             os.close(directory)
 
 
-def write_archive(path: Path, run_id: str, members: dict[str, Member], dir_fd: int | None = None,
+def write_archive(path: Path, run_id: str, members: Mapping[str, Member], dir_fd: int | None = None,
                   sync: bool = True) -> None:
     """Stream the archive for `members` to `path` atomically (inside `dir_fd` when given)."""
     write_streamed(path, lambda f: _write_tar(f, run_id, members), dir_fd, sync)

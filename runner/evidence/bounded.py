@@ -85,7 +85,7 @@ class ArchiveMember:
         """The compressed archive, positioned at this member's first byte (read `size` bytes)."""
         stream = gzip.open(self.archive, "rb")  # noqa: SIM115 - the caller closes it
         stream.seek(self.offset)
-        return stream  # type: ignore[return-value]
+        return stream  # type: ignore[return-value]  # a GzipFile: typeshed does not count it as a BinaryIO
 
     def chunks(self) -> Iterator[bytes]:
         """The member's bytes in pieces of at most CHUNK_BYTES; ArchiveError if it ends early."""
@@ -216,7 +216,7 @@ class _BoundedTarInfo(tarfile.TarInfo):
         if self.type in _EXTENDED and self.size > MAX_HEADER_BYTES:
             raise ArchiveError(f"a {self.size}-byte long-name or pax header (at most {MAX_HEADER_BYTES} "
                                "are read): not an archive the runner wrote")
-        return super()._proc_member(tarfile)
+        return super()._proc_member(tarfile)  # type: ignore[misc]  # tarfile's private hook, not in typeshed
 
 
 class _Budget:
@@ -293,7 +293,7 @@ def open_archive(path: Path) -> dict[str, ReadMember]:
                 members[name] = data
                 if name == MANIFEST:
                     budget.declare(data)
-            headers, end = tar.members, tar.offset
+            headers, end = tar.getmembers(), tar.offset  # every member is loaded: the loop read to the end
         check_intact(path, headers, end)
     except (tarfile.TarError, OSError, EOFError, zlib.error, Damaged) as exc:
         raise ArchiveError(f"cannot read {path}: {exc}") from exc
@@ -317,8 +317,8 @@ def open_directory(source: Path) -> dict[str, ReadMember]:
         if name != MANIFEST:
             budget.admit(name, size)
         with open(file, "rb") as f:
-            out[name] = f.read(size + 1)
-        if len(out[name]) != size:
+            out[name] = data = f.read(size + 1)
+        if len(data) != size:
             raise ArchiveError(f"{name!r} changed while it was read")
     return out
 

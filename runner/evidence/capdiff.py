@@ -17,7 +17,7 @@ from __future__ import annotations
 import posixpath
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
 
@@ -29,6 +29,8 @@ from runner.evidence.docstream import DocumentError, decode_document
 SURFACE = "capability-surface.json"
 HEALTH = "observation-health.json"
 CORRELATION = "correlation-report.json"
+
+_Document = TypeVar("_Document", bound=msgspec.Struct)
 
 SURFACE_SETS = (
     "filesystem_paths",
@@ -159,7 +161,7 @@ def decode_artifacts(members: dict[str, ReadMember]) -> RunArtifacts:
     Large members are streamed (runner/evidence/docstream.py): the surface's lists stay
     streamed, the health's and correlation's are held up to `MAX_HELD_ITEMS`."""
 
-    def one(name: str, kind: type[msgspec.Struct]) -> msgspec.Struct:
+    def one(name: str, kind: type[_Document]) -> _Document:
         if name not in members:
             raise CapDiffError(f"no {name}")
         try:
@@ -168,9 +170,9 @@ def decode_artifacts(members: dict[str, ReadMember]) -> RunArtifacts:
             raise CapDiffError(f"{name}: {exc}") from exc
 
     return RunArtifacts(
-        surface=one(SURFACE, CapabilitySurface),  # type: ignore[arg-type]
-        health=one(HEALTH, ObservationHealth),  # type: ignore[arg-type]
-        correlation=one(CORRELATION, CorrelationReport),  # type: ignore[arg-type]
+        surface=one(SURFACE, CapabilitySurface),
+        health=one(HEALTH, ObservationHealth),
+        correlation=one(CORRELATION, CorrelationReport),
     )
 
 
@@ -345,10 +347,10 @@ def render_text(diff: CapabilityDiff) -> str:
             lines.append(f"  status: {corr.status.base} -> {corr.status.new}")
         lines += [f"  binding + {_binding_text(b)}" for b in corr.bindings_added]
         lines += [f"  binding - {_binding_text(b)}" for b in corr.bindings_removed]
-        for change in corr.bindings_changed:
-            lines.append(f"  binding ~ {change.tool_call_id}:")
-            lines += [f"      was {_binding_text(b)}" for b in change.base]
-            lines += [f"      now {_binding_text(b)}" for b in change.new]
+        for rebound in corr.bindings_changed:
+            lines.append(f"  binding ~ {rebound.tool_call_id}:")
+            lines += [f"      was {_binding_text(b)}" for b in rebound.base]
+            lines += [f"      now {_binding_text(b)}" for b in rebound.new]
         lines += [f"  ambiguity + {a}" for a in corr.ambiguities.added]
         lines += [f"  ambiguity - {a}" for a in corr.ambiguities.removed]
     lines.append(

@@ -44,7 +44,8 @@ MAX_SET_ENTRIES = 10
 """Surface entries shown per set and side in the readable report (the JSON has all)."""
 MAX_EXCERPT = 240
 """Longest whole line shown when a line exists in one run only."""
-PASSING = {"kernel_layer": "complete", "ringbuf_drops": 0, "cgroup_correlation": "clean"}
+PASSING: dict[str, str | int] = {"kernel_layer": "complete", "ringbuf_drops": 0,
+                                 "cgroup_correlation": "clean"}
 
 
 class LinePair(msgspec.Struct):

@@ -17,6 +17,7 @@ Either way nothing is written (exit 125), and the raw spool stays for
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from normalizer.build import NormalizedRun
@@ -35,7 +36,7 @@ sweep is never skipped."""
 log = get_logger("publish")
 
 
-def unredacted(members: dict[str, Member]) -> tuple[str, str] | None:
+def unredacted(members: Mapping[str, Member]) -> tuple[str, str] | None:
     """(member, rule) of the first secret-shaped value left in any member, or None."""
     for name, member in sorted(members.items()):
         rule = find_unredacted_bytes(member) if isinstance(member, bytes) else member.unredacted

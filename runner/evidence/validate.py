@@ -21,7 +21,7 @@ lines, are documented in `docs/artifacts.md`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ from runner.evidence.lines import LINE_TYPES, MAX_HELD_LINES, check_lines, locat
 
 __all__ = ["Problem", "Report", "validate_member", "validate_members", "validate_path"]
 
-DOCUMENT_TYPES: dict[str, type[msgspec.Struct]] = {
+DOCUMENT_TYPES: dict[str, type[Manifest | CapabilitySurface | CorrelationReport | ObservationHealth]] = {
     MANIFEST: Manifest,
     SURFACE: CapabilitySurface,
     CORRELATION: CorrelationReport,
@@ -78,13 +78,13 @@ V0_MEMBERS = (MANIFEST, *MEMBER_ORDER)
 # --- 1. structure ----------------------------------------------------------
 
 
-def _structure_problems(members: dict[str, ReadMember]) -> Iterator[Problem]:
+def _structure_problems(members: Mapping[str, ReadMember]) -> Iterator[Problem]:
     for name in V0_MEMBERS:
         if name not in members:
             yield Problem(name, "missing from the archive")
 
 
-def _manifest_problems(members: dict[str, ReadMember], manifest: Manifest | None) -> Iterator[Problem]:
+def _manifest_problems(members: Mapping[str, ReadMember], manifest: Manifest | None) -> Iterator[Problem]:
     if manifest is None:
         return
     listed = manifest.files
@@ -203,7 +203,7 @@ def _capped(problems: Iterable[Problem]) -> Iterator[Problem]:
         yield Problem(member, f"{count} more problems not listed (at most {MAX_PROBLEMS} a member and check)")
 
 
-def find_problems(members: dict[str, ReadMember], sweep: bool = True) -> tuple[list[Problem], Parsed]:
+def find_problems(members: Mapping[str, ReadMember], sweep: bool = True) -> tuple[list[Problem], Parsed]:
     """Every problem of an archive's members, and what decoded cleanly.
 
     `sweep=False` leaves out the secret sweep, for a caller that has just run it
@@ -234,7 +234,7 @@ def find_problems(members: dict[str, ReadMember], sweep: bool = True) -> tuple[l
     return problems, parsed
 
 
-def validate_members(members: dict[str, ReadMember], sweep: bool = True) -> list[str]:
+def validate_members(members: Mapping[str, ReadMember], sweep: bool = True) -> list[str]:
     """Problem lines (`member: problem`) for an archive's members; [] if valid.
 
     `members` is every member by archive path, the manifest included: before

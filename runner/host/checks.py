@@ -18,10 +18,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ebpf import selftest
 from runner.errors import RunnerError
 from runner.host.headers import check_headers, fix_headers
 from runner.host.mounts import (
@@ -122,11 +122,10 @@ BCC_FIX = ("install Debian's python3-bpfcc and use a venv made from /usr/bin/pyt
 def check_bcc() -> Check:
     """BCC is Debian's python3-bpfcc; only a venv that sees it can import it."""
     try:
-        import bcc  # the import is the check
+        found = selftest.bcc_found()
     except Exception as exc:
         return Check("bcc", False, f"cannot import bcc ({exc})", BCC_FIX)
-    version = getattr(bcc, "__version__", "?")
-    return Check("bcc", True, f"bcc {version} ({Path(bcc.__file__).parent})")
+    return Check("bcc", True, found)
 
 
 def check_bcc_visible() -> Check:
@@ -179,49 +178,10 @@ def check_cgroup2(write_probe: bool = True) -> Check:
     return Check("cgroup2", True, f"{found}, writable")
 
 
-# The BPF features the monitor relies on, in one small program: a syscall
-# tracepoint, the ring buffer and the ancestor-cgroup helper.
-_BPF_PROBE = r"""
-BPF_RINGBUF_OUTPUT(rb, 1);
-TRACEPOINT_PROBE(syscalls, sys_enter_getppid)
-{
-    if ((bpf_get_current_pid_tgid() >> 32) != TGID)
-        return 0;
-    u64 cgroup = bpf_get_current_ancestor_cgroup_id(1);
-    rb.ringbuf_output(&cgroup, sizeof(cgroup), 0);
-    return 0;
-}
-"""
-
-
-def bpf_probe_main() -> None:
-    """Compile, load, trigger and read the probe; print one JSON line.
-
-    Runs in a child process (see `check_bpf`) so a hang or a crash inside
-    BCC/LLVM cannot take `doctor` down, and its compiler noise stays captured.
-    """
-    from bcc import BPF
-
-    start = time.monotonic()
-    bpf = BPF(text=_BPF_PROBE.replace("TGID", str(os.getpid())),
-              cflags=["-Wno-macro-redefined", "-Wno-ignored-attributes"])
-    records: list[int] = []
-
-    def on_record(_ctx: int, _data: int, size: int) -> int:
-        records.append(size)
-        return 0
-
-    bpf["rb"].open_ring_buffer(on_record)
-    os.getppid()
-    bpf.ring_buffer_poll(1000)
-    bpf.cleanup()
-    print(json.dumps({"records": len(records), "seconds": round(time.monotonic() - start, 2)}))
-
-
 def check_bpf(timeout: float = 120.0) -> Check:
     """Really compile and load a ring-buffer tracepoint program (BPF unavailable?)."""
     fix = "BPF unavailable: see docs/setup.md (troubleshooting: bpf)"
-    code = "from runner.host.checks import bpf_probe_main; bpf_probe_main()"
+    code = "from ebpf.selftest import bpf_probe_main; bpf_probe_main()"
     try:
         proc = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""The container image's entrypoint: mount what a fresh container lacks, then run the CLI.
+"""What a fresh container lacks, mounted by the image's entrypoint (runner/cli/container.py).
 
 Why not leave it to `doctor --fix`: every `docker run` starts from a fresh
 mount namespace, and docker mounts no tracefs, no debugfs and, on a hybrid
@@ -12,10 +12,8 @@ explained by the command's own checks.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 
-from runner.cli.main import main as cli_main
 from runner.errors import RunnerError
 from runner.host.mounts import cgroup2_mount, fix_mounts, mounts, remount_writable
 
@@ -35,14 +33,3 @@ def fix_container_mounts() -> Iterator[str]:
         return  # fix_mounts said why
     if any(m.mount_point == target and m.read_only for m in mounts()):
         yield remount_writable(target)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Mount tracefs, debugfs and a writable cgroup v2 when missing, then `assay-runner ARGS`."""
-    for note in fix_container_mounts():
-        print(f"assay-runner: container: {note}", file=sys.stderr, flush=True)
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

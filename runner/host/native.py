@@ -1,11 +1,11 @@
-"""Are this installation's three C pieces in place and in use? (`python -m runner.host.native`)
+"""Are this installation's four C pieces in place and in use? (`python -m runner.host.native`)
 
 `scripts/build_native.sh` builds them (`make setup`, the image build). Each has
 a Python fallback with the same output, so a missing or unloadable one goes
 unnoticed but for the clock: the ring read with one Python call per record,
-a 2-5x slower normalizer, Python's start-up (about 100 ms) on every daemon
-client call. This asks what the runner itself asks (`ringsink.available()`,
-`accel.native`, which program `assay-runner` is) and loads each library, so
+a 2-5x slower normalizer, a slower spool read back, Python's start-up (about
+100 ms) on every daemon client call. This asks what the runner itself asks
+(`ringsink.available()`, the two `accel.native`, which program `assay-runner` is) and loads each library, so
 a piece built against the wrong Python or C library fails here, not as a
 silent fallback. The image build's last step runs it (a failure fails the
 build), and so does its test (tests/test_image.py).
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ebpf import ringsink
 from normalizer import accel
+from spool import accel as spool_accel
 
 FIX = "run 'sudo make setup' (scripts/build_native.sh)"
 ELF = b"\x7fELF"
@@ -54,6 +55,13 @@ def accelerator() -> Piece:
     return Piece("fastscan", True, str(accel.native.__file__))
 
 
+def frame_reader() -> Piece:
+    """The spool reader's C frame walk: imported by spool.accel (else it is None)."""
+    if spool_accel.native is None:
+        return Piece("framescan", False, f"spool._framescan does not import (not built?): {FIX}")
+    return Piece("framescan", True, str(spool_accel.native.__file__))
+
+
 def fast_client(bindir: Path | None = None) -> Piece:
     """`assay-runner` beside this Python is the C client, and the Python CLI it hands over to is there."""
     bindir = bindir or Path(sys.executable).parent
@@ -71,7 +79,7 @@ def fast_client(bindir: Path | None = None) -> Piece:
 
 
 def pieces() -> list[Piece]:
-    return [ring_consumer(), accelerator(), fast_client()]
+    return [ring_consumer(), accelerator(), frame_reader(), fast_client()]
 
 
 def main() -> int:

@@ -17,19 +17,28 @@ publication may redact them).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from normalizer.artifacts import KernelEvent
 from normalizer.build import named_candidates
+from normalizer.classify import is_telemetry
 from normalizer.decode import iter_decode
 from normalizer.execlog import ExecLog, exec_log
 from normalizer.redact import Redactor
 from normalizer.sdk import ToolCall, sdk_layer
-from normalizer.telemetry import is_telemetry
 from normalizer.tree import TreeBuilder, number_tree
 from spool.format import Phase, Spool, SpoolError, read_spool
+
+
+class SizedLines(Protocol):
+    """The archive's kernel lines as `read_facts` walks them: counted, then iterated once
+    (a list, or the archive's lines streamed: runner/review/view.py's StreamedLines)."""
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[KernelEvent]: ...
 
 
 class SpoolMismatch(ValueError):
@@ -68,7 +77,7 @@ def _parents(spool: Spool) -> dict[int, int | None]:
     return {p.number: (p.parent.number if p.parent else None) for p in number_tree(tree.root)}
 
 
-def read_facts(path: Path, kernel: Collection[KernelEvent]) -> SpoolFacts:
+def read_facts(path: Path, kernel: SizedLines) -> SpoolFacts:
     """Recompute the spool's facts and check that they fit `kernel` (the archive's lines)."""
     try:
         spool = read_spool(path)

@@ -32,8 +32,8 @@ from normalizer.artifacts import (
     SdkEvent,
     is_safe_run_id,
 )
-from normalizer.classify import O_TMPFILE_BIT
 from normalizer.redact import Redactor
+from normalizer.telemetry import O_TMPFILE_BIT
 from normalizer.text import escape_bytes
 from runner.evidence.bounded import MAX_LINE_BYTES, ReadMember, iter_lines, member_chunks
 from runner.evidence.capdiff import MAX_HELD_ITEMS, decode_artifacts

@@ -120,7 +120,7 @@ def health_verdict(archive: Path) -> str:
     return "passing" if not failures else "failing:" + ",".join(f"{f.field}={f.value}" for f in failures)
 
 
-def annotations(archive: Path, run_id: str) -> dict[str, str]:
+def listing_annotations(archive: Path, run_id: str) -> dict[str, str]:
     """What a registry listing shows without pulling: run, health, who pushed from which kernel."""
     return {
         TITLE: f"{run_id}.tar.gz",
@@ -204,20 +204,21 @@ def push_archive(archive: Path, ref: Reference, run_id: str, plain_http: bool | 
     if ref.digest:
         raise ShipError(f"push needs a tag, not a digest: {ref.target}", EXIT_BAD_INPUT)
     digest, size = file_digest(archive)
+    layer = {"mediaType": LAYER_MEDIA_TYPE, "digest": digest, "size": size,
+             "annotations": {TITLE: f"{run_id}.tar.gz"}}
     manifest = {
         "schemaVersion": 2,
         "mediaType": MANIFEST_MEDIA_TYPE,
         "artifactType": ARTIFACT_TYPE,
         "config": EMPTY_CONFIG,
-        "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": digest, "size": size,
-                    "annotations": {TITLE: f"{run_id}.tar.gz"}}],
-        "annotations": annotations(archive, run_id),
+        "layers": [layer],
+        "annotations": listing_annotations(archive, run_id),
     }  # fmt: skip
     registry, container = _registry(ref, plain_http)
     with _transport_errors("push", ref), tempfile.TemporaryDirectory(prefix="assay-oci-") as tmp:
         empty = Path(tmp) / "config.json"
         empty.write_bytes(b"{}")
-        for path, descriptor in ((archive, manifest["layers"][0]), (empty, EMPTY_CONFIG)):
+        for path, descriptor in ((archive, layer), (empty, EMPTY_CONFIG)):
             _accepted(registry.upload_blob(str(path), container, dict(descriptor)), ref)
         _accepted(registry.upload_manifest(manifest, container), ref)
     return Pushed(ref.target, digest, size)

@@ -1,4 +1,4 @@
-"""Every file-system change issue 8 found unobserved, done once each, in DIR.
+"""Every file-system change the runner once left unobserved, done once each, in DIR.
 
 Usage: fs_ops.py DIR
 Plain and dirfd-relative forms, a fifo made with mknod, a setuid and a setgid chmod (also by fd),
