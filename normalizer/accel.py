@@ -11,16 +11,16 @@ redaction prefilter's block test (`redact.any_folded`); the spool
 reader's walk over whole frames is the spool's own (spool/accel.py). The Python functions are
 the fallback when it is not built and the reference it is tested against:
 both give the same bytes on every recorded spool and on generated records
-(tests/test_normspeed.py). `native` is None when it is not there; tests and
-`bench/normalize_speed.py --pure` set it to None to run the Python path.
+(tests/test_normspeed.py). `native` is None when it is not there, and when it is
+older than its source beside it (spool/native.py); `refused` then says why.
+Tests and `bench/normalize_speed.py --pure` set it to None to run the Python path.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+from pathlib import Path
 
-native: ModuleType | None
-try:
-    from normalizer import _fastscan as native
-except ImportError:  # not built: the pure-Python path, same output
-    native = None
+from spool.native import load
+
+SOURCE = Path(__file__).with_name("fastscan.c")
+native, refused = load("normalizer._fastscan", SOURCE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +20,8 @@ from hypothesis import HealthCheck, settings
 
 import tests.sanitized  # noqa: F401  (first: the sanitized C pieces, when asked for, before any import of them)
 from runner.capture.cgroup import PARENT_ENV
-from runner.evidence.archive import read_archive
-from runner.evidence.validate import validate_members
-from tests.support import ASSAY_COMPAT, ON_CI, assay_compat
+from tests.archive_watch import ArchiveWatch
+from tests.support import ON_CI
 
 # A caller without HOME (CI, cron) makes every Python and bash the tests start
 # look the user up in passwd, which on a host running nscd is a connect to its
@@ -61,15 +61,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """On CI a skipped test fails, naming why it would have skipped."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
+    _skip_fails_on_ci(report)
+    if call.when == "setup":
+        item.stash[FIXTURE_VALUES] = list(getattr(item, "funcargs", {}).values())
+    elif call.when == "teardown":
+        found = item.config.stash[WATCH].end(item.stash.get(FIXTURE_VALUES, []))
+        text = "archives written by this test do not conform:\n" + "\n".join(found[:20])
+        if found and report.passed:
+            report.outcome = "failed"
+            report.longrepr = text
+        elif found:  # the teardown failed already: its error stays, and this is shown with it
+            report.sections.append(("archive conformance", text))
+
+
+FIXTURE_VALUES = pytest.StashKey[list[object]]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    """On CI a module that skips itself while collected (a module-level `importorskip`) fails too."""
+    outcome = yield
+    _skip_fails_on_ci(outcome.get_result())  # type: ignore[attr-defined]
+
+
+def _skip_fails_on_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
     if ON_CI and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped on CI, where make setup installs every prerequisite: {reason}"
-
-
-def runner_written_archives(base: Path) -> list[Path]:
-    """Archives the runner wrote under `base`: each `ID.tar.gz` next to its `ID.spool`."""
-    return sorted(p for p in base.rglob("*.tar.gz") if p.with_suffix("").with_suffix(".spool").is_file())
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -90,17 +109,30 @@ def own_cgroup_parent_removed() -> Iterator[None]:
         records_dir(parent_name(), create=False).rmdir()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def every_written_archive_is_conformant(tmp_path_factory: pytest.TempPathFactory):
-    """After the session: every archive the runner wrote for any test passes the project's
-    conformance check and, as a cross-check, `assay_compat.py` (one call for all)."""
+WATCH = pytest.StashKey[ArchiveWatch]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    fd, name = tempfile.mkstemp(prefix="assay-runner-tests-clock-")
+    os.close(fd)
+    clock = Path(name)
+    config.stash[WATCH] = ArchiveWatch(clock)
+    config.add_cleanup(clock.unlink)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    item.config.stash[WATCH].begin(item.nodeid)
     yield
-    archives = runner_written_archives(tmp_path_factory.getbasetemp())
-    if not archives:
-        return
-    problems = [f"{a}: {p}" for a in archives for p in validate_members(read_archive(a))]
-    assert problems == [], "\n".join(problems[:20])
-    if not ASSAY_COMPAT.is_file() and not ON_CI:
-        return  # off CI without ../shared: the project's own check above still ran
-    proc = assay_compat(*archives)
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
+
+
+@pytest.fixture(scope="session", autouse=True)
+def every_written_archive_is_conformant(tmp_path_factory: pytest.TempPathFactory,
+                                        pytestconfig: pytest.Config) -> Iterator[None]:
+    """Each test's archives are checked after it (tests/archive_watch.py); after the session,
+    the archives no test's own check saw, each problem naming the test that wrote it."""
+    watch = pytestconfig.stash[WATCH]
+    watch.base = tmp_path_factory.getbasetemp()
+    yield
+    leftover = watch.leftover()
+    assert leftover == [], "\n".join(leftover[:20])

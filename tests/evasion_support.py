@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import Archive, run_observed, unique_run_id
+
+from tests.support import Archive, run_observed, unique_run_id
 
 PY = "/usr/bin/python3"
 PROGRAM = Path(__file__).resolve().parent / "programs" / "evasion.py"

@@ -14,14 +14,15 @@ import pytest
 from runner.capture.cgroup import parent_name
 from runner.evidence.archive import read_archive
 from runner.evidence.validate import validate_members
+from runner.host.ci import on_ci
 from runner.host.mounts import cgroup2_mount
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "runner.cli.main"]
 ASSAY_COMPAT = ROOT.parent / "shared" / "tools" / "assay-compat" / "assay_compat.py"
-ON_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-"""The one test of whether this is CI (.ci/run exports CI=true): there, a skip is a failure (conftest.py)."""
 """The independent checker of Assay's rules; CI clones the repo with `../shared/` beside it."""
+ON_CI = on_ci()
+"""Whether this is CI (runner.host.ci, as the runner decides it): there, a skip is a failure (conftest.py)."""
 
 
 def assay_compat(*archives: Path) -> subprocess.CompletedProcess[str]:

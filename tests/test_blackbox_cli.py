@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from events_support import DATA, dump, load
-from support import ROOT, assay
+
+from tests.events_support import DATA, dump, load
+from tests.support import ROOT, assay
 
 SCENARIO = ROOT / "fixtures" / "scenarios" / "summarize-logs"
 

@@ -17,7 +17,13 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from bombs import (
+
+from normalizer.build import normalize
+from runner.evidence.archive import MANIFEST
+from runner.evidence.bounded import MAX_HEADER_BYTES, MAX_TOTAL_BYTES
+from runner.evidence.publish import publish
+from spool.format import MAX_FRAME, Batch, Spool, encode_frame, read_spool
+from tests.bombs import (
     GOLDEN,
     Entry,
     GiB,
@@ -30,12 +36,6 @@ from bombs import (
     repeated,
     write_tar_gz,
 )
-
-from normalizer.build import normalize
-from runner.evidence.archive import MANIFEST
-from runner.evidence.bounded import MAX_HEADER_BYTES, MAX_TOTAL_BYTES
-from runner.evidence.publish import publish
-from spool.format import MAX_FRAME, Batch, Spool, encode_frame, read_spool
 
 RSS_LIMIT_MIB = 200
 DATA = Path(__file__).resolve().parent / "data"

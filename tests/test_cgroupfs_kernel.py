@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, runner_env
 
 from runner.capture.cgroup import parent_name
 from runner.host.mounts import cgroup2_mount
+from tests.support import Archive, assay, runner_env
 
 pytestmark = pytest.mark.kernel
 

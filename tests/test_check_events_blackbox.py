@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from events_support import check, load, only
+
+from tests.events_support import check, load, only
 
 
 @pytest.mark.parametrize(("mutate", "words"), [

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from events_support import by_name, check, load, only
+
+from tests.events_support import by_name, check, load, only
 
 
 def _catalog(events: list[dict]) -> list[tuple[int, str]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events_support import by_name, check, load
+from tests.events_support import by_name, check, load
 
 
 def test_constraints_are_typed_evaluated_and_only_evaluated_when_emitted() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events_support import by_name, check, load, only
+from tests.events_support import by_name, check, load, only
 
 
 def _evaluation(events: list[dict]) -> dict:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from events_support import by_name, check, load
+
+from tests.events_support import by_name, check, load
 
 TOP = ("schema_version", "event_id", "timestamp", "trace_id", "span_id", "parent_span_id",
        "observability_mode", "session", "request", "prompt_provenance", "model_output",

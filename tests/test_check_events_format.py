@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from events_support import check, dump, load, only
-
 from blackbox.check import check_bytes
+from tests.events_support import check, dump, load, only
 
 
 def test_recorded_runs_are_valid() -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from events_support import by_name, dump, load
-
 from blackbox.check import check_file
+from tests.events_support import by_name, dump, load
 
 
 def _run_dir(tmp_path: Path) -> tuple[Path, list[dict]]:

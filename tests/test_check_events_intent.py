@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from events_support import check, load, only
 
 from blackbox.check.patterns import INTENT
+from tests.events_support import check, load, only
 
 INVENTED = [
     "the agent believed the tests were flaky",

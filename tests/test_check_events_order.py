@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from events_support import check, load, only
-
 from blackbox.catalog import COMMANDS_UNAVAILABLE
+from tests.events_support import check, load, only
 
 
 def test_events_out_of_order() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events_support import check, load, only
+from tests.events_support import check, load, only
 
 
 def test_timestamps_never_go_backwards() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from events_support import check, load, only
+from tests.events_support import check, load, only
 
 
 def _messages(events: list[dict]) -> list[tuple[int, str]]:

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import CLI, ROOT, Archive, assay, run_cgroups, run_observed, runner_env, unique_run_id
 
 from runner import __version__
 from runner.cli.cmd_run import DEFAULT_OUT
+from tests.support import CLI, ROOT, Archive, assay, run_cgroups, run_observed, runner_env, unique_run_id
 
 
 def error_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support import ROOT, Archive, assay, assert_assay_accepts, run_observed
 
 from normalizer import layer_digest, redact
 from normalizer.artifacts import CapabilitySurface, CorrelationReport
@@ -32,6 +31,7 @@ from runner.evidence.conformance.capdiff import capability_diff_problems
 from runner.evidence.conformance.upstream import PINNED, UPSTREAM_DIR, git_blob_id
 from runner.evidence.publish import publish
 from spool.format import SdkMessage, SpoolHeader, encode_frame, iter_frames, read_spool
+from tests.support import ROOT, Archive, assay, assert_assay_accepts, run_observed
 
 sys.path.insert(0, str(ROOT / "tests" / "programs" / "conformance"))
 from secret_names import SECRETS

@@ -14,6 +14,7 @@ import json
 import os
 import pty
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -28,11 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
-from support import Archive
 
 from runner.daemon import protocol
 from spool.format import read_spool
+from tests.daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
+from tests.support import Archive
 
 pytestmark = pytest.mark.kernel
 
@@ -176,9 +177,11 @@ def test_a_callers_policy_cannot_loosen_the_floor(world: World) -> None:
 def test_per_run_limits_hold(world: World) -> None:
     user = world.member
     work = user.workspace(world.root, "work-limits")
-    script = ("import os,time\nn=0\nfor _ in range(200):\n  try:\n    pid=os.fork()\n"
+    # each child lives until the loop is over (a pipe's EOF), however slowly the host forks
+    script = ("import os\nended, forked = os.pipe()\nn=0\nfor _ in range(200):\n  try:\n    pid=os.fork()\n"
               "  except OSError:\n    break\n"
-              "  if pid==0:\n    time.sleep(3); os._exit(0)\n  n+=1\nprint(n)\n")
+              "  if pid==0:\n    os.close(forked); os.read(ended, 1); os._exit(0)\n  n+=1\n"
+              "os.close(forked)\nprint(n)\n")
     proc = world.run(user, work, "limits", PY, "-c", script)
     assert proc.returncode == 0, proc.stderr
     started = int(proc.stdout.split()[0])
@@ -212,7 +215,7 @@ def test_ctrl_c_and_disconnect_end_the_run(world: World) -> None:
         client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
                              "--run-id", label, "--", "sleep", "60"], cwd=work)
         archive = work / "out" / f"{label}.tar.gz"
-        _wait_for_run(world, label)
+        _wait_for_run(world.daemon.socket, label)
         client.send_signal(signum)
         _, err = client.communicate(timeout=60)
         deadline = time.monotonic() + 60
@@ -226,11 +229,16 @@ def test_ctrl_c_and_disconnect_end_the_run(world: World) -> None:
             assert "s2_run_ended: reason=client_disconnected phase=command" in notes
 
 
-def _wait_for_run(world: World, run_id: str) -> None:
-    """Until `daemon status` lists `run_id` (the command is running)."""
+def _until_exists(path: Path) -> list[str]:
+    """A command that runs until the test creates `path` (a run that lasts as long as the test needs)."""
+    return ["sh", "-c", f"while [ ! -e {path} ]; do sleep 0.05; done"]
+
+
+def _wait_for_run(socket: Path, run_id: str) -> None:
+    """Until the daemon on `socket` lists `run_id` with events (its command is running, observed)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", world.daemon.socket],
+        status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", socket],
                                 capture_output=True, text=True)
         if status.returncode == 0 and any(r["run_id"] == run_id and r["events"] > 0
                                           for r in json.loads(status.stdout)["runs"]):
@@ -248,13 +256,16 @@ def test_status_lists_active_runs(world: World) -> None:
     user = world.member
     work = user.workspace(world.root, "work-status")
     idle_programs = _status(world)["bpf_programs"]
+    go = work / "go"  # the run lasts until the test has seen it listed
     client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
-                         "--run-id", "watched", "--", "sleep", "3"], cwd=work)
-    _wait_for_run(world, "watched")
+                         "--run-id", "watched", "--", *_until_exists(go)], cwd=work)
+    _wait_for_run(world.daemon.socket, "watched")
     text = subprocess.run([*CLI, "daemon", "status", "--socket", world.daemon.socket],
                           capture_output=True, text=True, check=True).stdout
+    programs = _status(world)["bpf_programs"]
+    go.touch()
     assert "watched" in text and user.name in text and "BPF programs loaded" in text
-    assert _status(world)["bpf_programs"] == idle_programs > 0  # loaded once, nothing per run
+    assert programs == idle_programs > 0  # loaded once, nothing per run
     client.communicate(timeout=60)
     assert client.returncode == 0
 
@@ -288,10 +299,7 @@ def test_sigterm_ends_runs_and_writes_their_archives(world: World) -> None:
         work = user.workspace(world.root, "work-term")
         client = user.popen([*CLI, "run", "--socket", service.socket, "--out", work / "out",
                              "--run-id", "term", "--", "sleep", "60"], cwd=work)
-        deadline = time.monotonic() + 60
-        while b'"run.start"' not in service.log.read_bytes() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)  # the monitor attaches after run.start
+        _wait_for_run(service.socket, "term")
         assert service.stop() == 0
         _, err = client.communicate(timeout=60)
     assert client.returncode == 137, err
@@ -384,7 +392,8 @@ def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) ->
     """Its stdio is the caller's terminal (the status line is drawn there too); umask, limits the caller's."""
     user = world.member
     work = user.workspace(world.root, "work-tty")
-    inner = "tty; umask; ulimit -n; sleep 1"
+    go = work / "go"  # the command lasts until the client's status line was seen drawn
+    inner = f"tty; umask; ulimit -n; {shlex.join(_until_exists(go))}"
     client = (f"ulimit -n 300; umask 027; exec {shlex.join(map(str, CLI))} run "
               f"--socket {world.daemon.socket} --out out --run-id tty -- sh -c {shlex.quote(inner)}")
     master, slave = pty.openpty()
@@ -394,8 +403,16 @@ def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) ->
                             stdout=slave,
                             stderr=slave, start_new_session=True)
     os.close(slave)
+    status = re.compile(r"\x1b7(\x1b\[[\d;]*[A-Zmr])*(\[assay-runner\] \d+ events · \d+ drops · [\d.]+s)?"
+                        r"\x1b8|\x1bD\x1b\[1A")  # the status row: taken, drawn, given back (terminal.py)
     output = b""
+    deadline = time.monotonic() + 60
     while True:
+        if not go.exists() and (any(m[2] for m in status.finditer(output.decode(errors="replace")))
+                                or time.monotonic() > deadline):  # drawn (or never: the assert below)
+            go.touch()
+        if not select.select([master], [], [], 1)[0]:
+            continue
         try:
             chunk = os.read(master, 4096)
         except OSError:  # EIO: every holder of the slave is gone
@@ -406,8 +423,6 @@ def test_the_command_gets_the_callers_terminal_umask_and_limits(world: World) ->
     os.close(master)
     assert proc.wait(timeout=60) == 0
     text = output.decode(errors="replace").replace("\r", "")
-    status = re.compile(r"\x1b7(\x1b\[[\d;]*[A-Zmr])*(\[assay-runner\] \d+ events · \d+ drops · [\d.]+s)?"
-                        r"\x1b8|\x1bD\x1b\[1A")  # the status row: taken, drawn, given back (terminal.py)
     assert any(m[2] for m in status.finditer(text)), text  # the live status line, drawn by the client
     lines = status.sub("", text).splitlines()
     assert lines[0].startswith("/dev/pts/"), text
@@ -472,11 +487,12 @@ def test_runs_beyond_the_limit_are_refused_not_queued(world: World) -> None:
         os.chmod(service.socket, 0o666)
         work = user.workspace(world.root, "work-limit")
         base = [*CLI, "run", "--socket", service.socket]
-        first = user.popen([*base, "--out", work / "out", "--run-id", "first", "--", "sleep", "5"], cwd=work)
-        deadline = time.monotonic() + 60
-        while b'"run.accepted"' not in service.log.read_bytes() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        go = work / "go"  # the first run lasts until the test has asked for the second
+        first = user.popen([*base, "--out", work / "out", "--run-id", "first", "--", *_until_exists(go)],
+                           cwd=work)
+        _wait_for_run(service.socket, "first")
         second = user.run([*base, "--out", work / "out2", "--run-id", "second", "--", "/bin/true"], cwd=work)
+        go.touch()
         assert second.returncode == 125
         assert "limits.max_concurrent_runs = 1" in second.stderr and not (work / "out2").exists()
         first.communicate(timeout=120)

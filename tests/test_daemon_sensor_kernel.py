@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_support import CLI, daemon
-from support import Archive
 
 from runner.capture.sources import CONSUMER_ENV
+from tests.daemon_support import CLI, daemon
+from tests.support import Archive
 
 pytestmark = pytest.mark.kernel
 

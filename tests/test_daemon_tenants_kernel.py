@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
-from support import Archive, unique_run_id
 
 from runner.daemon import protocol
+from tests.daemon_support import CLI, Accounts, DaemonProcess, User, daemon, shared_tmp
+from tests.support import Archive, unique_run_id
 
 pytestmark = pytest.mark.kernel
 
@@ -99,16 +99,15 @@ for command in sys.stdin:
 """
 
 
-def _status_as_root(path: Path) -> tuple[protocol.DaemonMessage, float]:
-    """One status request on a fresh connection, and the seconds until its answer."""
-    t0 = time.monotonic()
+def _status_as_root(path: Path) -> protocol.DaemonMessage:
+    """One status request on a fresh connection, and its answer."""
     with socket.socket(socket.AF_UNIX) as sock:
         sock.connect(str(path))  # blocking: waits while a flood fills the backlog, as a client does
         sock.settimeout(30)
         protocol.send(sock, protocol.StatusQuery(version=protocol.VERSION))
         body = protocol.receive(sock, protocol.FrameReader(max_fds=0))
     assert body is not None
-    return protocol.decode_daemon(body), time.monotonic() - t0
+    return protocol.decode_daemon(body)
 
 
 def test_idle_connections_of_one_member_lock_out_nobody(world: World) -> None:
@@ -119,13 +118,13 @@ def test_idle_connections_of_one_member_lock_out_nobody(world: World) -> None:
     try:
         assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == "open"
-        reply, seconds = _status_as_root(world.daemon.socket)
+        reply = _status_as_root(world.daemon.socket)
         holder.stdin.write("probe\n")
         holder.stdin.flush()
         at_status = json.loads(holder.stdout.readline())
         assert isinstance(reply, protocol.StatusReply), reply
-        assert seconds <= 1.0, f"root's daemon status took {seconds:.2f} s"
-        # while root was answered, alice's connections within her limit were still open and idle
+        # after root was answered, alice's connections within her limit were still open and idle: the
+        # answer did not wait for the request deadline to free them, however fast or slow the host
         assert at_status.count("open") == CONNECTIONS_PER_USER, at_status
         refused = [said for said in at_status if said != "open"]
         assert len(refused) == 200 - CONNECTIONS_PER_USER
@@ -134,8 +133,7 @@ def test_idle_connections_of_one_member_lock_out_nobody(world: World) -> None:
         mine = user.run([*CLI, "daemon", "status", "--socket", world.daemon.socket], cwd=world.root)
         assert mine.returncode == 125 and mine.stderr.count("\n") == 1, mine.stderr
         assert "limits.max_connections_per_user = 8" in mine.stderr
-        time.sleep(REQUEST_TIMEOUT_S + 1)
-        holder.stdin.write("wait\n")
+        holder.stdin.write("wait\n")  # the holder reads each connection until the daemon closes it
         holder.stdin.flush()
         later = json.loads(holder.stdout.readline())
         late = f"within {REQUEST_TIMEOUT_S} s (the daemon's request deadline)"
@@ -152,7 +150,7 @@ def test_idle_connections_of_one_member_lock_out_nobody(world: World) -> None:
 def _wait_running(world: World, run_id: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        reply, _ = _status_as_root(world.daemon.socket)
+        reply = _status_as_root(world.daemon.socket)
         assert isinstance(reply, protocol.StatusReply)
         if any(r.run_id == run_id for r in reply.runs):
             return

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_support import CLI, DaemonProcess, daemon, shared_tmp
 from test_faults_kernel import WAIT_S, Job, job, running, spooled_records
 
 from runner.daemon.staging import STAGING
+from tests.daemon_support import CLI, DaemonProcess, daemon, shared_tmp
 from tests.support import Archive, assay
 
 pytestmark = pytest.mark.kernel

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import CLI, Archive, assay, runner_env
 
 from runner.capture.phases import HOLD_ENV
 from runner.capture.snapshot import Snapshot, SnapshotError
@@ -33,6 +32,7 @@ from runner.evidence.compare import (
     render_text,
 )
 from runner.evidence.endstate import end_state, time_record
+from tests.support import CLI, Archive, assay, runner_env
 
 PROGRAMS = Path(__file__).parent / "programs" / "determinism"
 PY = "/usr/bin/python3"

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from support import assay, runner_env
 
 from runner.evidence.clock import CLOCK_ENV, pin_clock
+from tests.support import assay, runner_env
 
 GIT_JOB = "git init -q r && cd r && echo a > f && touch -d @946684800 f && git add f && git commit -qm x"
 """The commit job, with f's mtime pinned before `git add`: git's racily-clean check re-reads a file

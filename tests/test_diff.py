@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import assay, run_observed
 
 from normalizer.artifacts import (
     CORRELATION_SCHEMA,
@@ -35,6 +34,7 @@ from normalizer.health import CaptureFacts, observation_health
 from normalizer.surface import Preview, SurfacePreview, surface_member
 from runner.evidence.archive import load_members, write_archive
 from runner.evidence.capdiff import decode_artifacts, diff_correlation, diff_runs, render_text, set_change
+from tests.support import assay, run_observed
 
 PROGRAMS = Path(__file__).parent / "programs" / "determinism"
 PY = "/usr/bin/python3"

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, run_observed
 
 from runner.host.mounts import cgroup2_mount
+from tests.support import Archive, assay, run_observed
 
 pytestmark = pytest.mark.kernel
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evasion_support import USERS, evade, lines, work
-from support import assay
 
 from ebpf.monitor import optional_syscalls
+from tests.evasion_support import USERS, evade, lines, work
+from tests.support import assay
 
 pytestmark = pytest.mark.kernel
 __all__ = ["work"]

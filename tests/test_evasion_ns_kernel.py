@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
-from evasion_support import USERS, evade, lines, not_passing_because_paths, work
-from support import assay
 
 from runner.review.view import NOT_HOST_PATHS
+from tests.evasion_support import USERS, evade, lines, not_passing_because_paths, work
+from tests.support import assay
 
 pytestmark = pytest.mark.kernel
 __all__ = ["work"]

@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 
 import pytest
-from support import Archive, assert_assay_accepts
 from test_normspeed import MODES, mode
 
 from ebpf import wire
@@ -24,6 +23,7 @@ from normalizer import build, reopen, telemetry
 from normalizer.build import normalize
 from runner.evidence.archive import archive_bytes
 from spool.format import Spool, read_spool
+from tests.support import Archive, assert_assay_accepts
 
 EXAMPLE = read_spool(Path(__file__).resolve().parent / "data" / "example.spool")
 RECORDS = list(EXAMPLE.records)

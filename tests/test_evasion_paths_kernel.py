@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from daemon_support import Accounts, User
-from support import Archive, assay, assert_assay_accepts, run_observed, unique_run_id
+
+from tests.daemon_support import Accounts, User
+from tests.support import Archive, assay, assert_assay_accepts, run_observed, unique_run_id
 
 pytestmark = pytest.mark.kernel
 

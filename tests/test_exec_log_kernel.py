@@ -9,10 +9,10 @@ an `event_101` line of the kernel layer.
 from __future__ import annotations
 
 import pytest
-from support import Archive, assay, run_observed
 
 from normalizer.execlog import ExecLog, ExitStatus, exec_log
 from spool.format import read_spool
+from tests.support import Archive, assay, run_observed
 
 pytestmark = pytest.mark.kernel
 

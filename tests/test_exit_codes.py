@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import CLI, ROOT, assay, runner_env
 
 from runner.acceptance import execute
 from runner.acceptance.pack import GateResult
 from runner.errors import RunnerError
+from tests.support import CLI, ROOT, assay, runner_env
 
 DATA = ROOT / "tests" / "data"
 

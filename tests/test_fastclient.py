@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from normalizer import redact
+from runner.capture.status import REFRESH_S
 from runner.daemon import protocol
 from tests import sanitized
 
@@ -278,22 +279,40 @@ def test_ctrl_c_reaches_the_daemon_as_an_interrupt(tmp_path: Path, daemon_factor
     client = subprocess.Popen([_fast_binary(), "run", "--socket", str(fake.socket), "--out", "out",
                                "--run-id", "c", "--", "true"],
                               cwd=tmp_path, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not (fake.seen and fake.seen[-1].request) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.1)
+    _until_mirroring(client.pid)  # its Ctrl-C now tells the daemon (before, it ends the client)
     client.send_signal(signal.SIGINT)
     _, err = client.communicate(timeout=30)
     assert client.returncode == 130 and err == "ended\n"
     assert isinstance(fake.seen[-1].later[0], protocol.Interrupt)
 
 
+def _until_mirroring(pid: int) -> float:
+    """Wait until client `pid` mirrors the run (it catches SIGTERM: both clients set their run-time
+    handlers as they start mirroring, after setting their first refresh); the time it was seen."""
+    deadline = time.monotonic() + 30
+    while True:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        caught = next(int(line.split()[1], 16) for line in status if line.startswith("SigCgt:"))
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"client {pid} never started mirroring the run"
+        time.sleep(0.005)
+
+
+def _peer_pid(conn: socket.socket) -> int:
+    """The pid of the client at the other end of `conn`."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[0]
+
+
 def test_the_status_line_on_a_terminal_is_the_same(tmp_path: Path, daemon_factory: Callable) -> None:
     def script(conn: socket.socket, _seen: Seen) -> None:
-        time.sleep(0.3)  # past the first refresh
-        protocol.send(conn, protocol.Progress(events=12, drops=1, elapsed_s=0.349))
-        # within the refresh interval: not drawn
-        protocol.send(conn, protocol.Progress(events=13, drops=1, elapsed_s=0.35))
+        mirroring = _until_mirroring(_peer_pid(conn))
+        time.sleep(max(0.0, mirroring + REFRESH_S - time.monotonic()))  # its first refresh is due by then
+        # in one write: the second is in the client's socket when it draws the first, so it comes
+        # within the refresh interval (not drawn) unless the client stalls for REFRESH_S between them
+        conn.sendall(protocol.encode(protocol.Progress(events=12, drops=1, elapsed_s=0.349))
+                     + protocol.encode(protocol.Progress(events=13, drops=1, elapsed_s=0.35)))
         protocol.send(conn, protocol.Finished(exit_code=0, summary="done"))
 
     screens = {}

@@ -14,10 +14,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from strace_witness import Call, calls
-from support import Archive, assay, run_observed
 
 from normalizer.fsops import FAILED, rename_pairs
+from tests.strace_witness import Call, calls
+from tests.support import Archive, assay, run_observed
 
 pytestmark = pytest.mark.kernel
 

@@ -14,7 +14,6 @@ import itertools
 import tarfile
 from pathlib import Path
 
-from bombs import GOLDEN, Entry, write_tar_gz
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -24,6 +23,7 @@ from runner.evidence.archive import MANIFEST, load_members
 from runner.evidence.bounded import ArchiveError, iter_line_blocks, iter_lines
 from runner.evidence.validate import Report, validate_path
 from spool.format import SpoolError, read_spool
+from tests.bombs import GOLDEN, Entry, write_tar_gz
 
 DATA = Path(__file__).resolve().parent / "data"
 BLANK = b" \t\r\x0b\x0c"

@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, assay_compat
 
 from normalizer.text import TRUNCATED, escape_bytes, unescape
 from runner.evidence.archive import read_archive
+from tests.support import Archive, assay, assay_compat
 
 pytestmark = pytest.mark.kernel
 

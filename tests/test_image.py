@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_doctor import CHECKS
 
 from runner.host.mounts import cgroup2_mount
 from tests.image_support import cache_volume, checkout_tag, docker, docker_daemon, run_line
 from tests.support import CLI, ROOT, Archive
-from tests.test_doctor import CHECKS
 
 pytestmark = [pytest.mark.kernel, pytest.mark.image]
 

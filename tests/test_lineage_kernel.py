@@ -13,16 +13,19 @@ pytestmark = pytest.mark.kernel
 
 CHILDREN = 8
 FORKER = f"""
-import os, sys, time
+import os, sys
 with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as f:
     f.write(str(os.getpid()))
+ended, forked = os.pipe()
 pids = []
 for _ in range({CHILDREN}):
     pid = os.fork()
-    if pid == 0:
-        time.sleep(0.3)
+    if pid == 0:  # lives until every sibling is forked: all of them are live at once
+        os.close(forked)
+        os.read(ended, 1)
         os._exit(0)
     pids.append(pid)
+os.close(forked)  # the children's read ends: every one has been forked
 for pid in pids:
     os.waitpid(pid, 0)
 """

@@ -18,16 +18,19 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_surface import missing_opens
 
 from normalizer import surface
 from normalizer.build import NormalizedRun, dac_questions, normalize
+from runner.capture import live_process
 from runner.capture.live import LiveNormalize, LivePass
 from runner.capture.live_child import IDLE
-from runner.capture.live_process import RESULT_TIMEOUT_S, LiveProcess
+from runner.capture.live_process import LiveProcess
 from spool.format import FRAME_HEAD, Batch, SpoolError, decode_frame, encode_frame, iter_frames, read_spool
 from spool.tail import SpoolTail, TailCancelled
 
@@ -147,10 +150,29 @@ def test_a_run_with_permission_questions_is_flagged_for_the_offline_pass(tmp_pat
         writer.close()
 
 
+def _records_in(frames: list[bytes]) -> int:
+    """How many records the Batch frames among `frames` hold."""
+    decoded = [decode_frame(f[FRAME_HEAD:]) for f in frames]
+    return sum(len(f.records) for f in decoded if isinstance(f, Batch))
+
+
+def _until(condition: Callable[[], bool], what: str, within: float = 30.0) -> None:
+    """Poll `condition` until it holds; fail naming `what` if it has not within `within` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.005)
+
+
 def test_a_capture_that_never_finishes_the_spool_is_cancelled_not_hung(tmp_path: Path) -> None:
     frames = _frames("example")[:-1]  # no trailer: the capture failed
     live, writer = _replay("example", tmp_path / "torn.spool", "thread", frames)
-    closer = threading.Timer(0.2, live.close)
+
+    def close_once_all_is_read() -> None:  # the pass is then waiting for a trailer that never comes
+        _until(lambda: live.records_read == _records_in(frames), "the pass read every record")
+        live.close()
+
+    closer = threading.Thread(target=close_once_all_is_read)
     closer.start()
     try:
         assert live.result() is None  # cancelled: the session would fall back (and here, fail as before)
@@ -159,34 +181,69 @@ def test_a_capture_that_never_finishes_the_spool_is_cancelled_not_hung(tmp_path:
         writer.close()
 
 
+class Committed:
+    """A tail's `committed()`, counting the reader's calls to it.
+
+    The reader asks before each read: after the call that `read_header` makes,
+    each further call is the reader coming back for more, having taken every
+    whole frame below what it was told before.
+    """
+
+    def __init__(self, size: Callable[[], int]) -> None:
+        self._size = size
+        self._calls = 0
+        self._changed = threading.Condition()
+
+    def __call__(self) -> int:
+        with self._changed:
+            self._calls += 1
+            self._changed.notify_all()
+        return self._size()
+
+    @property
+    def calls(self) -> int:
+        with self._changed:
+            return self._calls
+
+    def wait_for(self, calls: int, reader: threading.Thread) -> None:
+        """Until the reader has called `calls` times, or has ended (what it saw tells why)."""
+        deadline = time.monotonic() + 30
+        with self._changed:
+            while self._calls < calls and reader.is_alive():
+                assert time.monotonic() < deadline, f"the reader asked {self._calls} times, never {calls}"
+                self._changed.wait(0.01)
+
+
 def test_the_tail_never_reads_past_the_committed_size(tmp_path: Path) -> None:
     """Bytes written but not committed (a frame in progress) are never decoded."""
     frames = _frames("example")
     path = tmp_path / "s.spool"
     garbage = b"\x04\x00\x00\x00\xc1\xc1\xc1\xc1"  # a whole frame that does not decode, not committed
-    path.write_bytes(b"".join(frames[:2]) + garbage)
+    path.write_bytes(b"".join(frames[:3]) + garbage)
     fd = os.open(path, os.O_RDONLY)
-    committed = len(frames[0]) + len(frames[1])
-    tail = SpoolTail(fd, lambda: committed)
+    committed = Committed(lambda: len(frames[0]) + len(frames[1]) + len(frames[2]))
+    tail = SpoolTail(fd, committed)
     try:
         tail.read_header()
-        seen: list[bytes] = []
+        seen: list[str] = []
         reader = threading.Thread(target=lambda: _drain(tail, seen))
         reader.start()
-        time.sleep(0.1)
+        committed.wait_for(3, reader)  # the reader took every committed frame, came back, and came back again
         tail.cancel()
         reader.join()
-        assert seen == ["cancelled"]
+        assert seen == ["cancelled"] and tail.records_read == _records_in(frames[1:3]) > 0
     finally:
         os.close(fd)
 
 
-def _drain(tail: SpoolTail, seen: list) -> None:
+def _drain(tail: SpoolTail, seen: list[str]) -> None:
     try:
         for _ in tail.records():
             pass
     except TailCancelled:
         seen.append("cancelled")
+    except SpoolError as exc:  # what decoding the garbage would raise
+        seen.append(repr(exc))
 
 
 def test_a_foreign_file_is_refused_not_followed(tmp_path: Path) -> None:
@@ -204,25 +261,25 @@ def test_the_tail_by_file_size_decodes_only_whole_frames(tmp_path: Path) -> None
     """Without the writer's count (another process), a frame in progress, or one cut back after a
     failed write, is never decoded: only frames whose every byte is in the file."""
     frames = _frames("example")
-    batch = next(i for i, f in enumerate(frames) if i > 0 and len(f) > 64)
+    last = len(frames) - 1  # the trailer: decoded, it would end the records instead of waiting
     path = tmp_path / "s.spool"
-    whole = b"".join(frames[:batch])
-    path.write_bytes(whole + frames[batch][:len(frames[batch]) - 1])  # all but its last byte
+    whole = b"".join(frames[:last])
+    path.write_bytes(whole + frames[last][:len(frames[last]) - 1])  # all but its last byte
     fd = os.open(path, os.O_RDONLY)
-    tail = SpoolTail(fd)
+    committed = Committed(lambda: os.fstat(fd).st_size)  # the default, counted
+    tail = SpoolTail(fd, committed)
     try:
         tail.read_header()
-        seen: list = []
+        seen: list[str] = []
         reader = threading.Thread(target=lambda: _drain(tail, seen))
         reader.start()
-        time.sleep(0.1)
+        committed.wait_for(2, reader)  # every whole frame taken; the reader waits for the rest of the last
+        cut = committed.calls
         os.truncate(path, len(whole))  # the writer cuts a failed frame back
-        time.sleep(0.05)
+        committed.wait_for(cut + 2, reader)  # at least one whole look at the file as it is now
         tail.cancel()
         reader.join()
-        decoded = [decode_frame(f[FRAME_HEAD:]) for f in frames[1:batch]]
-        expected = sum(len(f.records) for f in decoded if isinstance(f, Batch))
-        assert seen == ["cancelled"] and tail.records_read == expected
+        assert seen == ["cancelled"] and tail.records_read == _records_in(frames[1:last]) > 0
     finally:
         os.close(fd)
 
@@ -265,7 +322,8 @@ def test_the_live_process_leaves_nothing_behind(tmp_path: Path, private_tmp: Pat
     assert _open_fds() <= before
 
 
-def test_a_killed_live_process_is_a_failed_pass_not_a_hang(tmp_path: Path, private_tmp: Path) -> None:
+def test_a_killed_live_process_is_a_failed_pass_not_a_hang(tmp_path: Path, private_tmp: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     before = _open_fds()
     frames = _frames("example")
     writer = SlowWriter(tmp_path / "s.spool")
@@ -274,9 +332,13 @@ def test_a_killed_live_process_is_a_failed_pass_not_a_hang(tmp_path: Path, priva
     os.kill(live.pid, signal.SIGKILL)
     for f in frames[1:]:
         writer.write(f)
-    started = time.monotonic()
+    warnings: list[tuple[str, object]] = []
+    monkeypatch.setattr(live_process, "log", SimpleNamespace(
+        warning=lambda event, **fields: warnings.append((event, fields.get("error")))))
     assert live.dac_questions() is None and live.result() is None
-    assert time.monotonic() - started < RESULT_TIMEOUT_S  # EOF, not the deadline
+    # the socket's EOF ended the wait, not the deadline (which kills a child that is still there)
+    assert warnings == [("normalize.live_failed",
+                         "the live normalizer ended without a result (exit status -9)")]
     live.close()
     writer.close()
     assert list(private_tmp.iterdir()) == [] and _open_fds() <= before
@@ -285,9 +347,10 @@ def test_a_killed_live_process_is_a_failed_pass_not_a_hang(tmp_path: Path, priva
 def test_a_capture_that_fails_ends_the_live_process(tmp_path: Path, private_tmp: Path) -> None:
     """No trailer will come: `close` (the session's `finally`) ends the child, which was waiting."""
     before = _open_fds()
-    live, writer = _replay("example", tmp_path / "torn.spool", "process", _frames("example")[:-1])
-    time.sleep(0.2)
-    assert not _gone(live.pid, within=0)  # still following the spool
+    frames = _frames("example")[:-1]
+    live, writer = _replay("example", tmp_path / "torn.spool", "process", frames)
+    _until(lambda: live.records_read == _records_in(frames), "the live process read every record")
+    assert not _gone(live.pid, within=0)  # still following the spool, for a trailer that never comes
     live.close()
     writer.close()
     assert _gone(live.pid) and list(private_tmp.iterdir()) == [] and _open_fds() <= before
@@ -301,7 +364,8 @@ sys.path.insert(0, {str(Path(__file__).parent)!r})
 from pathlib import Path
 from test_live_normalize import SlowWriter, _frames
 from runner.capture.live_child import IDLE
-from runner.capture.live_process import RESULT_TIMEOUT_S, LiveProcess
+from runner.capture import live_process
+from runner.capture.live_process import LiveProcess
 writer = SlowWriter(Path({str(tmp_path / "s.spool")!r}))
 writer.write(_frames("example")[0])
 live = LiveProcess(writer, "live-run", IDLE)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import CLI, Archive, assay, runner_env, unique_run_id
+
+from tests.support import CLI, Archive, assay, runner_env, unique_run_id
 
 pytestmark = pytest.mark.kernel
 CHILD_MODULE = "runner.capture.live_child"

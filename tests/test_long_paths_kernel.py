@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, run_observed
 
 from ebpf.wire import HOOK_EXEC, HOOK_OPEN, TRUNC_FIRST
 from normalizer.decode import decode
 from spool.format import read_spool
+from tests.support import Archive, assay, run_observed
 
 pytestmark = pytest.mark.kernel
 

@@ -153,12 +153,6 @@ def test_this_checkout_uses_every_piece() -> None:
         ["ok", "ringsink"], ["ok", "fastscan"], ["ok", "framescan"], ["ok", "fastclient"]]
 
 
-def test_a_missing_frame_reader_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(native.spool_accel, "native", None)
-    piece = native.frame_reader()
-    assert not piece.ok and "does not import" in piece.detail, piece
-
-
 def test_a_missing_or_broken_ring_consumer_is_reported(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     missing = tmp_path / "_ringsink.so"
@@ -177,7 +171,46 @@ def test_pips_script_is_not_the_fast_client(tree: Path) -> None:
     assert not piece.ok and "No such file" in piece.detail, piece
 
 
-def test_a_missing_accelerator_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(native.accel, "native", None)
-    piece = native.accelerator()
-    assert not piece.ok and "does not import" in piece.detail, piece
+PYTHON_PIECES = {"fastscan": (native.accel, native.accelerator),
+                 "framescan": (native.spool_accel, native.frame_reader)}
+"""The C extensions with a Python twin: their accel module (native, refused, SOURCE) and their check."""
+
+
+@pytest.mark.parametrize("piece", sorted(PYTHON_PIECES))
+def test_a_missing_or_refused_extension_is_reported(monkeypatch: pytest.MonkeyPatch, piece: str) -> None:
+    module, check = PYTHON_PIECES[piece]
+    monkeypatch.setattr(module, "native", None)
+    monkeypatch.setattr(module, "refused", f"_{piece} does not import (not built?): gone")
+    found = check()
+    assert not found.ok and "does not import" in found.detail, found
+    monkeypatch.setattr(module, "refused", f"_{piece}.so is older than its source {piece}.c")
+    found = check()
+    assert not found.ok and "older than its source" in found.detail, found
+
+
+@pytest.mark.parametrize("piece", sorted(PYTHON_PIECES))
+def test_an_extension_older_than_its_source_is_not_used(tmp_path: Path, piece: str) -> None:
+    """As the ring consumer: C built before its source changed may no longer match its Python twin."""
+    module = PYTHON_PIECES[piece][0]
+    assert module.native is not None, f"{piece} is not built: make setup"
+    package = module.__name__.split(".")[0]
+    built = Path(module.native.__file__)
+    for path in (ROOT / "spool" / "__init__.py", ROOT / "spool" / "native.py",  # the loader
+                 ROOT / package / "__init__.py", ROOT / package / "accel.py", built, module.SOURCE):
+        (tmp_path / path.parent.name).mkdir(exist_ok=True)
+        shutil.copy2(path, tmp_path / path.parent.name / path.name)
+    copy, source = tmp_path / package / built.name, tmp_path / package / module.SOURCE.name
+
+    def loaded(code: str) -> str:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        return subprocess.run([sys.executable, "-c", f"from {package} import accel; {code}"], env=env,
+                              capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+
+    so_mtime = copy.stat().st_mtime
+    os.utime(source, (so_mtime - 10, so_mtime - 10))
+    assert loaded("print(accel.native is not None, accel.refused)") == "True \n"
+    os.utime(source, (so_mtime + 10, so_mtime + 10))
+    assert loaded("print(accel.native is not None, accel.refused)") == \
+        f"False {copy} is older than its source {source}\n"
+    source.unlink()  # an installation without the source: nothing to compare
+    assert str(copy) in loaded("print(accel.native)")

@@ -16,12 +16,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from strace_execs import STRACE, parse_file
-from support import CLI, ROOT, assay
 
 from blackbox.catalog import CATALOG
 from blackbox.commandlog import build_commands
 from runner.cli.cmd_observe import CLAUDE_FLAGS
+from tests.strace_execs import STRACE, parse_file
+from tests.support import CLI, ROOT, assay
 
 pytestmark = pytest.mark.kernel
 

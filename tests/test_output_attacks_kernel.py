@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, assay_compat, runner_env
+
+from tests.support import Archive, assay, assay_compat, runner_env
 
 pytestmark = pytest.mark.kernel
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evasion_support import evade, work
+
+from tests.evasion_support import evade, work
 
 pytestmark = pytest.mark.kernel
 __all__ = ["work"]

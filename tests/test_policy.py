@@ -11,7 +11,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from support import assay
 
 from policy.load import PRESETS, PolicyInvalid, load_policy, load_preset, parse_policy, preset_text
 from policy.model import (
@@ -26,6 +25,7 @@ from policy.model import (
     resolve,
     split_endpoint,
 )
+from tests.support import assay
 
 VARS = {"workspace": "/work/ws", "home": "/home/u", "tmpdir": "/tmp"}
 

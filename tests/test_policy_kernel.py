@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from recount import raw_counts
-from support import ROOT, Archive, assay, run_cgroups, run_observed, runner_env, unique_run_id
 
 from spool.format import Spool, read_spool
+from tests.recount import raw_counts
+from tests.support import ROOT, Archive, assay, run_cgroups, run_observed, runner_env, unique_run_id
 
 pytestmark = pytest.mark.kernel
 
@@ -186,9 +186,7 @@ def openai_run(workspace: Path, tmp_path_factory: pytest.TempPathFactory) -> Fix
     """The OpenAI Agents SDK fixture under the runner with the fixture policy."""
     reason = sdk_importable()
     if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+        pytest.skip(reason)  # a failure on CI (conftest.py)
     reset(workspace)
     out = tmp_path_factory.mktemp("openai")
     proc = assay("run", "--out", out, "--run-id", "openai-fixture", "--policy", AGENT / "policy.toml",

@@ -119,6 +119,8 @@ def netns() -> Iterator[Netns]:
             if f"{FAR}:{PORT}" in probe.stdout:
                 break
             time.sleep(0.05)
+        else:
+            raise AssertionError(f"the server in {far} never listened on {FAR}:{PORT}")
         yield Netns(near, f"{FAR}:{PORT}")
     finally:
         if server is not None:

@@ -14,8 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from strace_witness import calls
-from support import Archive, assay, run_observed
+
+from tests.strace_witness import calls
+from tests.support import Archive, assay, run_observed
 
 pytestmark = pytest.mark.kernel
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from recount import raw_counts
 
 from ebpf.wire import HOOK_CONNECT, HOOK_NET_BLOCK, HOOK_OPEN, HOOK_SENDMSG, HOOK_SENDTO
 from normalizer.build import dac_questions, normalize
@@ -23,6 +22,7 @@ from normalizer.decode import decode
 from runner.evidence.archive import MANIFEST, build_manifest
 from runner.evidence.validate import validate_members
 from spool.format import Spool, read_spool
+from tests.recount import raw_counts
 
 DATA = Path(__file__).parent / "data"
 FIXTURE_OUTSIDE = "/tmp/assay-fixture-outside.txt"  # fixtures/agent/fixture_tools.DEFAULT_OUTSIDE

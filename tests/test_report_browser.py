@@ -51,9 +51,7 @@ and the capabilities."""
 
 def _needs(reason: str | None) -> None:
     if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+        pytest.skip(reason)  # a failure on CI (conftest.py)
 
 
 def _chromium() -> str | None:

@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, run_observed, runner_env, unique_run_id
+
+from tests.support import Archive, assay, run_observed, runner_env, unique_run_id
 
 pytestmark = pytest.mark.kernel
 

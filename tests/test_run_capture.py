@@ -7,11 +7,11 @@ import secrets
 from pathlib import Path
 
 import pytest
-from support import ROOT, Archive, run_cgroups, run_observed, runner_env, unique_run_id
 
 from normalizer.decode import decode
 from runner.capture.phases import HOLD_ENV
 from spool.format import Batch, Phase, iter_frames, read_spool
+from tests.support import ROOT, Archive, run_cgroups, run_observed, runner_env, unique_run_id
 
 pytestmark = pytest.mark.kernel
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from bombs import GOLDEN, measure_cli
 
 from runner.daemon import protocol
 from spool.format import encode_frame, iter_frames
+from tests.bombs import GOLDEN, measure_cli
 
 DATA = Path(__file__).resolve().parent / "data"
 BAD = ["a.b", "run_1\n", "", "../up", "rün", "x" * 129]

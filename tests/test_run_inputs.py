@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import CLI, assay, run_cgroups, unique_run_id
+
+from tests.support import CLI, assay, run_cgroups, unique_run_id
 
 pytestmark = pytest.mark.kernel
 

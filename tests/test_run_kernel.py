@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, run_observed
+
+from tests.support import Archive, assay, run_observed
 
 pytestmark = pytest.mark.kernel
 

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from support import CLI, Archive, assay, run_cgroups, run_observed, runner_env, unique_run_id
 
 from runner.capture.cgroup import parent_name
 from runner.host.mounts import cgroup2_mount
+from tests.support import CLI, Archive, assay, run_cgroups, run_observed, runner_env, unique_run_id
 
 pytestmark = pytest.mark.kernel
 

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT, runner_env
+
+from tests.support import ROOT, runner_env
 
 pytestmark = [pytest.mark.kernel, pytest.mark.bench]
 

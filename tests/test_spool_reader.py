@@ -231,3 +231,18 @@ def test_batches_give_each_batch_frame_records_in_order(tmp_path_factory: pytest
             return
     assert [r for batch in lists for r in batch] == expected
     assert all(lists) and all(len(batch) >= per_list for batch in lists[:-1])
+
+
+@needs_native
+@pytest.mark.parametrize("path", SPOOLS, ids=lambda p: p.name)
+def test_the_c_walk_reads_every_batch_frame_of_a_recorded_spool(path: Path) -> None:
+    """The same records either way (above) would hold for a C walk that declined every frame (the
+    general reader takes them then): its own count shows it read each batch frame, as counted by
+    the general decoder."""
+    assert accel.native is not None
+    before = accel.native.counters()[0]
+    records = list(read_spool(path).records)
+    walked = accel.native.counters()[0] - before
+    with path.open("rb") as f:
+        batches = [frame for frame in iter_frames(f) if isinstance(frame, Batch)]
+    assert records and walked == len(batches) > 0

@@ -19,9 +19,9 @@ import json
 from pathlib import Path
 
 import pytest
-from bombs import GOLDEN, measure_cli
 
 from bench.hostile_archives import kernel_flood, surface_bomb
+from tests.bombs import GOLDEN, measure_cli
 
 RSS_LIMIT_MIB = 200
 

@@ -16,11 +16,12 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pty_screen
 import pytest
-from daemon_support import CLI, daemon, shared_tmp
-from pty_screen import ROWS
-from support import runner_env, unique_run_id
+
+from tests import pty_screen
+from tests.daemon_support import CLI, daemon, shared_tmp
+from tests.pty_screen import ROWS
+from tests.support import runner_env, unique_run_id
 
 pytestmark = pytest.mark.kernel
 
@@ -28,8 +29,19 @@ FAST = [str(Path(sys.executable).with_name("assay-runner"))]
 STATUS = re.compile(r"^\[assay-runner\] \d+ events · \d+ drops · [\d.]+s$")
 # 30 lines first: the command's output is at the bottom of the screen, where a status line drawn
 # over the command's row (or a scroll region set wrong) would do its damage.
-DOTS = ("seq 30; printf '\\033[31mred text\\033[0m\\n'; printf 'test_slow.py '; "
-        "for i in 1 2 3 4 5 6 7 8; do printf .; sleep 0.15; done; printf ' [100%%]\\n'; printf 'partial'")
+
+
+def _until(path: Path) -> str:
+    """Shell that waits until the test creates `path`: the command goes on once the test has seen
+    what it waits for on the screen, however long the runner takes to draw it."""
+    return f"while [ ! -e {path} ]; do sleep 0.02; done"
+
+
+def _dots(go: Path) -> str:
+    """A pytest-like progress line that stops after its first dot until `go` exists."""
+    return ("seq 30; printf '\\033[31mred text\\033[0m\\n'; printf 'test_slow.py '; "
+            f"printf .; {_until(go)}; for i in 2 3 4 5 6 7 8; do printf .; sleep 0.15; done; "
+            "printf ' [100%%]\\n'; printf 'partial'")
 
 
 def _env() -> dict[str, str]:
@@ -66,7 +78,15 @@ def _status_seen(session: pty_screen.Session) -> bool:
 @pytest.mark.parametrize("mode", ["direct", "python-client", "fast-client"])
 def test_partial_lines_dots_and_colour_survive_the_status_row(tmp_path: Path, service: Path,
                                                               mode: str) -> None:
-    session = _run(tmp_path, _modes(service)[mode], DOTS)
+    go = tmp_path / "go"
+
+    def keys(screen: list[str]) -> pty_screen.Action:
+        dots = any(line.startswith("test_slow.py .") for line in screen)
+        if dots and STATUS.match(screen[ROWS - 1].rstrip()):
+            go.touch()  # the status row and the growing dots line on one screen: the dots go on
+        return None
+
+    session = _run(tmp_path, _modes(service)[mode], _dots(go), keys)
     assert session.code == 0, session.data[-2000:]
     assert _status_seen(session), session.lines  # it was drawn, on the last row
     printed = together = False
@@ -99,10 +119,14 @@ def test_a_full_screen_program_and_the_status_row(tmp_path: Path, service: Path,
     page = tmp_path / "page.txt"
     page.write_text("".join(f"page line {n}\n" for n in range(5)))
     vim = f"vim -u NONE -es -c 'call setline(1, \"x\")' -c wq {tmp_path / 'v'}"
-    script = f"echo before-less; sleep 0.6; less {page}; {vim}; echo after-less; sleep 0.6"
+    before, after = tmp_path / "before", tmp_path / "after"  # each once the status row was drawn there
+    script = f"echo before-less; {_until(before)}; less {page}; {vim}; echo after-less; {_until(after)}"
     typed = []
 
     def keys(screen: list[str]) -> pty_screen.Action:
+        shown = [line.rstrip() for line in screen]
+        if STATUS.match(shown[-1]):
+            (after if "after-less" in shown else before).touch()
         if not typed and any("(END)" in line for line in screen):
             typed.append(True)
             return b"q"
@@ -146,14 +170,17 @@ def test_the_status_row_follows_a_resize(tmp_path: Path, service: Path, mode: st
     command's lines stay, and the kernel's size is given back as the new one."""
     rows = 30
     resized = []
+    moved = tmp_path / "moved"
 
     def keys(screen: list[str]) -> pty_screen.Action:
         if not resized and STATUS.match(screen[-1].rstrip()):
             resized.append(True)
             return (rows, 80)
+        if resized and len(screen) == rows and STATUS.match(screen[rows - 1].rstrip()):
+            moved.touch()  # drawn on the new last row: the command may end
         return None
 
-    script = "seq 30; sleep 1; echo after-resize; sleep 0.6"
+    script = f"seq 30; {_until(moved)}; echo after-resize"
     session = _run(tmp_path, _modes(service)[mode], script, keys)
     assert session.code == 0 and resized, session.data[-2000:]
     later = session.screens[next(i for i, s in enumerate(session.screens) if len(s) == rows):]

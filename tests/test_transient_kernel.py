@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import Archive, assay
 from test_determinism import determinism
 
 from runner.evidence.archive import read_archive
+from tests.support import Archive, assay
 
 pytestmark = pytest.mark.kernel
 

@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_validate import KERNEL, golden, set_line
 
 from policy.load import PRESETS
 from tests.support import ROOT
-from tests.test_validate import KERNEL, golden, set_line
 
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.so", "build", "*.egg-info", "runs",
                                      ".pytest_cache", ".ruff_cache", ".hypothesis", "tests", "bench",

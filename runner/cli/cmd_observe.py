@@ -22,6 +22,7 @@ from runner.capture.inputs import check_run_id
 from runner.display import printable_lines
 from runner.enforce.identity import named_user
 from runner.errors import RunnerError
+from runner.host.ci import on_ci
 
 PROMPT_PLACEHOLDER = "{prompt}"
 CLAUDE_FLAGS = ("-p", "--output-format", "text", "--permission-mode", "acceptEdits")
@@ -59,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verbose", dest="agent_verbose", action="store_true",
                    help="pass --verbose to Claude Code (default agent command only)")
     p.add_argument("--environment", choices=sorted(ENVIRONMENTS),
-                   help="session.environment (default: ci when CI is set, else local)")
+                   help="session.environment (default: ci when CI is true, else local)")
     p.add_argument("--user", metavar="USER", help="run the agent as this user (it owns the workspace)")
     p.add_argument("--net", choices=("host", "isolated"), default="host",
                    help="'isolated': a loopback-only network namespace (default: host)")
@@ -173,7 +174,7 @@ def build_request(args: argparse.Namespace) -> ObserveRequest:
     if (args.runs_root / run_id).exists():
         raise RunnerError(f"{args.runs_root / run_id} already exists: choose another --run-id")
     require_run_prerequisites()
-    environment = args.environment or ("ci" if os.environ.get("CI") else "local")
+    environment = args.environment or ("ci" if on_ci() else "local")
     return ObserveRequest(
         scenario=sc, argv=argv, exe=executable(argv[0], env), runs_root=args.runs_root.resolve(),
         run_id=run_id, environment=environment, workspace_source=source,

@@ -49,16 +49,16 @@ def ring_consumer() -> Piece:
 
 
 def accelerator() -> Piece:
-    """The normalizer's C accelerator: imported by normalizer.accel (else it is None)."""
+    """The normalizer's C accelerator: imported by normalizer.accel, and no older than its source."""
     if accel.native is None:
-        return Piece("fastscan", False, f"normalizer._fastscan does not import (not built?): {FIX}")
+        return Piece("fastscan", False, f"{accel.refused or 'normalizer._fastscan is not in use'}: {FIX}")
     return Piece("fastscan", True, str(accel.native.__file__))
 
 
 def frame_reader() -> Piece:
-    """The spool reader's C frame walk: imported by spool.accel (else it is None)."""
+    """The spool reader's C frame walk: imported by spool.accel, and no older than its source."""
     if spool_accel.native is None:
-        return Piece("framescan", False, f"spool._framescan does not import (not built?): {FIX}")
+        return Piece("framescan", False, f"{spool_accel.refused or 'spool._framescan is not in use'}: {FIX}")
     return Piece("framescan", True, str(spool_accel.native.__file__))
 
 
