@@ -103,27 +103,22 @@ fi
 read -r ext inc < <("$VENV/bin/python" -c \
   'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"), sysconfig.get_paths()["include"])') || true
 [ -n "${inc:-}" ] || die "$VENV/bin/python cannot tell its extension suffix and include directory"
-so=$SCAN_DIR/_fastscan$ext
-if [ -f "$so" ] && [ "$so" -nt normalizer/fastscan.c ]; then
-  say "normalizer accelerator: already built ($so)"
-else
-  need_compiler
-  [ -f "$inc/Python.h" ] || die "Python.h not found in $inc: apt-get install python3-dev"
-  compile "normalizer accelerator" "$so" -shared -fPIC -I"$inc" normalizer/fastscan.c
-  say "normalizer accelerator: built $so"
-fi
+# build_extension NAME SO SOURCE: a CPython extension, rebuilt when older than its source.
+build_extension() {
+  if [ -f "$2" ] && [ "$2" -nt "$3" ]; then
+    say "$1: already built ($2)"
+  else
+    need_compiler
+    [ -f "$inc/Python.h" ] || die "Python.h not found in $inc: apt-get install python3-dev"
+    compile "$1" "$2" -shared -fPIC -I"$inc" "$3"
+    say "$1: built $2"
+  fi
+}
+build_extension "normalizer accelerator" "$SCAN_DIR/_fastscan$ext" normalizer/fastscan.c
 
 # 3. The spool reader's frame walk, for the venv's Python, like the accelerator. Without it
 #    its Python twin walks the frames, slower.
-so=$FRAME_DIR/_framescan$ext
-if [ -f "$so" ] && [ "$so" -nt spool/framescan.c ]; then
-  say "spool frame reader: already built ($so)"
-else
-  need_compiler
-  [ -f "$inc/Python.h" ] || die "Python.h not found in $inc: apt-get install python3-dev"
-  compile "spool frame reader" "$so" -shared -fPIC -I"$inc" spool/framescan.c
-  say "spool frame reader: built $so"
-fi
+build_extension "spool frame reader" "$FRAME_DIR/_framescan$ext" spool/framescan.c
 
 # 4. The fast daemon client becomes the venv's `assay-runner` (docs/daemon.md).
 #    Without it every client call pays Python's start-up (about 100 ms).
