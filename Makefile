@@ -16,7 +16,7 @@ DEMO_OUT := /var/lib/assay-runner/runs
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup native demo test test-parallel lint schemas bench image image-smoke clean kernel-matrix \
+.PHONY: setup native demo test test-asan test-parallel lint schemas bench image image-smoke clean kernel-matrix \
 	acceptance acceptance-prepare acceptance-gate acceptance-verify
 
 setup:
@@ -37,9 +37,16 @@ demo: setup
 # Serial by default; `make test-parallel` runs the suite on two pytest-xdist workers, each
 # test file on one worker (tests/README.md: why loadfile, and the measurements). PYTEST_ARGS
 # is passed to both.
+# `make test` ends with `make test-asan` (about 30 s more: docs/setup.md, "Sanitized C").
 PYTEST_ARGS ?=
 test: setup
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-asan
+
+# The four C pieces built with ASan and UBSan into build/asan (never the checkout), and their
+# twin, fuzz and Hypothesis suites run against those builds; any sanitizer finding fails.
+test-asan: setup
+	VENV=$(VENV) bash scripts/test_asan.sh
 
 test-parallel: setup
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)

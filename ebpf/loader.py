@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import json
 import os
@@ -212,8 +213,19 @@ class BpfMap:
         return out
 
 
+class RingError(OSError):
+    """Reading the ring failed: libbpf's error, or the negative code a callback stopped it with
+    (`errno` holds it). Never swallowed: records may be lost (ebpf/ringsink.py tells its own
+    pauses from errors)."""
+
+
 class Ring:
-    """A libbpf ring buffer reader calling `callback(ctx, data, size)` per record."""
+    """A libbpf ring buffer reader calling `callback(ctx, data, size)` per record.
+
+    `poll` and `consume` raise `RingError` on a negative return: libbpf stops at a callback's
+    negative return or a failed epoll_wait, and a silent stop would read as a quiet ring. A
+    poll interrupted by a signal (EINTR) is not an error: the next wait reads on.
+    """
 
     def __init__(self, map_fd: int, callback: Any, ctx: int | None) -> None:
         self._callback = callback  # kept alive as long as libbpf may call it
@@ -224,10 +236,14 @@ class Ring:
             raise LoadError(f"cannot open the ring buffer: {os.strerror(err)}")
 
     def poll(self, timeout_ms: int) -> None:
-        libbpf().ring_buffer__poll(self.handle, timeout_ms)
+        ret = libbpf().ring_buffer__poll(self.handle, timeout_ms)
+        if ret < 0 and ret != -errno.EINTR:
+            raise RingError(-ret, f"reading the ring buffer (poll): {os.strerror(-ret)}")
 
     def consume(self) -> None:
-        libbpf().ring_buffer__consume(self.handle)
+        ret = libbpf().ring_buffer__consume(self.handle)
+        if ret < 0:
+            raise RingError(-ret, f"reading the ring buffer (consume): {os.strerror(-ret)}")
 
     def epoll_fd(self) -> int:
         return int(libbpf().ring_buffer__epoll_fd(self.handle))

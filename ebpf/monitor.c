@@ -146,22 +146,28 @@ static __always_inline void track(u32 tid, u32 run)
     __sync_fetch_and_add(n, 1);
 }
 
+/* Fills header `h` of a record about the current task; `run` is the run key it belongs to. */
+static __always_inline void hdr_begin(struct assay_hdr *h, u32 hook, s64 ret, u32 run)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    h->ts = bpf_ktime_get_ns();
+    h->tgid = id >> 32;
+    h->tid = (u32)id;
+    h->hook = hook;
+    h->data_len = 0;
+    h->truncated = 0;
+    h->run = run;
+    h->ret = ret;
+    h->a0 = 0;
+    h->a1 = 0;
+    h->a2 = 0;
+    h->a3 = 0;
+}
+
 /* Starts record `r`; `run` is the run key it belongs to. */
 static __always_inline struct assay_rec *rec_begin_in(struct assay_rec *r, u32 hook, s64 ret, u32 run)
 {
-    u64 id = bpf_get_current_pid_tgid();
-    r->h.ts = bpf_ktime_get_ns();
-    r->h.tgid = id >> 32;
-    r->h.tid = (u32)id;
-    r->h.hook = hook;
-    r->h.data_len = 0;
-    r->h.truncated = 0;
-    r->h.run = run;
-    r->h.ret = ret;
-    r->h.a0 = 0;
-    r->h.a1 = 0;
-    r->h.a2 = 0;
-    r->h.a3 = 0;
+    hdr_begin(&r->h, hook, ret, run);
     return r;
 }
 
@@ -173,12 +179,9 @@ static __always_inline struct assay_rec *rec_begin(u32 hook, s64 ret, u32 run)
     return r ? rec_begin_in(r, hook, ret, run) : 0;
 }
 
-static __always_inline void rec_submit(struct assay_rec *r)
+/* Writes the `size` bytes at `r`, a record of `hook` for run `run`, to the ring, and counts it. */
+static __always_inline void rec_output(const void *r, u64 size, u32 hook, u32 run)
 {
-    u32 hook = r->h.hook;
-    u64 size = sizeof(struct assay_hdr) + (r->h.data_len & (ASSAY_PAYLOAD_MAX - 1));
-    if (r->h.data_len >= ASSAY_PAYLOAD_MAX)
-        size = sizeof(struct assay_rec);
     /* BCC 0.26 cannot reference a map from bpf_ringbuf_query(), so wake the
      * reader every WAKE_EVERY records per CPU instead of by fill level. */
     u32 zero = 0;
@@ -188,14 +191,22 @@ static __always_inline void rec_submit(struct assay_rec *r)
         *n = 0;
         flags = BPF_RB_FORCE_WAKEUP;
     }
-    long failed = rb.ringbuf_output(r, size, flags);
-    struct run_counts *c = counts_of(r->h.run);
+    long failed = rb.ringbuf_output((void *)r, size, flags);
+    struct run_counts *c = counts_of(run);
     if (!c || hook >= HOOK_MAX)
         return;
     if (failed)
         c->drops[hook]++;
     else
         c->emitted[hook]++;
+}
+
+static __always_inline void rec_submit(struct assay_rec *r)
+{
+    u64 size = sizeof(struct assay_hdr) + (r->h.data_len & (ASSAY_PAYLOAD_MAX - 1));
+    if (r->h.data_len >= ASSAY_PAYLOAD_MAX)
+        size = sizeof(struct assay_rec);
+    rec_output(r, size, r->h.hook, r->h.run);
 }
 
 /* True when a string that filled a whole ASSAY_DATA_MAX read really ends

@@ -35,6 +35,12 @@ struct net_run {
     u32 default_allow;
 };
 
+/* A denial's record: the header and a sockaddr_in6 image at most (28 bytes). */
+struct net_block_rec {
+    struct assay_hdr h;
+    u8 data[28];
+};
+
 BPF_ARRAY(net_rules, struct net_rule, RUN_SLOTS * NET_RULES_MAX);
 BPF_ARRAY(net_runs, struct net_run, RUN_SLOTS);
 
@@ -96,26 +102,26 @@ static __always_inline int net_decide(struct bpf_sock_addr *ctx, u32 family, u32
     }
     if (allow)
         return 1;
-    struct assay_rec *rec = rec_begin(HOOK_NET_BLOCK, -1 /* EPERM */, run);
-    if (rec) {
-        rec->h.a0 = via;
-        rec->h.a1 = proto;
-        /* a sockaddr_in / sockaddr_in6 image, decoded like connect()'s */
-        u16 fam = family;
-        u16 nport = (u16)ctx->user_port;
-        __builtin_memcpy(rec->data, &fam, 2);
-        __builtin_memcpy(rec->data + 2, &nport, 2);
-        if (family == ASSAY_AF_INET) {
-            __builtin_memcpy(rec->data + 4, &ip[0], 4);
-            __builtin_memset(rec->data + 8, 0, 8);
-            rec->h.data_len = 16;
-        } else {
-            __builtin_memset(rec->data + 4, 0, 4);
-            __builtin_memcpy(rec->data + 8, ip, 16);
-            __builtin_memset(rec->data + 24, 0, 4);
-            rec->h.data_len = 28;
-        }
-        rec_submit(rec);
+    /* On this program's stack, not in the per-CPU scratch: a sock_addr program runs preemptible
+     * (migration disabled only), so another task's syscall on this CPU could rewrite a shared
+     * slot between the record's first field and its output. */
+    struct net_block_rec rec = {};
+    hdr_begin(&rec.h, HOOK_NET_BLOCK, -1 /* EPERM */, run);
+    rec.h.a0 = via;
+    rec.h.a1 = proto;
+    /* a sockaddr_in / sockaddr_in6 image, decoded like connect()'s */
+    u16 fam = family;
+    u16 nport = (u16)ctx->user_port;
+    __builtin_memcpy(rec.data, &fam, 2);
+    __builtin_memcpy(rec.data + 2, &nport, 2);
+    if (family == ASSAY_AF_INET) {
+        __builtin_memcpy(rec.data + 4, &ip[0], 4);
+        rec.h.data_len = 16;
+        rec_output(&rec, sizeof(struct assay_hdr) + 16, HOOK_NET_BLOCK, run);
+    } else {
+        __builtin_memcpy(rec.data + 8, ip, 16);
+        rec.h.data_len = 28;
+        rec_output(&rec, sizeof(struct assay_hdr) + 28, HOOK_NET_BLOCK, run);
     }
     return 0;
 }

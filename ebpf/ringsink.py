@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from ebpf.loader import RingError
+
 SOURCE = Path(__file__).resolve().parent / "ringsink.c"
 LIBRARY = SOURCE.with_name("_ringsink.so")
 MSGPACK = 0
@@ -170,7 +172,7 @@ class BatchObserver:
         """Sleep until the kernel forces a wakeup, `wake` is readable or `timeout_ms` passes;
         hand on what arrived (with `wake`, the ring is only watched: the caller drains)."""
         self.sink.unpause()
-        self._ring.wait(timeout_ms, wake)
+        self._read(lambda: self._ring.wait(timeout_ms, wake))
         self._hand_on()
         if self.sink.paused:
             self.pauses += 1
@@ -180,11 +182,20 @@ class BatchObserver:
         """Hand every record now in the ring to its run's sink, `PAUSE_BYTES` at a time."""
         while True:
             self.sink.unpause()
-            self._ring.drain()
+            self._read(self._ring.drain)
             self._hand_on()
             if not self.sink.paused:
                 return
             self.pauses += 1
+
+    def _read(self, read: Callable[[], None]) -> None:
+        """Read the ring; libbpf reports the consumer's own pause (its callback returned -1) as an
+        error: that one is the pause, every other one is raised (`loader.RingError`)."""
+        try:
+            read()
+        except RingError:
+            if not self.sink.paused:
+                raise
 
     def _hand_on(self) -> None:
         for key, sink in self._sinks.items():

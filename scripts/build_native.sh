@@ -2,6 +2,13 @@
 # Build assay-runner's four C pieces in the checkout, for the venv's Python.
 #
 #   scripts/build_native.sh [VENV]     default VENV: .venv (made by scripts/setup.sh)
+#   scripts/build_native.sh --sanitize DIR [VENV]
+#                                      the same four pieces with AddressSanitizer and
+#                                      UndefinedBehaviorSanitizer, into DIR instead of the
+#                                      checkout (`make test-asan`, tests/sanitized.py):
+#                                      DIR/_ringsink.so, DIR/_fastscan*.so, DIR/_framescan*.so,
+#                                      DIR/bin/assay-runner (its Python CLI,
+#                                      DIR/bin/assay-runner-py, links to VENV's)
 #
 #   ebpf/_ringsink.so        the ring consumer (ebpf/ringsink.c, loaded with ctypes
 #                            by ebpf/ringsink.py); plain C, no libbpf headers
@@ -24,13 +31,35 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+SANITIZE=
+if [ "${1:-}" = --sanitize ]; then
+  SANITIZE=${2:?--sanitize needs a directory}
+  shift 2
+fi
 VENV=${1:-.venv}
 CFLAGS=(-O2 -Wall -Wextra -Werror)
+RING_SO=ebpf/_ringsink.so
+SCAN_DIR=normalizer
+FRAME_DIR=spool
+CLIENT=$VENV/bin/assay-runner
 
 say() { printf 'native: %s\n' "$*"; }
 die() { printf 'native: error: %s\n' "$*" >&2; exit 1; }
 
 [ -x "$VENV/bin/python" ] || die "no venv at $VENV: run 'sudo make setup' (or scripts/setup.sh) first"
+
+# A sanitized build: its own tree, never the checkout's pieces (an ASan library needs libasan
+# preloaded into the process that loads it). Every finding aborts: no error is recovered from.
+if [ -n "$SANITIZE" ]; then
+  CFLAGS=(-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+          -Wall -Wextra -Werror)
+  mkdir -p "$SANITIZE/bin"
+  RING_SO=$SANITIZE/_ringsink.so
+  SCAN_DIR=$SANITIZE
+  FRAME_DIR=$SANITIZE
+  CLIENT=$SANITIZE/bin/assay-runner
+  ln -sfn "$(realpath "$VENV/bin/assay-runner-py")" "$SANITIZE/bin/assay-runner-py"
+fi
 
 LOG=$(mktemp -t assay-native.XXXXXX)
 trap 'rm -f "$LOG"' EXIT
@@ -60,7 +89,7 @@ compile() {
 
 # 1. The ring consumer. Without it the runner reads the ring with one Python
 #    call per record.
-so=ebpf/_ringsink.so
+so=$RING_SO
 if [ -f "$so" ] && [ "$so" -nt ebpf/ringsink.c ]; then
   say "ring consumer: already built ($so)"
 else
@@ -74,31 +103,26 @@ fi
 read -r ext inc < <("$VENV/bin/python" -c \
   'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"), sysconfig.get_paths()["include"])') || true
 [ -n "${inc:-}" ] || die "$VENV/bin/python cannot tell its extension suffix and include directory"
-so=normalizer/_fastscan$ext
-if [ -f "$so" ] && [ "$so" -nt normalizer/fastscan.c ]; then
-  say "normalizer accelerator: already built ($so)"
-else
-  need_compiler
-  [ -f "$inc/Python.h" ] || die "Python.h not found in $inc: apt-get install python3-dev"
-  compile "normalizer accelerator" "$so" -shared -fPIC -I"$inc" normalizer/fastscan.c
-  say "normalizer accelerator: built $so"
-fi
+# build_extension NAME SO SOURCE: a CPython extension, rebuilt when older than its source.
+build_extension() {
+  if [ -f "$2" ] && [ "$2" -nt "$3" ]; then
+    say "$1: already built ($2)"
+  else
+    need_compiler
+    [ -f "$inc/Python.h" ] || die "Python.h not found in $inc: apt-get install python3-dev"
+    compile "$1" "$2" -shared -fPIC -I"$inc" "$3"
+    say "$1: built $2"
+  fi
+}
+build_extension "normalizer accelerator" "$SCAN_DIR/_fastscan$ext" normalizer/fastscan.c
 
 # 3. The spool reader's frame walk, for the venv's Python, like the accelerator. Without it
 #    its Python twin walks the frames, slower.
-so=spool/_framescan$ext
-if [ -f "$so" ] && [ "$so" -nt spool/framescan.c ]; then
-  say "spool frame reader: already built ($so)"
-else
-  need_compiler
-  [ -f "$inc/Python.h" ] || die "Python.h not found in $inc: apt-get install python3-dev"
-  compile "spool frame reader" "$so" -shared -fPIC -I"$inc" spool/framescan.c
-  say "spool frame reader: built $so"
-fi
+build_extension "spool frame reader" "$FRAME_DIR/_framescan$ext" spool/framescan.c
 
 # 4. The fast daemon client becomes the venv's `assay-runner` (docs/daemon.md).
 #    Without it every client call pays Python's start-up (about 100 ms).
-client=$VENV/bin/assay-runner
+client=$CLIENT
 [ -x "$VENV/bin/assay-runner-py" ] \
   || die "$VENV/bin/assay-runner-py is missing (the fast client hands over to it): pip install -e . first"
 if [ "$(head -c4 "$client" 2>/dev/null)" = $'\x7fELF' ] && [ "$client" -nt runner/daemon/fastclient.c ]; then

@@ -19,6 +19,7 @@ import pluggy
 import pytest
 from hypothesis import HealthCheck, settings
 
+import tests.sanitized  # noqa: F401  (first: the sanitized C pieces, when asked for, before any import of them)
 from runner.capture.cgroup import PARENT_ENV
 from tests.archive_watch import ArchiveWatch
 from tests.support import ON_CI

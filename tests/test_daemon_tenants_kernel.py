@@ -78,7 +78,10 @@ socks = []
 for _ in range(int(sys.argv[2])):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sys.argv[1])
-    s.send(b"\\0")  # one byte of a frame header, and nothing more
+    try:
+        s.send(b"\\0")  # one byte of a frame header, and nothing more
+    except BrokenPipeError:  # over the limit, refused and closed before our byte: the refusal is read below
+        pass
     socks.append(s)
 print("open", flush=True)
 for command in sys.stdin:

@@ -33,9 +33,10 @@ import pytest
 from normalizer import redact
 from runner.capture.status import REFRESH_S
 from runner.daemon import protocol
+from tests import sanitized
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = Path(sys.executable).with_name("assay-runner")
+FAST = sanitized.FAST_CLIENT
 PYTHON_CLI = [sys.executable, "-m", "runner.cli.main"]
 SOURCE = ROOT / "runner" / "daemon" / "fastclient.c"
 

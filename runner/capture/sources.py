@@ -16,13 +16,15 @@ run's `RunSource`, the `EventSource` the capture phases drain
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from ebpf import ringsink
+from ebpf.loader import RingError
 from ebpf.monitor import (
     RUN_CGROUP_LEVEL,
     RUN_KEY,
@@ -102,6 +104,17 @@ class Buffered:
         self.batch_sink = sink
 
 
+@contextlib.contextmanager
+def _ring_read() -> Iterator[None]:
+    """A ring read that failed (ebpf/loader.py `RingError`) ends the run with one line: records may
+    be lost where nothing counted them, so no archive may be written as if the ring were empty."""
+    try:
+        yield
+    except RingError as exc:
+        raise RunnerError(f"cannot read the eBPF ring buffer: {exc.strerror}; the evidence would be "
+                          "incomplete, so no archive is written") from exc
+
+
 class LocalSource(Buffered):
     """Direct mode's run: its own monitor, read here by an observer with this one run."""
 
@@ -130,13 +143,15 @@ class LocalSource(Buffered):
             self._observer.open_run(RUN_KEY, sink)
 
     def wait(self, timeout_ms: int, wake: int | None = None) -> None:
-        self._observer.wait(timeout_ms, wake)
+        with _ring_read():
+            self._observer.wait(timeout_ms, wake)
 
     def drain(self) -> None:
-        self._observer.drain()
+        with _ring_read():
+            self._observer.drain()
 
     def finish(self) -> None:
-        self._observer.drain()
+        self.drain()
 
     def counters(self) -> RunCounters:
         return self.ledger.counters()

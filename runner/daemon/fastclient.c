@@ -112,6 +112,15 @@ static void put_be(buf_t *b, uint64_t v, int bytes)
 
 static void put_byte(buf_t *b, unsigned char c) { put(b, &c, 1); }
 
+/* strdup, or the Python CLI when memory is short (as every allocation here). */
+static char *xstrdup(const char *s)
+{
+    char *copy = strdup(s);
+    if (!copy)
+        fallback();
+    return copy;
+}
+
 static char *path_join(const char *dir, const char *name)
 {
     size_t d = strlen(dir);
@@ -298,7 +307,7 @@ static char *resolve_command(const char *name, const char *workdir, const char *
         else {
             char *joined = path_join(workdir, name), real[PATH_MAX];
             if (realpath(joined, real))
-                found = strdup(real);
+                found = xstrdup(real);
             free(joined);
         }
         if (!found || !runnable(found))
@@ -308,7 +317,7 @@ static char *resolve_command(const char *name, const char *workdir, const char *
     const char *search = path_env ? path_env : "/bin:/usr/bin"; /* os.defpath */
     if (!*search)
         return NULL;
-    char *copy = strdup(search), *save = NULL;
+    char *copy = xstrdup(search), *save = NULL;
     for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
         if (dir[0] != '/')
             break; /* a relative entry is resolved against our cwd by Python: not here */
@@ -377,7 +386,7 @@ static char *generated_run_id(void)
  * the rest appended. NULL when anything else happens (the Python CLI decides). */
 static char *resolve_out(const char *abs)
 {
-    char *tail = strdup(abs), real[PATH_MAX];
+    char *tail = xstrdup(abs), real[PATH_MAX];
     size_t cut = strlen(tail);
     while (1) {
         char saved = tail[cut];
@@ -385,6 +394,8 @@ static char *resolve_out(const char *abs)
         if (realpath(cut ? tail : "/", real)) {
             tail[cut] = saved;
             char *out = malloc(strlen(real) + strlen(tail + cut) + 2);
+            if (!out)
+                fallback();
             sprintf(out, "%s%s", strcmp(real, "/") ? real : "", tail + cut);
             if (!out[0])
                 strcpy(out, "/");
@@ -403,12 +414,13 @@ static char *resolve_out(const char *abs)
     return NULL;
 }
 
-/* inputs.make_dirs: the missing directories of `p`, each 0755 whatever the umask. */
+/* inputs.make_dirs: the missing directories of `p`, each 0755 whatever the umask; one that a
+ * concurrent run made first (mkdir's EEXIST on a directory) is theirs and keeps its mode. */
 static int make_dirs(const char *p)
 {
     if (is_dir(p))
         return 0;
-    char *parent = strdup(p), *slash = strrchr(parent, '/');
+    char *parent = xstrdup(p), *slash = strrchr(parent, '/');
     int rc = 0;
     if (slash && slash != parent) {
         *slash = 0;
@@ -417,8 +429,8 @@ static int make_dirs(const char *p)
     free(parent);
     if (rc)
         return rc;
-    if (mkdir(p, 0755) != 0 && !(errno == EEXIST && is_dir(p)))
-        return -1;
+    if (mkdir(p, 0755) != 0)
+        return errno == EEXIST && is_dir(p) ? 0 : -1;
     return chmod(p, 0755);
 }
 
@@ -431,8 +443,9 @@ static int create_out_dir(const char *out, const char *run_id, int force)
     unsigned char rnd[6];
     if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd)
         return -1;
-    snprintf(name, sizeof name, "%s/.assay-write-check-%02x%02x%02x%02x%02x%02x", out, rnd[0], rnd[1], rnd[2],
-             rnd[3], rnd[4], rnd[5]);
+    if (snprintf(name, sizeof name, "%s/.assay-write-check-%02x%02x%02x%02x%02x%02x", out, rnd[0], rnd[1],
+                 rnd[2], rnd[3], rnd[4], rnd[5]) >= (int)sizeof name)
+        return -1; /* a path the kernel would refuse (ENAMETOOLONG): the Python CLI says so */
     int fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
@@ -441,8 +454,8 @@ static int create_out_dir(const char *out, const char *run_id, int force)
     struct stat st;
     const char *suffixes[] = {".tar.gz", ".spool.partial"};
     for (int i = 0; i < 2 && !force; i++) {
-        snprintf(name, sizeof name, "%s/%s%s", out, run_id, suffixes[i]);
-        if (lstat(name, &st) == 0)
+        if (snprintf(name, sizeof name, "%s/%s%s", out, run_id, suffixes[i]) >= (int)sizeof name ||
+            lstat(name, &st) == 0)
             return -1;
     }
     int dir = open(out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); /* spool.dirfd.open_dir */
@@ -755,7 +768,7 @@ static int read_full(int fd, unsigned char *p, size_t n)
 }
 
 /* runner/daemon/client.py _mirror: the daemon's messages until the run is finished. */
-static int mirror(int sock, const char *out, int out_existed)
+static int mirror(int sock, const char *out, int out_existed, const sigset_t *unblock)
 {
     int tty = status_capable();
     double next = monotonic() + REFRESH_S;
@@ -765,6 +778,7 @@ static int mirror(int sock, const char *out, int out_existed)
     sa.sa_flags = SA_RESTART;
     g_sock = sock;
     sigaction(SIGINT, &sa, NULL);
+    sigprocmask(SIG_UNBLOCK, unblock, NULL); /* a Ctrl-C held since the request went out arrives now */
     sa.sa_handler = on_end; /* the daemon ends the run when we go: the terminal is given back first */
     sa.sa_flags = SA_RESETHAND;
     sigaction(SIGTERM, &sa, NULL);
@@ -806,18 +820,21 @@ static int mirror(int sock, const char *out, int out_existed)
                 r.bad = 1;
             int kind = rd_value(&r, &num, &s, &n, 0);
 #define KEY(k) (key_n == sizeof k - 1 && memcmp(key, k, key_n) == 0)
-            if (KEY("type") && kind == 's')
-                type = s, type_n = n;
-            else if ((KEY("summary") || KEY("message")) && kind == 's')
-                text = s, text_n = n;
+            /* a known field of the wrong type is a protocol error, as protocol.decode_daemon says
+             * (msgspec: an int field takes only an int, a float field an int or a float) */
+            int is_int = kind == 'i', is_str = kind == 's';
+            if (KEY("type"))
+                type = s, type_n = n, r.bad |= !is_str;
+            else if (KEY("summary") || KEY("message"))
+                text = s, text_n = n, r.bad |= !is_str;
             else if (KEY("events"))
-                events = num;
+                events = num, r.bad |= !is_int;
             else if (KEY("drops"))
-                drops = num;
+                drops = num, r.bad |= !is_int;
             else if (KEY("elapsed_s"))
-                elapsed = num;
+                elapsed = num, r.bad |= !is_int && kind != 'f';
             else if (KEY("exit_code"))
-                code = num;
+                code = num, r.bad |= !is_int;
 #undef KEY
         }
         if (r.bad || !type) {
@@ -886,7 +903,7 @@ int main(int argc, char **argv)
     if (!getcwd(cwd, sizeof cwd))
         fallback();
     if (o.workdir) {
-        char *joined = o.workdir[0] == '/' ? strdup(o.workdir) : path_join(cwd, o.workdir);
+        char *joined = o.workdir[0] == '/' ? xstrdup(o.workdir) : path_join(cwd, o.workdir);
         if (!realpath(joined, workdir) || !is_dir(workdir))
             fallback();
         free(joined);
@@ -898,7 +915,7 @@ int main(int argc, char **argv)
     const char *out_arg = o.out ? o.out : DEFAULT_OUT;
     if (!clean_relative(out_arg))
         fallback();
-    char *out = out_arg[0] == '/' ? strdup(out_arg) : path_join(cwd, out_arg);
+    char *out = out_arg[0] == '/' ? xstrdup(out_arg) : path_join(cwd, out_arg);
     char *out_display = resolve_out(out);
     if (!out_display || !utf8_ok(out_display) || !utf8_ok(run_id))
         fallback();
@@ -946,6 +963,13 @@ int main(int argc, char **argv)
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN(sizeof fds);
     memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    /* From the first byte sent, the daemon has a run: a Ctrl-C must reach it as `Interrupt`
+     * (recorded as sigint), never as this process dying mid-request (client_disconnected). It
+     * is held from here until mirror's handler is in place, and delivered then. */
+    sigset_t sigint;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
+    sigprocmask(SIG_BLOCK, &sigint, NULL);
     ssize_t sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
     size_t done = sent > 0 ? (size_t)sent : 0;
     while (sent >= 0 && done < req.n) { /* the rest of the frame, without the fds */
@@ -955,5 +979,5 @@ int main(int argc, char **argv)
     /* a send that failed: the daemon refused us at once, and its reason is waiting to be read */
     close(fds[3]);
     close(fds[4]);
-    return mirror(sock, out, out_existed);
+    return mirror(sock, out, out_existed, &sigint);
 }

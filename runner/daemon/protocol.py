@@ -250,6 +250,9 @@ class FrameReader:
 
     Received fds are owned by the reader until `take_fds`; `close` closes
     whatever was not taken, so a peer cannot leak descriptors into the daemon.
+    It never reads past the frame it is completing: the server hands a run's
+    connection to its worker after the request, and a client's `Interrupt`
+    sent right behind the request must still be in the socket for the worker.
     """
 
     def __init__(self, max_fds: int = len(RUN_FDS)) -> None:
@@ -261,7 +264,7 @@ class FrameReader:
     def feed(self, sock: socket.socket) -> None:
         """One recvmsg; raises BlockingIOError on a non-blocking socket with nothing to read."""
         space = socket.CMSG_SPACE(self._max_fds * 4)
-        data, ancdata, flags, _ = sock.recvmsg(65536, space, socket.MSG_CMSG_CLOEXEC)
+        data, ancdata, flags, _ = sock.recvmsg(min(65536, self._wanted()), space, socket.MSG_CMSG_CLOEXEC)
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array("i")
@@ -275,6 +278,13 @@ class FrameReader:
         self._buf += data
         if len(self._buf) >= _HEADER.size and _HEADER.unpack_from(self._buf)[0] > MAX_FRAME:
             raise ProtocolError(f"frame larger than {MAX_FRAME} bytes")
+
+    def _wanted(self) -> int:
+        """Bytes to the end of the frame being completed (its header first), at least one."""
+        if len(self._buf) < _HEADER.size:
+            return _HEADER.size - len(self._buf)
+        (size,) = _HEADER.unpack_from(self._buf)
+        return max(1, _HEADER.size + min(size, MAX_FRAME) - len(self._buf))
 
     def frame(self) -> bytes | None:
         """The next complete frame body, or None until one is complete."""
