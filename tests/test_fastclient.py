@@ -19,13 +19,9 @@ import socket
 import stat
 import struct
 import subprocess
-import sys
-import tempfile
 import termios
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,99 +29,20 @@ import pytest
 from normalizer import redact
 from runner.capture.status import REFRESH_S
 from runner.daemon import protocol
-from tests import sanitized
+from tests.fastclient_support import (
+    CLIENTS,
+    ROOT,
+    SOURCE,
+    FakeDaemon,
+    Script,
+    Seen,
+    daemon_factory,
+    fast_binary,
+    finished,
+    run_client,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-FAST = sanitized.FAST_CLIENT
-PYTHON_CLI = [sys.executable, "-m", "runner.cli.main"]
-SOURCE = ROOT / "runner" / "daemon" / "fastclient.c"
-
-
-def _fast_binary() -> str:
-    with FAST.open("rb") as f:
-        assert f.read(4) == b"\x7fELF", f"{FAST} is not the fast client: run make setup"
-    assert FAST.stat().st_mtime >= SOURCE.stat().st_mtime, f"{FAST} is older than {SOURCE}: run make setup"
-    return str(FAST)
-
-
-CLIENTS = {"python": lambda: PYTHON_CLI, "fast": lambda: [_fast_binary()]}
-
-
-@dataclass
-class Seen:
-    request: protocol.RunStart | None = None
-    fds: list[os.stat_result] = field(default_factory=list)
-    later: list[object] = field(default_factory=list)
-    connections: int = 0
-
-
-Script = Callable[[socket.socket, Seen], None]
-
-
-def finished(code: int, text: str = "assay-runner: command exited 0 after 0.01s\n  archive: x") -> Script:
-    def reply(conn: socket.socket, _seen: Seen) -> None:
-        protocol.send(conn, protocol.Started(run_id="x"))
-        protocol.send(conn, protocol.Finished(exit_code=code, summary=text))
-    return reply
-
-
-class FakeDaemon:
-    """A unix socket that takes one run request per connection and answers with `script`."""
-
-    def __init__(self, script: Script) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="fastclient-", dir="/tmp"))
-        self.socket = self.dir / "runner.sock"
-        self.script = script
-        self.seen: list[Seen] = []
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(self.socket))
-        self._listener.listen(8)
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            with conn:
-                seen = Seen()
-                self.seen.append(seen)
-                reader = protocol.FrameReader()
-                body = protocol.receive(conn, reader)
-                if body is None:
-                    continue  # a client that connected and went away (the fast client's fallback may)
-                # a run start is all a client sends first: anything else fails the test's checks on it
-                seen.request = protocol.decode_client(body)  # type: ignore[assignment]
-                for fd in reader.take_fds():
-                    seen.fds.append(os.fstat(fd))
-                    os.close(fd)
-                self.script(conn, seen)
-
-    def close(self) -> None:
-        self._listener.close()
-        for p in self.dir.iterdir():
-            p.unlink()
-        self.dir.rmdir()
-
-
-@pytest.fixture
-def daemon_factory() -> Iterator[Callable[[Script], FakeDaemon]]:
-    made: list[FakeDaemon] = []
-
-    def make(script: Script) -> FakeDaemon:
-        made.append(FakeDaemon(script))
-        return made[-1]
-    yield make
-    for d in made:
-        d.close()
-
-
-def run_client(client: str, args: list[str], cwd: Path, env: dict[str, str] | None = None,
-               ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLIENTS[client](), *args], cwd=cwd, capture_output=True, text=True, timeout=60,
-                          env=env if env is not None else {**os.environ}, stdin=subprocess.DEVNULL)
+__all__ = ["daemon_factory"]  # the fixture, shared with tests/test_fastclient_edges.py
 
 
 def both(args: Callable[[str], list[str]], cwd: Callable[[str], Path], script: Script,
@@ -279,7 +196,7 @@ def test_ctrl_c_reaches_the_daemon_as_an_interrupt(tmp_path: Path, daemon_factor
         protocol.send(conn, protocol.Finished(exit_code=130, summary="ended"))
 
     fake = daemon_factory(script)
-    client = subprocess.Popen([_fast_binary(), "run", "--socket", str(fake.socket), "--out", "out",
+    client = subprocess.Popen([fast_binary(), "run", "--socket", str(fake.socket), "--out", "out",
                                "--run-id", "c", "--", "true"],
                               cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     _until_mirroring(client.pid)  # its Ctrl-C now tells the daemon (before, it ends the client)

@@ -11,7 +11,6 @@ client's own `mkdir` of it (a concurrent run that won the race).
 from __future__ import annotations
 
 import os
-import platform
 import signal
 import socket
 import struct
@@ -26,9 +25,9 @@ import msgspec
 import pytest
 
 from runner.daemon import protocol
-from tests.test_fastclient import CLIENTS, Script, daemon_factory, finished, run_client
+from tests.fastclient_support import CLIENTS, Script, blocked_sending, daemon_factory, finished, run_client
 
-__all__ = ["daemon_factory"]  # the fixture, shared with tests/test_fastclient.py
+__all__ = ["daemon_factory"]  # the fixture, from tests/fastclient_support.py
 
 SHIM = r"""
 #define _GNU_SOURCE
@@ -174,18 +173,6 @@ def test_a_reply_field_of_the_wrong_type_is_a_protocol_error(tmp_path: Path, cli
     assert proc.returncode == 125, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("assay-runner: error: bad reply from the daemon"), lines
-
-
-SEND_SYSCALLS = {"x86_64": {44, 46}, "aarch64": {206, 211}}
-"""sendto and sendmsg: what /proc/PID/syscall shows while the client is blocked sending its request."""
-
-
-def blocked_sending(pid: int) -> bool:
-    try:
-        fields = Path(f"/proc/{pid}/syscall").read_text().split()
-    except OSError:
-        return False
-    return bool(fields) and fields[0].isdigit() and int(fields[0]) in SEND_SYSCALLS[platform.machine()]
 
 
 class SlowReader:

@@ -24,9 +24,9 @@ import pytest
 
 from spool.format import read_spool
 from tests.daemon_support import daemon, shared_tmp
+from tests.fastclient_support import blocked_sending
 from tests.sanitized import FAST_CLIENT
 from tests.support import Archive
-from tests.test_fastclient_edges import blocked_sending
 
 pytestmark = pytest.mark.kernel
 

@@ -106,7 +106,7 @@ def test_every_blocked_connect_is_one_whole_record_under_concurrent_opens(progra
             child.wait()
         monitor.close()
         cgroup.remove()
-    assert child is not None and child.returncode == 0
+    assert child.returncode == 0  # started: the try above ran through
     assert counters.drops["net_block"] == 0, "the ring overflowed: the check below would not be exact"
 
     blocks = [r for r in records if HEADER.unpack_from(r)[3] == HOOK_NET_BLOCK]

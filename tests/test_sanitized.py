@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -30,6 +31,12 @@ SOURCES = ("scripts/build_native.sh", "scripts/test_asan.sh", "ebpf/ringsink.c",
            "spool/framescan.c", "runner/daemon/fastclient.c")
 
 
+def _home(extension: ModuleType) -> Path:
+    """The directory an extension module was loaded from."""
+    assert extension.__file__ is not None, extension
+    return Path(extension.__file__).parent
+
+
 def test_the_suites_use_the_builds_the_environment_names() -> None:
     """The sanitized tree's pieces under make test-asan, the checkout's otherwise; never a mix."""
     assert accel.native is not None and spool_accel.native is not None
@@ -37,14 +44,14 @@ def test_the_suites_use_the_builds_the_environment_names() -> None:
     maps = Path("/proc/self/maps").read_text()
     asan_runtime = b"__asan_init" in sanitized.FAST_CLIENT.read_bytes()
     if sanitized.TREE is None:
-        assert Path(accel.native.__file__).parent == ROOT / "normalizer"
-        assert Path(spool_accel.native.__file__).parent == ROOT / "spool"
+        assert _home(accel.native) == ROOT / "normalizer"
+        assert _home(spool_accel.native) == ROOT / "spool"
         assert ringsink.LIBRARY == ROOT / "ebpf" / "_ringsink.so"
         assert Path(sys.executable).with_name("assay-runner") == sanitized.FAST_CLIENT
         assert "libasan" not in maps and not asan_runtime
     else:
-        assert Path(accel.native.__file__).parent == sanitized.TREE
-        assert Path(spool_accel.native.__file__).parent == sanitized.TREE
+        assert _home(accel.native) == sanitized.TREE
+        assert _home(spool_accel.native) == sanitized.TREE
         assert ringsink.LIBRARY.parent == sanitized.TREE
         assert sanitized.FAST_CLIENT.parent == sanitized.TREE / "bin"
         assert "libasan" in maps and asan_runtime
