@@ -27,7 +27,7 @@ class FailingObserver:
 @pytest.mark.parametrize("read", ["wait", "drain", "finish"])
 def test_a_failed_ring_read_ends_the_run_with_one_line(read: str) -> None:
     source = LocalSource.__new__(LocalSource)  # no monitor: only the reads are under test
-    source._observer = FailingObserver()  # type: ignore[assignment]
+    source._observer = FailingObserver()  # type: ignore[assignment]  # a stand-in observer
     with pytest.raises(RunnerError) as raised:
         getattr(source, read)(*([10] if read == "wait" else []))
     message = str(raised.value)
