@@ -20,8 +20,8 @@ import pytest
 from runner.errors import EXIT_RUNNER_ERROR, RunnerError
 from runner.host import checks, headers, mounts
 
-CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "hooks", "pidns", "landlock",
-          "limits", "stale", "native")
+CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "hooks", "paths", "pidns",
+          "landlock", "limits", "stale", "native")
 
 
 STALE = re.compile(r"cgroup .* of a runner that died|spool|archive")
@@ -56,8 +56,19 @@ def test_doctor_json_is_machine_readable() -> None:
     for check in doc["checks"]:
         assert set(check) == {"name", "status", "ok", "required", "detail", "fix"}
         assert check["status"] == ("ok" if check["ok"] else "warn")
-    optional = {"hooks", "landlock", "limits", "stale", "native"}
+    optional = {"hooks", "paths", "landlock", "limits", "stale", "native"}
     assert {c["name"] for c in doc["checks"] if not c["required"]} == optional
+
+
+@pytest.mark.kernel
+def test_doctor_says_where_paths_come_from() -> None:
+    """The kernel's own path where fentry works (the matrix's guests), else user memory (this host)."""
+    from ebpf import kpaths
+
+    check = checks.check_paths()
+    probe = kpaths.probe()
+    assert check.ok == probe.available
+    assert check.detail.startswith("path_source=kernel" if probe.available else "path_source=user_memory: ")
 
 
 @pytest.mark.kernel
