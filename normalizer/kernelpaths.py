@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ebpf.wire import HEADER, HOOK_FILE_OPEN, HOOK_OPEN, HOOK_OPEN_BY_HANDLE, TRUNC_FIRST, TRUNC_UNREAD
-from normalizer.classify import Classified, kind_name
+from normalizer.classify import Classified, cached_open_meta, kind_name
 from normalizer.paths import Resolved, c_string
 
 _SIZE = HEADER.size
@@ -60,14 +60,16 @@ KERNEL_OPEN = 85
 
 
 def kernel_open_lines(r: Resolved, order: int) -> list[Classified]:
-    """The line of a kernel record made outside any traced syscall (`a3` 0), with its path;
-    none for one made inside a call (that call's record carries it) or naming no file."""
+    """The line of a kernel record made outside any traced syscall (`a3` 0), with its path and the
+    open metadata of the file's flags (`ret`: the kernel has dropped O_CREAT, O_EXCL and O_TRUNC by
+    then, the access mode is whole); none for one made inside a call (that call's record carries
+    it) or naming no file."""
     e = r.item.event
     value = c_string(e.data) if e.a3 == 0 else None
     if value is None:
         return []
-    return [Classified(event_type=KERNEL_OPEN, kind=kind_name(KERNEL_OPEN), value=value, meta=None,
-                       order=order, ts=e.ts)]
+    return [Classified(event_type=KERNEL_OPEN, kind=kind_name(KERNEL_OPEN), value=value,
+                       meta=cached_open_meta(e.ret & 0xFFFFFFFF, 0, 0, 0), order=order, ts=e.ts)]
 
 
 def is_kernel_record(rec: bytes) -> bool:

@@ -37,8 +37,8 @@ def rec(ts: int, tid: int, hook: int, data: bytes = b"", ret: int = 0, a0: int =
 
 
 def kernel(ts: int, tid: int, path: bytes, inside: int = HOOK_OPEN, dev: int = 5, ino: int = 9,
-           ns: int = HOME_NS, tgid: int | None = None) -> bytes:
-    return rec(ts, tid, HOOK_FILE_OPEN, path + b"\0", 0, dev, ino, ns, inside, tgid=tgid)
+           ns: int = HOME_NS, tgid: int | None = None, f_flags: int = 0) -> bytes:
+    return rec(ts, tid, HOOK_FILE_OPEN, path + b"\0", f_flags, dev, ino, ns, inside, tgid=tgid)
 
 
 def opened(ts: int, tid: int, path: bytes, ret: int = 3, tgid: int | None = None) -> bytes:
@@ -162,10 +162,15 @@ def test_an_open_outside_any_traced_call_is_an_event_85_line_and_an_execs_is_non
     plain = read_spool(DATA / "example.spool")
     i, sub = _index(plain, b"/tmp/rec/work/sub")
     ts, tgid, tid = HEADER.unpack_from(sub)[:3]
-    spool = example([(i, kernel(ts - 2, tid, b"/etc/shadow", inside=0, tgid=tgid)),
+    spool = example([(i, kernel(ts - 3, tid, b"/etc/shadow", inside=0, tgid=tgid)),
+                     (i, kernel(ts - 2, tid, b"/etc/cron.d/x", inside=0, tgid=tgid, f_flags=0o100001)),
                      (i, kernel(ts - 1, tid, b"/usr/bin/python3", inside=HOOK_EXECVE, tgid=tgid))])
     got = lines(spool)
     assert (3, "event_85", "/etc/shadow") in got
+    run = normalize(spool)
+    modes = {e.value: (e.access_mode, e.flags) for e in run.kernel_events if e.kind == "event_85"}
+    assert modes == {"/etc/shadow": ("read", 0), "/etc/cron.d/x": ("write", 0o100001)}
+    assert "/etc/cron.d/x" in run.preview.written.first and "/etc/shadow" not in run.preview.written.first
     assert [v for _, _, v in got].count("/usr/bin/python3") == 1  # the exec line only
     assert (3, "openat", "/tmp/rec/work/sub") in got  # neither record was made inside that open
 

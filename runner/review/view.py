@@ -47,9 +47,9 @@ KERNEL = "layers/kernel.ndjson"
 POLICY = "layers/policy.ndjson"
 SDK = "layers/sdk.ndjson"
 PHASES = "events.ndjson"
-OPEN_KINDS = frozenset({"openat", "event_83", "event_84"})
-"""Opens: `openat`, and those Assay keeps out of it (a write of a runtime path, a read through
-/proc of another process; normalizer/telemetry.py)."""
+OPEN_KINDS = frozenset({"openat", "event_83", "event_84", "event_85"})
+"""Opens: `openat`, those Assay keeps out of it (a write of a runtime path, a read through
+/proc of another process; normalizer/telemetry.py), and io_uring's (normalizer/kernelpaths.py)."""
 FILE_KINDS = OPEN_KINDS | {"file_blocked"}
 ENDPOINT_KINDS = {"connect": "connect", "connect_blocked": "connect blocked",
                   "event_6": "datagram (sendto)", "event_7": "datagram (sendmsg)"}
