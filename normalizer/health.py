@@ -94,6 +94,8 @@ class CaptureFacts:
     """Where open paths came from: `kernel` (security_file_open) or `user_memory` (ebpf/kpaths.py)."""
     kernel_paths: int = 0
     """Opens whose line names the kernel's path of the file (normalizer/kernelpaths.py)."""
+    requested: dict[str, str] = field(default_factory=dict)
+    """Kernel path -> the first requested string that named it differently (for `show --spool`)."""
 
     @property
     def lost_hooks(self) -> list[str]:

@@ -25,9 +25,11 @@ passed that path:
   submitting thread or an io_uring worker) is evidence of its own: an
   `event_85` line (normalizer/scan.py). One made inside an exec (the binary,
   its interpreter) is the exec's and adds nothing.
-- The requested string is kept where it was: in the spool's raw record,
-  which `assay-runner show --spool` prints beside the archive's value when
-  the two differ (runner/review), as it does for transient names.
+- The requested string is kept where it was: in the spool's raw record.
+  `requested` maps each kernel path to the first string that named it
+  differently (not the same path, nor a relative path ending in it), and
+  `assay-runner show --spool` prints it beside the archive's value as it
+  prints a transient name's raw one (runner/review).
 
 Paths the kernel gives that are not a file's name are not used, and the
 requested string stays: a pseudo file (`pipe:[N]`, `anon_inode:...`, not
@@ -41,11 +43,13 @@ has.
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 
 from ebpf.wire import HEADER, HOOK_FILE_OPEN, HOOK_OPEN, HOOK_OPEN_BY_HANDLE, TRUNC_FIRST, TRUNC_UNREAD
 from normalizer.classify import Classified, cached_open_meta, kind_name
 from normalizer.paths import Resolved, c_string
+from normalizer.text import escape_bytes
 
 _SIZE = HEADER.size
 _unpack = HEADER.unpack_from
@@ -85,6 +89,8 @@ class KernelPaths:
     """Set at the first kernel record: before it there is nothing to pair."""
     paired: int = 0
     """Opens whose line names the kernel's path."""
+    requested: dict[str, str] = field(default_factory=dict)
+    """Kernel path -> the first requested string that named it differently (v0 text)."""
     _pending: dict[int, tuple[int, int, bytes]] = field(default_factory=dict)
     """tid -> (ts, syscall hook it was made inside, kernel path) of its latest kernel record."""
     _home_ns: int | None = None
@@ -113,6 +119,7 @@ class KernelPaths:
             return rec
         self.paired += 1
         if hook == HOOK_OPEN:  # an absolute path: no dirfd, no RESOLVE_IN_ROOT base any more
+            self._note_request(pending[2], rec[_SIZE:_SIZE + dlen].split(b"\0", 1)[0])
             a0, a3 = AT_FDCWD, a3 & ~RESOLVE_IN_ROOT
         payload = pending[2] + b"\0"
         cut &= ~(TRUNC_FIRST | TRUNC_UNREAD)
@@ -129,6 +136,13 @@ class KernelPaths:
             self._home_paths[(dev, ino)] = path
             return path
         return self._home_paths.get((dev, ino), path)
+
+    def _note_request(self, path: bytes, asked: bytes) -> None:
+        """Remember `asked` for `path` when it does not name `path` lexically."""
+        same = posixpath.normpath(asked) if asked else b""
+        if same == path or (not asked.startswith(b"/") and path.endswith(b"/" + same)):
+            return
+        self.requested.setdefault(escape_bytes(path), escape_bytes(asked))
 
     @staticmethod
     def _with_path(rec: bytes, path: bytes) -> bytes:

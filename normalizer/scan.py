@@ -401,4 +401,5 @@ class Scan:
             hooks_missing=trailer.hooks_missing,
             path_source=trailer.path_source,
             kernel_paths=self.kernel_paths.paired,
+            requested=self.kernel_paths.requested,
         )

@@ -109,6 +109,15 @@ def test_another_mount_namespace_takes_the_name_the_run_saw_for_the_same_inode()
     assert paired(records) == [b"/w/src/f", b"/w/src/f", b"/w/dst/g"]
 
 
+def test_the_requested_string_is_kept_where_it_names_the_file_differently() -> None:
+    stage = KernelPaths(active=True)
+    stage.rewrite([kernel(10, 1, b"/w/secret"), opened(11, 1, b"link"),
+                   kernel(12, 1, b"/w/secret"), opened(13, 1, b"/proc/self/root/w/secret"),
+                   kernel(14, 1, b"/w/plain"), opened(15, 1, b"sub/../plain"),
+                   kernel(16, 1, b"/w/abs"), opened(17, 1, b"/w//abs")])
+    assert stage.requested == {"/w/secret": "link"}  # the first that differs; the lexical ones do not
+
+
 def test_the_stage_is_deterministic_and_one_for_one() -> None:
     records = [kernel(10, 1, b"/a"), kernel(11, 2, b"/b"), opened(12, 2, b"b"), opened(13, 1, b"a"),
                kernel(14, 1, b"/c", inside=0), opened(15, 1, b"c")]
