@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import Archive, run_observed, unique_run_id
+from support import Archive, assay, run_observed, unique_run_id
 
 from ebpf import kpaths
 
@@ -68,6 +68,9 @@ def test_a_proc_self_root_alias_names_the_file(observed) -> None:
     else:  # lexically resolved; the racing opens may carry either name
         assert opened(archive)[f"{d}/secret"] >= secret
     assert not [v for v in opened(archive) if v.startswith("/proc/self/root")]
+    show = assay("show", "--all", archive.path)  # with the spool beside it: the first string asked for
+    assert show.returncode == 0, show.stderr
+    assert (f"(raw: /proc/self/root{d}/secret)" in show.stdout) == KERNEL, show.stdout
 
 
 def test_a_symlink_names_its_target(observed) -> None:
