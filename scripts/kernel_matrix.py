@@ -36,9 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 KERNELS = ("host", "debian-6.1", "debian-6.12")
 TESTS = {
-    # one observed run: its exec, open, write and connect lines, health, validation
-    "smoke": ("tests/test_run_kernel.py",),
-    "full": ("tests/test_run_kernel.py", "tests/test_fs_ops_kernel.py",
+    # one observed run: its exec, open, write and connect lines, health, validation; one file opened
+    # under five names, and the path each line names (kernel paths where the kernel offers them)
+    "smoke": ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py"),
+    "full": ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py", "tests/test_fs_ops_kernel.py",
              "tests/test_observe_kernel.py::test_command_log_equals_what_strace_saw"),
 }
 """Kernel tests each kernel runs: `full` adds the strace witnesses of file operations and execs."""
