@@ -399,7 +399,8 @@ class Scan:
             moved_processes=len(self.namespaces.moved),
             mount_changes=self.namespaces.mount_changes,
             hooks_missing=trailer.hooks_missing,
-            path_source=trailer.path_source,
+            # a recovered spool's trailer is not the run's: its kernel records say it too
+            path_source="kernel" if self.kernel_paths.active else trailer.path_source,
             kernel_paths=self.kernel_paths.paired,
             requested=self.kernel_paths.requested,
         )

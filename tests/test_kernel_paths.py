@@ -193,3 +193,12 @@ def test_an_open_by_handle_is_named_by_the_kernel() -> None:
                      (i, handle)])
     assert (3, "event_141", "/tmp/rec/handled") in lines(spool)
     assert (3, "event_141", None) in lines(example([(i, handle)]))
+
+
+def test_a_recovered_spool_whose_trailer_does_not_say_is_still_kernel_named() -> None:
+    """spool/recover.py writes the trailer of a runner that died: it knows nothing of the monitor."""
+    plain = read_spool(DATA / "example.spool")
+    i, sub = _index(plain, b"/tmp/rec/work/sub")
+    ts, tgid, tid = HEADER.unpack_from(sub)[:3]
+    spool = example([(i, kernel(ts - 1, tid, b"/tmp/rec/elsewhere", tgid=tgid))], source="user_memory")
+    assert "s2_path_source: path_source=kernel kernel_named_opens=1" in normalize(spool).health.notes
