@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 
 from ebpf.btf import Btf, BtfError
-from ebpf.loader import PROG_TRACING, TRACE_FENTRY, LoadError, _load_program, raw_tracepoint_open
+from ebpf.loader import PROG_TRACING, TRACE_FENTRY, LoadError, load_program, raw_tracepoint_open
 
 FUNCTION = "security_file_open"
 PROGRAM = f"kfunc__{FUNCTION}"
@@ -68,7 +68,7 @@ def probe() -> KernelPaths:
     except BtfError as exc:
         return KernelPaths(USER_MEMORY, str(exc))
     try:
-        prog = _load_program("assay_probe", PROG_TRACING, TRACE_FENTRY, _TRIVIAL, "GPL", btf_id)
+        prog = load_program("assay_probe", PROG_TRACING, TRACE_FENTRY, _TRIVIAL, "GPL", btf_id)
     except (LoadError, OSError) as exc:
         return KernelPaths(USER_MEMORY, f"fentry on {FUNCTION}: {exc}")
     try:

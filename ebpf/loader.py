@@ -270,7 +270,7 @@ class LoadedObject:
         insns = bytearray(spec.insns)
         for index, map_name in spec.relocs:
             struct.pack_into("<i", insns, index * 8 + 4, self.maps[map_name].fd)
-        fd = _load_program(name, prog_type, attach_type, bytes(insns), self._obj.license, attach_btf_id)
+        fd = load_program(name, prog_type, attach_type, bytes(insns), self._obj.license, attach_btf_id)
         self._prog_fds[name] = fd
         return fd
 
@@ -335,7 +335,7 @@ def raw_tracepoint_open(prog_fd: int) -> int:
     return fd
 
 
-def _load_program(name: str, prog_type: int, attach_type: int, insns: bytes, license: str,
+def load_program(name: str, prog_type: int, attach_type: int, insns: bytes, license: str,
                   attach_btf_id: int = 0) -> int:
     """bpf(BPF_PROG_LOAD); on refusal, once more with the verifier's log for the message.
 
