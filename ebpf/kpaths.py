@@ -18,7 +18,11 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
+import msgspec
+
+from ebpf.bpfobject import cache_dir, read_trusted, write_whole
 from ebpf.btf import Btf, BtfError
 from ebpf.loader import PROG_TRACING, TRACE_FENTRY, LoadError, load_program, raw_tracepoint_open
 
@@ -41,6 +45,8 @@ OFFSETS = {
 }
 """ebpf/kpath.c's compile-time offsets: define -> (struct, member), read from the kernel's BTF."""
 _TRIVIAL = bytes.fromhex("b700000000000000" "9500000000000000")  # r0 = 0; exit
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_facts = msgspec.json.Decoder(tuple[int, tuple[str, ...]])
 
 
 @dataclass(frozen=True)
@@ -62,9 +68,7 @@ class KernelPaths:
 def probe() -> KernelPaths:
     """Load and attach a do-nothing fentry program on security_file_open; KERNEL when both work."""
     try:
-        btf = Btf.kernel()
-        btf_id = btf.func_id(FUNCTION)
-        cflags = tuple(f"-D{name}={btf.offset(s, m)}" for name, (s, m) in OFFSETS.items())
+        btf_id, cflags = kernel_facts()
     except BtfError as exc:
         return KernelPaths(USER_MEMORY, str(exc))
     try:
@@ -80,3 +84,30 @@ def probe() -> KernelPaths:
     with contextlib.suppress(OSError):
         os.close(link)
     return KernelPaths(KERNEL, "", btf_id, ("-DKERNEL_PATHS", *cflags))
+
+
+def kernel_facts() -> tuple[int, tuple[str, ...]]:
+    """(BTF id of FUNCTION, the `-D` offset flags) of the running kernel.
+
+    Reading them parses the kernel's whole BTF (about 0.35 s of Python for 5 MB), and they
+    cannot change until the next boot, so they are kept in the compiled-object cache
+    (ebpf/bpfobject.py, trusted only as root's), named by the boot id: every later run of
+    this boot reads a few hundred bytes instead.
+    """
+    folder = cache_dir()
+    try:
+        boot = BOOT_ID.read_text().strip()
+    except OSError:
+        boot = ""
+    path = folder / f"kpaths-{boot}.json" if folder is not None and boot else None
+    data = read_trusted(path) if path is not None else None
+    if data is not None:
+        with contextlib.suppress(msgspec.DecodeError):
+            return _facts.decode(data)
+    btf = Btf.kernel()
+    facts = (btf.func_id(FUNCTION), tuple(f"-D{name}={btf.offset(s, m)}" for name, (s, m) in OFFSETS.items()))
+    if path is not None and write_whole(path, msgspec.json.encode(facts)):
+        for old in path.parent.glob("kpaths-*.json"):  # earlier boots'
+            if old != path:
+                old.unlink(missing_ok=True)
+    return facts

@@ -68,3 +68,24 @@ def test_this_kernels_btf_has_what_the_kernel_path_program_reads() -> None:
     assert btf.func_id(FUNCTION) > 0
     offsets = {name: btf.offset(s, m) for name, (s, m) in OFFSETS.items()}
     assert offsets["FILE_F_PATH"] != offsets["FILE_F_INODE"] and all(v >= 0 for v in offsets.values())
+
+
+@pytest.mark.kernel
+def test_the_kernel_facts_are_read_once_per_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-BTF parse is paid by the boot's first run; later runs read the cache (root's)."""
+    from ebpf import kpaths
+
+    if not VMLINUX.exists():  # no BTF: nothing to read, nothing kept
+        assert kpaths.probe().source == kpaths.USER_MEMORY
+        return
+    monkeypatch.setenv("ASSAY_RUNNER_BPF_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir(mode=0o700)
+    (tmp_path / "cache" / "kpaths-an-earlier-boot.json").write_text("[1,[]]")
+    facts = kpaths.kernel_facts()
+    [kept] = (tmp_path / "cache").glob("kpaths-*.json")
+    assert kept.name == f"kpaths-{kpaths.BOOT_ID.read_text().strip()}.json"
+    assert kpaths.kernel_facts() == facts
+    kept.write_text("[7,[\"-DFILE_F_PATH=1\"]]")  # what is cached is what is used
+    assert kpaths.kernel_facts() == (7, ("-DFILE_F_PATH=1",))
+    kept.write_text("not json")  # a bad file is parsed again
+    assert kpaths.kernel_facts() == facts
