@@ -5,7 +5,8 @@
  * Rule: nothing here (or in monitor.c) may read kernel struct fields. The
  * kernel headers on our machines do not match the running kernel, so only
  * tracepoint arguments (layout read from tracefs at run time) and helpers are
- * safe.
+ * safe. The one exception, ebpf/kpath.c, takes its offsets from the running
+ * kernel's BTF, never from a header.
  */
 #ifndef ASSAY_EVENTS_H
 #define ASSAY_EVENTS_H
@@ -55,6 +56,7 @@
 #define HOOK_MEMFD 73    /* memfd_create: joined, the name */
 #define HOOK_PTRACE 80   /* ptrace ATTACH, SEIZE, TRACEME: joined */
 #define HOOK_PROCESS_VM 81 /* process_vm_readv, process_vm_writev: joined */
+#define HOOK_FILE_OPEN 85 /* security_file_open (fentry, ebpf/kpath.c): the kernel's path of an open */
 #define HOOK_MAX 96      /* size of the per-hook counter array */
 
 #define RUN_SLOTS 64     /* runs live at once; a run key's slot is key % RUN_SLOTS, slot 0 = unknown */
@@ -109,6 +111,8 @@
  *            payload: path (empty by fd), attribute name
  *   BIND:    a0 fd, a1 sockaddr length; payload: raw sockaddr
  *   MEMFD:   a0 flags; payload: the name asked for (ret: the fd)
+ *   FILE_OPEN: ret the file's f_flags, a0 device, a1 inode, a2 mount namespace inode, a3 the
+ *            joined hook the thread is inside (0: none); payload: d_path (ebpf/kpath.c)
  */
 struct assay_hdr {
     unsigned long long ts;   /* bpf_ktime_get_ns() at syscall exit: the runner clock */

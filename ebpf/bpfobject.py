@@ -120,7 +120,8 @@ def _trusted(st: os.stat_result, kind: Callable[[int], bool]) -> bool:
     return kind(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022
 
 
-def _read(path: Path) -> BpfObject | None:
+def read_trusted(path: Path) -> bytes | None:
+    """The bytes of cache file `path` when root owns it and nobody else may write it, else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -129,29 +130,43 @@ def _read(path: Path) -> BpfObject | None:
         if not _trusted(os.fstat(fd), stat.S_ISREG):
             return None
         with os.fdopen(os.dup(fd), "rb") as f:
-            obj = msgspec.msgpack.decode(f.read(), type=BpfObject)
-    except (OSError, msgspec.DecodeError):
+            return f.read()
+    except OSError:
         return None
     finally:
         os.close(fd)
-    return obj if obj.format == FORMAT else None
 
 
-def _write(path: Path, obj: BpfObject) -> None:
-    """Write `path` whole, or not at all (a cache that cannot be written only costs the next compile)."""
+def write_whole(path: Path, data: bytes) -> bool:
+    """Write cache file `path` whole (temp file + rename), or not at all (False)."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     except OSError:
-        return
+        return False
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(msgspec.msgpack.encode(obj))
+            f.write(data)
         os.rename(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        return
-    _evict(path.parent)
+        return False
+    return True
+
+
+def _read(path: Path) -> BpfObject | None:
+    data = read_trusted(path)
+    try:
+        obj = msgspec.msgpack.decode(data, type=BpfObject) if data is not None else None
+    except msgspec.DecodeError:
+        return None
+    return obj if obj is not None and obj.format == FORMAT else None
+
+
+def _write(path: Path, obj: BpfObject) -> None:
+    """Write `path` whole, or not at all (a cache that cannot be written only costs the next compile)."""
+    if write_whole(path, msgspec.msgpack.encode(obj)):
+        _evict(path.parent)
 
 
 def _evict(folder: Path) -> None:

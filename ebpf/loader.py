@@ -30,11 +30,13 @@ from typing import Any
 from ebpf.bpfobject import BpfObject, MapSpec
 
 TRACEFS_EVENTS = Path("/sys/kernel/tracing/events")
-BPF_MAP_CREATE, BPF_PROG_LOAD = 0, 5
+BPF_MAP_CREATE, BPF_PROG_LOAD, BPF_RAW_TRACEPOINT_OPEN = 0, 5, 17
 BPF_PSEUDO_MAP_FD = 1
 BPF_LD_IMM64 = 0x18
 PROG_TRACEPOINT = 5
 PROG_CGROUP_SOCK_ADDR = 18
+PROG_TRACING = 26
+TRACE_FENTRY = 24
 PERCPU_MAP_TYPES = frozenset({5, 6, 10})  # percpu hash, percpu array, lru percpu hash
 PERF_TYPE_TRACEPOINT = 2
 PERF_SAMPLE_RAW = 1 << 10
@@ -274,7 +276,7 @@ class LoadedObject:
     def program_names(self) -> list[str]:
         return [p.name for p in self._obj.programs]
 
-    def program(self, name: str, prog_type: int, attach_type: int = 0) -> int:
+    def program(self, name: str, prog_type: int, attach_type: int = 0, attach_btf_id: int = 0) -> int:
         """The fd of program `name`, loaded (and verified) the first time it is asked for."""
         if name in self._prog_fds:
             return self._prog_fds[name]
@@ -284,9 +286,17 @@ class LoadedObject:
         insns = bytearray(spec.insns)
         for index, map_name in spec.relocs:
             struct.pack_into("<i", insns, index * 8 + 4, self.maps[map_name].fd)
-        fd = _load_program(name, prog_type, attach_type, bytes(insns), self._obj.license)
+        fd = load_program(name, prog_type, attach_type, bytes(insns), self._obj.license, attach_btf_id)
         self._prog_fds[name] = fd
         return fd
+
+    def attach_fentry(self, program: str, btf_id: int) -> None:
+        """Run `program` at the entry of the kernel function with BTF id `btf_id` until `close()`."""
+        prog_fd = self.program(program, PROG_TRACING, TRACE_FENTRY, btf_id)
+        try:
+            self._perf_fds.append(raw_tracepoint_open(prog_fd))
+        except OSError as exc:
+            raise LoadError(f"cannot attach {program}: {exc.strerror}") from exc
 
     def attach_tracepoint(self, category: str, event: str, program: str) -> None:
         """Run `program` on tracepoint `category:event` until `close()`."""
@@ -332,8 +342,21 @@ def _create_map(spec: MapSpec) -> int:
         raise LoadError(f"cannot create map {spec.name}: {exc.strerror}") from exc
 
 
-def _load_program(name: str, prog_type: int, attach_type: int, insns: bytes, license: str) -> int:
-    """bpf(BPF_PROG_LOAD); on refusal, once more with the verifier's log for the message."""
+def raw_tracepoint_open(prog_fd: int) -> int:
+    """bpf(BPF_RAW_TRACEPOINT_OPEN) of a tracing program: the fd that keeps it attached."""
+    attr = ctypes.create_string_buffer(ATTR_BYTES)
+    struct.pack_into("<QI", attr, 0, 0, prog_fd)  # name (none: the program's own target), prog_fd
+    fd = _bpf(BPF_RAW_TRACEPOINT_OPEN, attr)
+    os.set_inheritable(fd, False)
+    return fd
+
+
+def load_program(name: str, prog_type: int, attach_type: int, insns: bytes, license: str,
+                  attach_btf_id: int = 0) -> int:
+    """bpf(BPF_PROG_LOAD); on refusal, once more with the verifier's log for the message.
+
+    `attach_btf_id`: the kernel function a tracing (fentry) program is for, by its vmlinux BTF id.
+    """
     code = ctypes.create_string_buffer(insns, len(insns))
     lic = ctypes.create_string_buffer(license.encode())
     attr = ctypes.create_string_buffer(ATTR_BYTES)
@@ -341,6 +364,7 @@ def _load_program(name: str, prog_type: int, attach_type: int, insns: bytes, lic
                      ctypes.addressof(code), ctypes.addressof(lic))
     struct.pack_into("16s", attr, 48, name.encode()[:OBJ_NAME_LEN - 1])
     struct.pack_into("<I", attr, 68, attach_type)
+    struct.pack_into("<I", attr, 108, attach_btf_id)
     try:
         return _bpf(BPF_PROG_LOAD, attr)
     except OSError as exc:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ebpf import probing
+from ebpf import kpaths, probing
 from ebpf.bpfobject import BpfObject, CompileError, compiled
 from ebpf.holder import keep_only_kernel_objects
 from ebpf.loader import (
@@ -149,6 +149,8 @@ class RunCounters:
     untracked: int
     hooks_missing: dict[str, str] = field(default_factory=dict)
     """Hooks this kernel lacks (ebpf/probing.py): name -> `absent_by_kernel` or `lost`."""
+    path_source: str = kpaths.USER_MEMORY
+    """Where open paths come from (ebpf/kpaths.py): `kernel` (security_file_open) or `user_memory`."""
 
     def since(self, start: RunCounters) -> RunCounters:
         """What was counted after `start` (a slot is reused by later runs: counters only grow)."""
@@ -157,6 +159,7 @@ class RunCounters:
             emitted={k: v - start.emitted.get(k, 0) for k, v in self.emitted.items()},
             untracked=self.untracked - start.untracked,
             hooks_missing=self.hooks_missing,
+            path_source=self.path_source,
         )
 
 
@@ -185,7 +188,8 @@ def sys_exit_ret_offset(names: list[str], events: Path = TRACEFS_EVENTS) -> int:
 
 def monitor_source() -> str:
     """The monitor's whole C source, as written (before `probing.prune`)."""
-    return "".join((SOURCE_DIR / name).read_text() for name in ("monitor.c", "changes.c", "netpolicy.c"))
+    return "".join((SOURCE_DIR / name).read_text()
+                   for name in ("monitor.c", "changes.c", "netpolicy.c", "kpath.c"))
 
 
 def hook_plan(events: Path = TRACEFS_EVENTS) -> HookPlan:
@@ -196,11 +200,13 @@ def hook_plan(events: Path = TRACEFS_EVENTS) -> HookPlan:
         raise MonitorError(str(exc)) from exc
 
 
-def monitor_object(config: MonitorConfig, hooks: HookPlan | None = None) -> tuple[BpfObject, bool]:
+def monitor_object(config: MonitorConfig, hooks: HookPlan | None = None,
+                   kernel_paths: kpaths.KernelPaths | None = None) -> tuple[BpfObject, bool]:
     """The compiled monitor for `config` and whether it came from the cache (ebpf/bpfobject.py).
 
     Programs of the tracepoints `hooks` (default: this kernel's) lacks are compiled out; the
-    source differs then, and so does the cache key.
+    source differs then, and so does the cache key. The kernel-path program (ebpf/kpath.c) is
+    compiled in only when `kernel_paths` (default: this kernel's probe) says it can run.
     """
     hooks = hooks or hook_plan()
     joined = [name for name in JOINED_SYSCALLS + OPTIONAL_SYSCALLS if name not in hooks.missing]
@@ -219,6 +225,7 @@ def monitor_object(config: MonitorConfig, hooks: HookPlan | None = None) -> tupl
         "-Wno-macro-redefined",
         "-g0",  # no debug info: about 20 ms less compile, nothing here reads it
         *probing.field_defines(TRACEFS_EVENTS),
+        *(kernel_paths or kpaths.probe()).cflags,
     ]
     try:
         source = probing.prune(monitor_source(), hooks)
@@ -237,8 +244,10 @@ class Monitor:
         self.config = config
         self.hooks = hook_plan()
         """What this kernel lets the monitor attach, and what it lacks (`hooks.missing`)."""
+        self.kernel_paths = kpaths.probe()
+        """Whether the kernel's own path of each open is recorded (ebpf/kpaths.py), and why not."""
         try:
-            obj, self.from_cache = monitor_object(config, self.hooks)
+            obj, self.from_cache = monitor_object(config, self.hooks, self.kernel_paths)
         except (CompileError, OSError) as exc:
             raise MonitorError(f"cannot compile the eBPF monitor: {exc}") from exc
         self._sink = sink
@@ -258,6 +267,17 @@ class Monitor:
         except (LoadError, OSError) as exc:
             self._obj.close()
             raise MonitorError(f"cannot attach the eBPF monitor: {exc}") from exc
+        self._attach_kernel_paths()
+
+    def _attach_kernel_paths(self) -> None:
+        """Attach ebpf/kpath.c where the probe allowed it; a refusal now means user-memory paths
+        (the reason is kept for `doctor`), never a monitor that does not start."""
+        if not self.kernel_paths.available:
+            return
+        try:
+            self._obj.attach_fentry(kpaths.PROGRAM, self.kernel_paths.btf_id)
+        except (LoadError, OSError) as exc:
+            self.kernel_paths = kpaths.KernelPaths(kpaths.USER_MEMORY, f"{kpaths.PROGRAM}: {exc}")
 
     # --- runs ----------------------------------------------------------------------------------
 
@@ -389,7 +409,8 @@ class Monitor:
         return RunCounters(
             drops={name: sum(c.drops[hook] for c in per_cpu) for hook, name in HOOK_NAMES.items()},
             emitted={name: sum(c.emitted[hook] for c in per_cpu) for hook, name in HOOK_NAMES.items()},
-            untracked=sum(c.untracked for c in per_cpu), hooks_missing=self.hooks.missing)
+            untracked=sum(c.untracked for c in per_cpu), hooks_missing=self.hooks.missing,
+            path_source=self.kernel_paths.source)
 
     def unattributed(self) -> RunCounters:
         """Slot 0: what was counted where the kernel could not know the run."""
@@ -455,7 +476,8 @@ class RunLedger:
         unknown = self._monitor.unattributed().since(self._unknown)
         extra = {f"unattributed_{k}": v for k, v in unknown.drops.items() if v}
         return RunCounters(drops={**own.drops, **extra}, emitted=own.emitted,
-                           untracked=own.untracked + unknown.untracked, hooks_missing=own.hooks_missing)
+                           untracked=own.untracked + unknown.untracked, hooks_missing=own.hooks_missing,
+                           path_source=own.path_source)
 
 
 assert max(HOOK_NAMES) < HOOK_MAX

@@ -66,6 +66,7 @@ HOOK_BIND = 72
 HOOK_MEMFD = 73
 HOOK_PTRACE = 80
 HOOK_PROCESS_VM = 81
+HOOK_FILE_OPEN = 85
 HOOK_MAX = 96
 
 TRUNC_FIRST = 1
@@ -121,6 +122,7 @@ HOOK_NAMES = {
     HOOK_MEMFD: "memfd_create",
     HOOK_PTRACE: "ptrace",
     HOOK_PROCESS_VM: "process_vm",
+    HOOK_FILE_OPEN: "file_open",
 }
 """Hooks the monitor attaches, by id: the keys of drop counters and notes."""
 

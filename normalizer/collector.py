@@ -28,6 +28,7 @@ from normalizer.kernel_lines import (
     join_indexed,
     join_lines,
 )
+from normalizer.kernelpaths import KERNEL_OPEN
 from normalizer.redact import Redactor, may_hold_secrets
 from normalizer.sdk import ToolCall
 from normalizer.surface import DistinctValues
@@ -36,6 +37,7 @@ from normalizer.transient import Substitution
 
 FILE_KINDS = frozenset({"openat", "file_blocked"})
 RUNTIME_WRITE_KIND = kind_name(RUNTIME_WRITE)
+WRITTEN_ONLY_KINDS = (RUNTIME_WRITE_KIND, kind_name(KERNEL_OPEN))
 BLOCK_KINDS = frozenset({"file_blocked", "connect_blocked"})
 ENDPOINT_KINDS = frozenset({"connect", "connect_blocked", "event_6", "event_7"})
 """Kinds whose values are network endpoints: connects and datagram peers (sendto,
@@ -84,7 +86,8 @@ Route = tuple[set[str] | None, set[str] | None, set[str] | None]
 def routes(values: dict[str, set[str]]) -> dict[str, Route]:
     """Each surface kind's route into `values`: files (successful writes also in `written`),
     endpoints, execs; blocks also in `blocked`. A write of a path Assay keeps out of the surface
-    (`event_83`, normalizer/telemetry.py) is in `written` only."""
+    (`event_83`, normalizer/telemetry.py) or an io_uring open (`event_85`,
+    normalizer/kernelpaths.py) is in `written` only."""
     def into(kind: str) -> set[str]:
         return values["files"] if kind in FILE_KINDS else values["endpoints"] if kind in ENDPOINT_KINDS \
             else values["execs"]
@@ -92,7 +95,7 @@ def routes(values: dict[str, set[str]]) -> dict[str, Route]:
         kind: (into(kind), values["blocked"] if kind in BLOCK_KINDS else None,
                values["written"] if kind == "openat" else None)
         for kind in FILE_KINDS | ENDPOINT_KINDS | {"exec"}}
-    return surface | {RUNTIME_WRITE_KIND: (None, None, values["written"])}
+    return surface | {kind: (None, None, values["written"]) for kind in WRITTEN_ONLY_KINDS}
 
 
 def collect_values(shapes: list[Classified], values: list[str | None], kinds: set[str],

@@ -20,7 +20,7 @@ with only the common fields (`value` a path or null). The mapping
 | 131 | the same, setting setuid or setgid         | the path                  |
 | 132 | mknod, mknodat (file, fifo, socket, device) | the path                 |
 | 140 | io_uring_setup (its operations are unseen) | null                      |
-| 141 | open_by_handle_at (no path exists)         | null                      |
+| 141 | open_by_handle_at (no path exists)         | the kernel's path, else null |
 
 A failed attempt is the same id plus 100 (220-241), so an attempt is never
 read as a change. Two-path operations are two lines, source first, so their
@@ -94,7 +94,7 @@ def _lines(r: Resolved) -> list[tuple[int, str | None]]:
         return [(CHMOD_SETID if e.a1 & SETID_BITS else CHMOD, r.path)]
     if hook == HOOK_IO_URING:
         return [(IO_URING_SETUP, None)]
-    return [(OPEN_BY_HANDLE, None)]
+    return [(OPEN_BY_HANDLE, r.path)]  # the kernel's path of the file, where it gave one
 
 
 def fs_events(r: Resolved, order: int) -> Iterator[Classified]:

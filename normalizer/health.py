@@ -98,6 +98,12 @@ class CaptureFacts:
     """Successful mount, umount2 and move_mount calls: any path may be an alias afterwards."""
     hooks_missing: dict[str, str] = field(default_factory=dict)
     """Hooks the kernel lacked: name -> `absent_by_kernel` or `lost` (ebpf/probing.py)."""
+    path_source: str = "user_memory"
+    """Where open paths came from: `kernel` (security_file_open) or `user_memory` (ebpf/kpaths.py)."""
+    kernel_paths: int = 0
+    """Opens whose line names the kernel's path of the file (normalizer/kernelpaths.py)."""
+    requested: dict[str, str] = field(default_factory=dict)
+    """Kernel path -> the first requested string that named it differently (for `show --spool`)."""
 
     @property
     def lost_hooks(self) -> list[str]:
@@ -204,6 +210,8 @@ def observation_health(
                      f"mount_changes={facts.mount_changes} host_paths=unmapped")
     if facts.truncated_paths:
         notes.append(f"s2_path_capture: truncated_paths={facts.truncated_paths}")
+    notes.append(f"s2_path_source: path_source={facts.path_source}"
+                 + (f" kernel_named_opens={facts.kernel_paths}" if facts.path_source == "kernel" else ""))
     if facts.hooks_missing:
         absent = sorted(k for k, v in facts.hooks_missing.items() if v == "absent_by_kernel")
         lost = facts.lost_hooks

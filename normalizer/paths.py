@@ -80,7 +80,7 @@ RESOLVE_IN_ROOT = 0x10
 """openat2 `how.resolve`: resolve the path as if the dirfd were the root directory."""
 O_CLOEXEC = 0o2000000
 CLOSE_RANGE_CLOEXEC = 4
-FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP, HOOK_OPEN_BY_HANDLE})
+FD_HOOKS = frozenset({HOOK_CLOSE, HOOK_CLOSE_RANGE, HOOK_DUP})
 JOIN_MEMO = 1 << 12
 """Distinct (base, payload) joins remembered at once."""
 ONE_PATH_HOOKS = frozenset({HOOK_UNLINK, HOOK_MKDIR, HOOK_MKNOD, HOOK_TRUNCATE, HOOK_CHMOD, HOOK_CHOWN,
@@ -196,8 +196,6 @@ class FsState:
                     del self.fds[fd]
         elif hook == HOOK_DUP and ret >= 0:
             self.fds[ret] = (self.fd_path(to_int32(a0)), bool(a2 & O_CLOEXEC))
-        elif hook == HOOK_OPEN_BY_HANDLE and ret >= 0:
-            self.fds[ret] = (None, bool(a1 & O_CLOEXEC))  # a handle names no path
 
 
 class Resolved(msgspec.Struct, gc=False):
@@ -275,6 +273,11 @@ class PathResolver:
         if e.hook in FD_HOOKS:
             state.on_fd_event(e.hook, e.ret, e.a0, e.a1, e.a2)
             return Resolved(item, None)
+        if e.hook == HOOK_OPEN_BY_HANDLE:  # a handle names no path; the kernel's, when it gave one
+            path = c_string(e.data)  # (normalizer/kernelpaths.py pairs it in)
+            if e.ret >= 0:
+                state.fds[e.ret] = (path, bool(e.a1 & O_CLOEXEC))
+            return Resolved(item, path)
         if e.hook == HOOK_NEWTASK:
             if item.spawned is not None:
                 self._states[item.spawned] = state.copy()

@@ -38,7 +38,16 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from itertools import islice
 
-from ebpf.wire import HEADER, HOOK_CLOSE, HOOK_NAMES, HOOK_NEWTASK, HOOK_OPEN, TRUNC_ARGS, TRUNC_UNREAD
+from ebpf.wire import (
+    HEADER,
+    HOOK_CLOSE,
+    HOOK_FILE_OPEN,
+    HOOK_NAMES,
+    HOOK_NEWTASK,
+    HOOK_OPEN,
+    TRUNC_ARGS,
+    TRUNC_UNREAD,
+)
 from normalizer import accel
 from normalizer.blocks import EACCES, FileBlockJudge, NetBlockMerge
 from normalizer.buckets import Run, ThreadBuckets, full, shape_of
@@ -55,6 +64,7 @@ from normalizer.decode import decode_one
 from normalizer.escape import ESCAPE_HOOKS, EscapeWatch
 from normalizer.fsops import FS_HOOKS, UNTRACED_IO_HOOKS, fs_events
 from normalizer.health import CaptureFacts
+from normalizer.kernelpaths import KernelPaths, is_kernel_record, kernel_open_lines
 from normalizer.nsops import NS_HOOKS, NamespaceWatch
 from normalizer.paths import (
     AT_FDCWD,
@@ -74,7 +84,7 @@ from normalizer.transient import TransientNames, random_span
 from normalizer.tree import Process, Thread, TreeBuilder
 from spool.format import Spool, SpoolTrailer
 
-EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS | NS_HOOKS | TRACE_HOOKS
+EVIDENCE_HOOKS = CLASSIFIED_HOOKS | FS_HOOKS | ESCAPE_HOOKS | NS_HOOKS | TRACE_HOOKS | {HOOK_FILE_OPEN}
 """Hooks that can give evidence; the others (close, dup, exit, ...) only update state."""
 OPEN_MEMO = 1 << 13
 """Open answers remembered per generation (two generations: memory stays flat, hot keys survive)."""
@@ -203,6 +213,8 @@ class Scan:
         self._memo: dict[tuple[str | None, bytes], OpenAnswer] = {}
         self._older: dict[tuple[str | None, bytes], OpenAnswer] = {}
         self._metas: dict[tuple[int, int, int, int], OpenMeta] = {}
+        self.kernel_paths = KernelPaths()
+        """Pairs each open with the kernel's path of its file (normalizer/kernelpaths.py)."""
 
     def file(self, buckets: ThreadBuckets, transient: TransientNames, drop_telemetry: bool) -> None:
         """Walk every record: transient names observe every candidate, `buckets` get the
@@ -219,8 +231,11 @@ class Scan:
                             random_span)
         self._memo.clear()
         self._older.clear()
+        self.kernel_paths = KernelPaths()
         order = arrival = 0
         for batch in record_batches(self._records):
+            if self.kernel_paths.active:
+                batch = self.kernel_paths.rewrite(batch)
             i, n = 0, len(batch)
             while i < n:
                 if fast is not None:
@@ -231,6 +246,10 @@ class Scan:
                     if i >= n:
                         break
                 rec = batch[i]
+                if not self.kernel_paths.active and is_kernel_record(rec):  # the fast path stops at one
+                    self.kernel_paths.active = True
+                    batch = batch[:i] + self.kernel_paths.rewrite(batch[i:])
+                    rec = batch[i]
                 i += 1
                 order += self._one(rec, arrival + i - 1, order, buckets, transient, drop_telemetry)
             arrival += n
@@ -355,6 +374,8 @@ class Scan:
             return list(fs_events(r, order))
         if hook in TRACE_HOOKS:
             return [trace_event(r, order)]
+        if hook == HOOK_FILE_OPEN:
+            return kernel_open_lines(r, order)
         if hook in NS_HOOKS:
             return self.namespaces.lines(r, order)
         if hook in ESCAPE_HOOKS:
@@ -386,4 +407,8 @@ class Scan:
             moved_processes=len(self.namespaces.moved),
             mount_changes=self.namespaces.mount_changes,
             hooks_missing=trailer.hooks_missing,
+            # a recovered spool's trailer is not the run's: its kernel records say it too
+            path_source="kernel" if self.kernel_paths.active else trailer.path_source,
+            kernel_paths=self.kernel_paths.paired,
+            requested=self.kernel_paths.requested,
         )

@@ -36,9 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 KERNELS = ("host", "debian-6.1", "debian-6.12")
 TESTS = {
-    # one observed run: its exec, open, write and connect lines, health, validation
-    "smoke": ("tests/test_run_kernel.py",),
-    "full": ("tests/test_run_kernel.py", "tests/test_fs_ops_kernel.py",
+    # one observed run: its exec, open, write and connect lines, health, validation; one file opened
+    # under five names, and the path each line names (kernel paths where the kernel offers them)
+    "smoke": ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py"),
+    "full": ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py", "tests/test_fs_ops_kernel.py",
              "tests/test_observe_kernel.py::test_command_log_equals_what_strace_saw"),
 }
 """Kernel tests each kernel runs: `full` adds the strace witnesses of file operations and execs."""
@@ -60,6 +61,8 @@ class Row:
     failed: int = 0
     start_to_exec_s: float | None = None
     hooks_note: str = ""
+    path_source: str = ""
+    """`kernel` or `user_memory`: the run's `s2_path_source` note (ebpf/kpaths.py)."""
     """The `s2_kernel_hooks` health note of a run on this kernel (empty: every hook attached)."""
     archive_valid: bool = False
     """That run's archive passes the contract and Assay's rules (runner/evidence/validate.py)."""
@@ -146,6 +149,8 @@ def _start_to_exec(row: Row, work: Path) -> float:
     row.archive_valid = validate_members(members) == []
     notes = json.loads(members["observation-health.json"])["notes"]
     row.hooks_note = next((n for n in notes if n.startswith("s2_kernel_hooks:")), "")
+    source = next((n for n in notes if n.startswith("s2_path_source: ")), "")
+    row.path_source = source.partition("path_source=")[2].split(" ")[0]
     shutil.rmtree(out, ignore_errors=True)
     return round(latency, 3)
 
@@ -212,13 +217,13 @@ def boot(name: str, abi: str, folder: Path, tests: list[str], shared: Path) -> R
 def table(rows: list[Row]) -> str:
     """The Markdown table of `rows`."""
     lines = ["| kernel | release | doctor bpf | tracepoints attached | missing: absent-by-kernel "
-             "| missing: lost | tests passed | tests failed | start-to-exec | wall |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| missing: lost | path source | tests passed | tests failed | start-to-exec | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s2e = f"{r.start_to_exec_s:.3f} s" if r.start_to_exec_s is not None else "-"
         lines.append(f"| {r.kernel} | {r.release} | {'ok' if r.bpf_ok else 'FAIL'} | {r.attached} "
                      f"| {', '.join(r.absent_by_kernel) or 'none'} | {', '.join(r.lost) or 'none'} "
-                     f"| {r.passed} | {r.failed} | {s2e} | {r.seconds:.0f} s |")
+                     f"| {r.path_source or '-'} | {r.passed} | {r.failed} | {s2e} | {r.seconds:.0f} s |")
     lines += [f"\n{r.kernel}: {r.error}" for r in rows if r.error]
     return "\n".join(lines)
 

@@ -125,6 +125,9 @@ class SpoolTrailer(msgspec.Struct, tag="trailer"):
     hooks_missing: dict[str, str] = msgspec.field(default_factory=dict)
     """Hooks the kernel lacked (ebpf/probing.py): name -> `absent_by_kernel` (no such syscall there)
     or `lost` (the syscall exists, its tracepoint does not: what went through it is not seen)."""
+    path_source: str = "user_memory"
+    """Where the paths of opens came from: `kernel` (the monitor recorded each open's own path at
+    security_file_open, ebpf/kpaths.py) or `user_memory` (the syscall's argument string only)."""
     recovered: str | None = None
     """Set when this trailer was not written by the run but by a later recovery (`runner_died`):
     the capture's end, the command's exit and the kernel's counters are unknown (spool/recover.py)."""

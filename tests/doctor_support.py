@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "hooks", "pidns", "landlock",
-          "limits", "stale", "native")
+CHECKS = ("root", "hostns", "bcc", "headers", "tracefs", "cgroup2", "bpf", "hooks", "paths", "pidns",
+          "landlock", "limits", "stale", "native")
 """The checks, in the order doctor prints them."""

@@ -53,8 +53,19 @@ def test_doctor_json_is_machine_readable() -> None:
     for check in doc["checks"]:
         assert set(check) == {"name", "status", "ok", "required", "detail", "fix"}
         assert check["status"] == ("ok" if check["ok"] else "warn")
-    optional = {"hooks", "landlock", "limits", "stale", "native"}
+    optional = {"hooks", "paths", "landlock", "limits", "stale", "native"}
     assert {c["name"] for c in doc["checks"] if not c["required"]} == optional
+
+
+@pytest.mark.kernel
+def test_doctor_says_where_paths_come_from() -> None:
+    """The kernel's own path where fentry works (the matrix's guests), else user memory (this host)."""
+    from ebpf import kpaths
+
+    check = checks.check_paths()
+    probe = kpaths.probe()
+    assert check.ok == probe.available
+    assert check.detail.startswith("path_source=kernel" if probe.available else "path_source=user_memory: ")
 
 
 @pytest.mark.kernel

@@ -73,8 +73,11 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Archive, list[Ca
 def test_every_operation_strace_saw_is_a_kernel_line(observed) -> None:
     archive, witness, work = observed
     want: Counter[tuple[int, str | None]] = Counter()
+    kernel_paths = "s2_path_source: path_source=user_memory" not in archive.health["notes"]
     for call in witness:
         for event_type, value in expected(call):
+            if (event_type, kernel_paths) == (141, True):  # the kernel names the file a handle opened
+                value = f"{work}/g3"
             want[(event_type + (FAILED if call.ret < 0 else 0), value)] += 1
     got = Counter((e["event_type"], e["value"]) for e in archive.kernel
                   if 101 <= e["event_type"] < 300 and e["event_type"] not in (110, 111))

@@ -73,6 +73,7 @@ class Counts(msgspec.Struct, tag="counts", frozen=True):
     untracked: int
     fence: bool = False
     hooks_missing: dict[str, str] = {}
+    path_source: str = "user_memory"
 
 
 Request = AddRun | CountersRequest | FenceRequest
@@ -228,7 +229,7 @@ class ChannelSource(Buffered):
                 raise RunnerError(f"the daemon's sensor answered a counters request with {answer!r}")
             counts = answer
         return RunCounters(drops=counts.drops, emitted=counts.emitted, untracked=counts.untracked,
-                           hooks_missing=counts.hooks_missing)
+                           hooks_missing=counts.hooks_missing, path_source=counts.path_source)
 
     def drops(self) -> dict[str, int]:
         return self.counters().drops

@@ -246,7 +246,7 @@ def _capture(req: RunRequest, enforcement: enforce.Enforcement, out_fd: int,
         trailer = SpoolTrailer(
             exit_code=exit_code, drops=counters.drops, emitted=counters.emitted,
             untracked_tasks=counters.untracked, ended_by=ended_by, limits=dict(limits.applied),
-            hooks_missing=counters.hooks_missing,
+            hooks_missing=counters.hooks_missing, path_source=counters.path_source,
             limits_hit=limits.events(), limits_unavailable=list(limits.unavailable),
             refused_syscalls=guard.finish() if guard else {}, compat_syscalls_allowed=not rules.refuse_compat,
         )

@@ -220,7 +220,7 @@ class _Sensor:
                     self.observer.drain()
                 c = run.ledger.counters()
                 run.writer.reply(Counts(drops=c.drops, emitted=c.emitted, untracked=c.untracked, fence=fence,
-                                        hooks_missing=c.hooks_missing))
+                                        hooks_missing=c.hooks_missing, path_source=c.path_source))
         run.writer.flush()
 
     def _end(self, key: int) -> None:

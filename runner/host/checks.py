@@ -280,6 +280,20 @@ def check_hooks() -> Check:
                  required=False)
 
 
+def check_paths() -> Check:
+    """Whether runs name each opened file by the kernel's own path (ebpf/kpaths.py probes it as the
+    monitor does); without, paths are the strings the command passed (`path_source=user_memory`)."""
+    from ebpf import kpaths
+
+    probe = kpaths.probe()
+    if probe.available:
+        return Check("paths", True, "path_source=kernel (fentry on security_file_open)", required=False)
+    return Check("paths", False, f"path_source=user_memory: {probe.why}",
+                 "runs work; paths are the strings the command passed, so a symlink, bind mount or "
+                 "racing thread can make a line name another file (a kernel with fentry, BTF and "
+                 "bpf_d_path names the file itself)", required=False)
+
+
 def run_checks() -> list[Check]:
     """Every check doctor reports, in order; BPF only once its inputs pass."""
     checks = [check_root(), check_hostns(), check_bcc(), check_headers(), check_tracefs(),
@@ -290,7 +304,7 @@ def run_checks() -> list[Check]:
         checks.append(Check("bpf", False, "not attempted", "fix the checks above first"))
     tracefs = next(c for c in checks if c.name == "tracefs")
     checks += [check_hooks() if tracefs.ok else Check("hooks", False, "not attempted", "fix tracefs first"),
-               check_pidns(), check_landlock()]
+               check_paths(), check_pidns(), check_landlock()]
     return checks
 
 

@@ -28,6 +28,14 @@ MEANINGS = {
         "Some path arguments were longer than the kernel accepts (4096 bytes or more): their "
         "values end in the truncation marker and those syscalls failed (ENAMETOOLONG)."
     ),
+    "s2_path_source": (
+        "Where the paths of opens come from. path_source=kernel: the kernel named each file it "
+        "opened (security_file_open), so a symlink, a bind mount, a /proc/<pid>/root alias or a "
+        "racing thread rewriting the path cannot make a line name another file; "
+        "kernel_named_opens counts the opens so named, and io_uring opens are event_85 lines. "
+        "path_source=user_memory: this kernel offers no such hook (no fentry), and paths are the "
+        "strings the program passed, read from its memory at the syscall's exit."
+    ),
     "s2_path_resolution": (
         "Some paths could not be made absolute (their working directory or directory fd "
         "was never seen); those files appear as the relative path the program passed. "

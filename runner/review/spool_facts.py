@@ -64,6 +64,9 @@ class SpoolFacts:
     """Every exec with its argv and result, and how each process ended (normalizer/execlog.py)."""
     transient: dict[str, str]
     """Canonical transient path (`.../tmp_obj_~1`) -> the raw name the run used (not redacted)."""
+    requested: dict[str, str]
+    """Kernel path of an opened file -> the string the open asked for, where it named the file
+    differently (normalizer/kernelpaths.py; not redacted)."""
 
     def offset_ms(self, ts: int) -> float:
         """Milliseconds since the first phase marker."""
@@ -81,7 +84,7 @@ def read_facts(path: Path, kernel: SizedLines) -> SpoolFacts:
     """Recompute the spool's facts and check that they fit `kernel` (the archive's lines)."""
     try:
         spool = read_spool(path)
-        evidence, _, _, names = named_candidates(spool)
+        evidence, capture, _, names = named_candidates(spool)
     except (OSError, SpoolError, ValueError) as exc:
         raise SpoolMismatch(f"cannot read spool {path}: {exc}") from exc
     evidence = [c for c in evidence if not is_telemetry(c)]
@@ -106,6 +109,7 @@ def read_facts(path: Path, kernel: SizedLines) -> SpoolFacts:
         argv=[Redactor().redact(a) for a in spool.header.argv],
         execs=exec_log(spool),
         transient={canonical: raw for raw, canonical in names.renames().items()},
+        requested=capture.requested,
     )
 
 

@@ -47,9 +47,9 @@ KERNEL = "layers/kernel.ndjson"
 POLICY = "layers/policy.ndjson"
 SDK = "layers/sdk.ndjson"
 PHASES = "events.ndjson"
-OPEN_KINDS = frozenset({"openat", "event_83", "event_84"})
-"""Opens: `openat`, and those Assay keeps out of it (a write of a runtime path, a read through
-/proc of another process; normalizer/telemetry.py)."""
+OPEN_KINDS = frozenset({"openat", "event_83", "event_84", "event_85"})
+"""Opens: `openat`, those Assay keeps out of it (a write of a runtime path, a read through
+/proc of another process; normalizer/telemetry.py), and io_uring's (normalizer/kernelpaths.py)."""
 FILE_KINDS = OPEN_KINDS | {"file_blocked"}
 ENDPOINT_KINDS = {"connect": "connect", "connect_blocked": "connect blocked",
                   "event_6": "datagram (sendto)", "event_7": "datagram (sendmsg)"}
@@ -75,7 +75,9 @@ class FileEntry(msgspec.Struct):
     blocked: list[str]
     """Accesses the policy refused (`file_blocked` lines), sorted."""
     raw_path: str | None = None
-    """For a path with a transient name (`~N`): the path the run really used (from the spool)."""
+    """From the spool: for a path with a transient name (`~N`), the path the run really used; for
+    a path the kernel named (`path_source=kernel`), the string an open asked for when it named the
+    file differently (a symlink, an alias)."""
 
 
 class TransientEntry(msgspec.Struct):
@@ -432,12 +434,14 @@ def _transient(directories: list[DirectoryGroup], facts: SpoolFacts | None) -> l
     """The raw names behind the archive's `~N` names, redacted as the archive's strings are.
 
     Each file entry below a transient name gets its raw path too (the longest
-    transient prefix of its path replaced by the raw one).
+    transient prefix of its path replaced by the raw one); a file the kernel
+    named gets the string an open asked for instead, where it differs.
     """
     if facts is None:
         return []
     redactor = Redactor()
     raw = {redactor.redact(c): redactor.redact(r) for c, r in facts.transient.items()}
+    requested = {redactor.redact(k): redactor.redact(r) for k, r in facts.requested.items()}
     for group in directories:
         for f in group.files:
             path = f.path
@@ -445,6 +449,8 @@ def _transient(directories: list[DirectoryGroup], facts: SpoolFacts | None) -> l
                 path = posixpath.dirname(path)
             if path in raw:
                 f.raw_path = raw[path] + f.path[len(path):]
+            elif f.path in requested:  # named by the kernel: the string the open asked for
+                f.raw_path = requested[f.path]
     return [TransientEntry(c, r) for c, r in sorted(raw.items())]
 
 
