@@ -91,7 +91,7 @@ class KernelPaths:
     """Opens whose line names the kernel's path."""
     requested: dict[str, str] = field(default_factory=dict)
     """Kernel path -> the first requested string that named it differently (v0 text)."""
-    _pending: dict[int, tuple[int, int, bytes]] = field(default_factory=dict)
+    _pending: dict[int, tuple[int, int, bytes | None]] = field(default_factory=dict)
     """tid -> (ts, syscall hook it was made inside, kernel path) of its latest kernel record."""
     _home_ns: int | None = None
     """The mount namespace of the run's first kernel record: the command's own."""

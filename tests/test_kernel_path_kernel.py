@@ -18,9 +18,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import Archive, assay, run_observed, unique_run_id
 
 from ebpf import kpaths
+from tests.support import Archive, assay, run_observed, unique_run_id
 
 pytestmark = pytest.mark.kernel
 
