@@ -15,6 +15,7 @@
  *
  * Compile-time parameters (ebpf/kpaths.py, from BTF):
  *   FILE_F_PATH, FILE_F_INODE, FILE_F_FLAGS    in struct file
+ *   PATH_MNT, MOUNT_MNT, MOUNT_MNT_NS          the file's mount and its namespace
  *   INODE_I_INO, INODE_I_SB, SB_S_DEV          in struct inode, super_block
  *   TASK_NSPROXY, NSPROXY_MNT_NS, MNT_NS_INUM  the task's mount namespace id
  *
@@ -23,6 +24,14 @@
  * a2 the opener's mount namespace inode number, a3 the joined syscall the
  * thread is inside (task_t.hook: HOOK_OPEN, HOOK_OPEN_BY_HANDLE, HOOK_EXECVE,
  * or 0 for none: io_uring, an untraced call), ret the file's f_flags.
+ *
+ * No record for a file on a mount that belongs to no namespace: a stacked
+ * filesystem's private clone of its lower mount (overlayfs since 6.6 opens
+ * each file's real file with its own security_file_open, on a mount from
+ * clone_private_mount whose mnt_ns is MNT_NS_INTERNAL). Its d_path is the
+ * path inside the layer (`/hostname` for /etc/hostname), a name nobody can
+ * open; the user's open of the same call has already been recorded, with
+ * the path it was given.
  */
 #ifdef KERNEL_PATHS
 BPF_PERCPU_ARRAY(kpath_scratch, struct assay_rec, 1);
@@ -39,6 +48,10 @@ KFUNC_PROBE(security_file_open, void *file)
 {
     struct task_t *t = tracked();
     if (!t)
+        return 0;
+    void *vfsmount = (void *)kread(file, FILE_F_PATH + PATH_MNT, 8);
+    u64 ns = vfsmount ? kread(vfsmount - MOUNT_MNT, MOUNT_MNT_NS, 8) : 0;
+    if (ns == 0 || ns >= (u64)-4095) /* NULL, or an ERR_PTR such as MNT_NS_INTERNAL */
         return 0;
     u32 zero = 0;
     struct assay_rec *r = kpath_scratch.lookup(&zero);

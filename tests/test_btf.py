@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -85,7 +86,10 @@ def test_the_kernel_facts_are_read_once_per_boot(tmp_path: Path, monkeypatch: py
     [kept] = (tmp_path / "cache").glob("kpaths-*.json")
     assert kept.name == f"kpaths-{kpaths.BOOT_ID.read_text().strip()}.json"
     assert kpaths.kernel_facts() == facts
-    kept.write_text("[7,[\"-DFILE_F_PATH=1\"]]")  # what is cached is what is used
-    assert kpaths.kernel_facts() == (7, ("-DFILE_F_PATH=1",))
+    forged = (7, tuple(f"-D{name}=1" for name in kpaths.OFFSETS))
+    kept.write_text(json.dumps(forged))  # what is cached is what is used
+    assert kpaths.kernel_facts() == forged
+    kept.write_text("[7,[\"-DFILE_F_PATH=1\"]]")  # an older runner's, lacking offsets: read again
+    assert kpaths.kernel_facts() == facts
     kept.write_text("not json")  # a bad file is parsed again
     assert kpaths.kernel_facts() == facts

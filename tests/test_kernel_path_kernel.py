@@ -1,4 +1,5 @@
-"""Five aliases of one file, and the path each open's line names (tests/programs/kernel_paths.py).
+"""Five aliases of one file, and the path each open's line names (tests/programs/kernel_paths.py);
+and files on an overlayfs, whose real files the kernel opens a second time on a hidden mount.
 
 A /proc/self/root alias, a symlink made before the run, a bind mount in a user namespace, an
 io_uring open and a racing thread swapping the path buffer. Where this kernel lets the monitor
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,34 @@ def test_a_racing_thread_cannot_make_a_line_name_the_other_file(observed) -> Non
         assert (names[f"{d}/secret"] - 2, names[f"{d}/decoy"]) == (race["secret"], race["decoy"])
     else:  # every open is a line, named by what the buffer held at the syscall's exit
         assert names[f"{d}/secret"] - 1 + names[f"{d}/decoy"] == race["secret"] + race["decoy"]
+
+
+@pytest.fixture
+def overlay(tmp_path: Path) -> Iterator[Path]:
+    """An overlayfs (one file in its lower layer), mounted for the test's length."""
+    d = tmp_path.resolve()
+    for name in ("lower", "upper", "work", "merged"):
+        (d / name).mkdir()
+    (d / "lower" / "below").write_text("L")
+    layers = f"lowerdir={d}/lower,upperdir={d}/upper,workdir={d}/work"
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", layers, d / "merged"], check=True)
+    try:
+        yield d / "merged"
+    finally:
+        subprocess.run(["umount", d / "merged"], check=True)
+
+
+def test_a_file_on_overlayfs_is_named_by_its_overlay_path(overlay: Path, tmp_path_factory) -> None:
+    # Since 6.6 overlayfs opens each file's real file in its layer with security_file_open of its
+    # own, on a private clone of the layer's mount: its d_path is `/below`, the path inside the
+    # layer (Debian 6.12 named a guest's /etc/hostname `/hostname` so). The open's line must still
+    # name the file the command opened: a read from the lower layer, a create and a read in the upper.
+    out = tmp_path_factory.mktemp("out")
+    run_id = unique_run_id("overlay")
+    proc = run_observed(out, run_id, "/bin/sh", "-c", "cat below; echo U > above; cat above", workdir=overlay)
+    assert (proc.returncode, proc.stdout) == (0, "LU\n"), proc.stderr
+    archive = Archive(out / f"{run_id}.tar.gz")
+    names = opened(archive)
+    assert (names[f"{overlay}/below"], names[f"{overlay}/above"]) == (1, 2), names
+    assert not [v for v in names if v.count("/") == 1 and v.endswith(("/below", "/above"))], names
+    assert opened(archive, "event_85") == Counter()  # no open outside a traced call
