@@ -40,9 +40,11 @@ TESTS = {
     # under five names, and the path each line names (kernel paths where the kernel offers them)
     "smoke": ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py"),
     "full": ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py", "tests/test_fs_ops_kernel.py",
-             "tests/test_observe_kernel.py::test_command_log_equals_what_strace_saw"),
+             "tests/test_observe_kernel.py::test_command_log_equals_what_strace_saw",
+             "tests/test_witness_kernel.py"),
 }
-"""Kernel tests each kernel runs: `full` adds the strace witnesses of file operations and execs."""
+"""Kernel tests each kernel runs: `full` adds the strace witnesses of file operations, execs, and
+the git + python job's every claimed call."""
 GUEST_MEMORY = "2G"
 GUEST_TIMEOUT_S = 3600
 

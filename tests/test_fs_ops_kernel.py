@@ -11,13 +11,12 @@ saw must be exactly the `event_<id>` lines of the kernel layer
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from normalizer.fsops import FAILED, rename_pairs
-from tests.strace_witness import Call, calls
+from tests.strace_witness import Call, calls, expected
 from tests.support import Archive, assay, run_observed
 
 pytestmark = pytest.mark.kernel
@@ -26,37 +25,6 @@ PY = "/usr/bin/python3"
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 TRACED = ("mkdir,mkdirat,unlink,unlinkat,rmdir,rename,renameat,renameat2,link,linkat,symlink,"
           "symlinkat,mknod,mknodat,truncate,chmod,fchmod,fchmodat,io_uring_setup,open_by_handle_at,execve")
-SETID = 0o6000
-
-
-def expected(call: Call) -> list[tuple[int, str | None]]:
-    """The kernel lines strace's view of one call implies (before the +100 of a failure)."""
-    n, p = call.name, call.path
-    table: dict[str, Callable[[], list[tuple[int, str | None]]]] = {
-        "mkdir": lambda: [(124, p(None, 0))],
-        "mkdirat": lambda: [(124, p(0, 1))],
-        "unlink": lambda: [(120, p(None, 0))],
-        "rmdir": lambda: [(121, p(None, 0))],
-        "unlinkat": lambda: [(121 if "AT_REMOVEDIR" in call.args[2] else 120, p(0, 1))],
-        "rename": lambda: [(122, p(None, 0)), (123, p(None, 1))],
-        "renameat": lambda: [(122, p(0, 1)), (123, p(2, 3))],
-        "renameat2": lambda: [(122, p(0, 1)), (123, p(2, 3))],
-        "link": lambda: [(127, p(None, 0)), (128, p(None, 1))],
-        "linkat": lambda: [(127, p(0, 1)), (128, p(2, 3))],
-        "symlink": lambda: [(125, p(None, 1)), (126, call.text(0))],
-        "symlinkat": lambda: [(125, p(1, 2)), (126, call.text(0))],
-        "mknod": lambda: [(132, p(None, 0))],
-        "mknodat": lambda: [(132, p(0, 1))],
-        "truncate": lambda: [(129, p(None, 0))],
-        "chmod": lambda: [(131 if int(call.args[1], 8) & SETID else 130, p(None, 0))],
-        "fchmodat": lambda: [(131 if int(call.args[2], 8) & SETID else 130, p(0, 1))],
-        "fchmod": lambda: [(131 if int(call.args[1], 8) & SETID else 130, call.fd_path(0))],
-        "io_uring_setup": lambda: [(140, None)],
-        "open_by_handle_at": lambda: [(141, None)],
-    }
-    if n == "execve":
-        return [(101 - FAILED, p(None, 0))] if call.ret < 0 else []
-    return table[n]()
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ import pytest
 
 from runner.evidence.archive import read_archive
 from tests.determinism_support import determinism
+from tests.strace_witness import joined
 from tests.support import Archive, assay
 
 pytestmark = pytest.mark.kernel
@@ -118,28 +119,12 @@ def test_real_tool_workloads_are_byte_identical(tmp_path: Path, name: str) -> No
     assert not [v for v in values if RANDOM[name].search(v)], "a raw random name survived"
 
 
-def _strace_calls(trace: Path) -> list[str]:
-    """`pid call(args) = ret ...` lines, with calls strace split across processes joined again."""
-    pending: dict[str, str] = {}
-    calls = []
-    for text in trace.read_text().splitlines():
-        pid, _, rest = text.partition(" ")
-        rest = rest.lstrip()
-        if rest.endswith("<unfinished ...>"):
-            pending[pid] = rest.removesuffix("<unfinished ...>")
-        elif rest.startswith("<... "):
-            calls.append(f"{pid} {pending.pop(pid, '')}{rest.split('resumed>', 1)[1]}")
-        else:
-            calls.append(f"{pid} {rest}")
-    return calls
-
-
 def _strace_transients(trace: Path, cwd: Path, random: re.Pattern[str]) -> set[str]:
     """Random names the traced job created (or tried to, in a missing directory), gone at the end."""
     line = re.compile(r'^\d+ (\w+)\((.*)\) += (-?\d+) ?(\w*)')
     quoted = re.compile(r'"((?:[^"\\]|\\.)*)"')
     exists: dict[str, bool] = {}
-    for text in _strace_calls(trace):
+    for text in joined(trace):
         m = line.match(text)
         if m is None:
             continue
