@@ -75,9 +75,9 @@ acceptance-verify:
 	$(VENV)/bin/assay-runner acceptance verify $(ACCEPTANCE_OUT) --require-gates $(GATES)
 
 # The kernel matrix (docs/kernels.md): doctor and kernel tests on the host's kernel and on
-# Debian's 6.1 and 6.12 booted in emulated guests (virtme-ng + qemu, fetched by
+# Debian's 5.10, 6.1 and 6.12 booted in emulated guests (virtme-ng + qemu, fetched by
 # scripts/guest_kernels.sh). MATRIX_TESTS: smoke, full, or pytest node ids.
-MATRIX_KERNELS ?= host,debian-6.1,debian-6.12
+MATRIX_KERNELS ?= host,debian-5.10,debian-6.1,debian-6.12
 MATRIX_TESTS ?= full
 
 kernel-matrix: setup

@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import platform
+import resource
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,7 +134,41 @@ def _syscall(index: int, *args: Any) -> int:
 
 
 def _bpf(cmd: int, attr: ctypes.Array[ctypes.c_char]) -> int:
+    try:
+        return _syscall(0, ctypes.c_int(cmd), attr, ctypes.c_uint(ATTR_BYTES))
+    except PermissionError:
+        if cmd not in (BPF_MAP_CREATE, BPF_PROG_LOAD) or not _lift_memlock():
+            raise
     return _syscall(0, ctypes.c_int(cmd), attr, ctypes.c_uint(ATTR_BYTES))
+
+
+_memlock_before: tuple[int, int] | None = None
+
+
+def _lift_memlock() -> bool:
+    """Lift RLIMIT_MEMLOCK once, after a refused map or program: True when it was lifted now.
+
+    Before Linux 5.11 the kernel charges BPF maps and programs to the locked-memory limit, not
+    to the memory cgroup, and refuses with EPERM past it: Debian 11's 5.10 cannot create the
+    monitor's maps under the usual 8 MiB. Later kernels never refuse for that, so the limit is
+    only touched where it is the reason. The command must not inherit it: see `memlock_before`.
+    """
+    global _memlock_before
+    if _memlock_before is not None:
+        return False
+    before = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (OSError, ValueError):
+        return False
+    _memlock_before = before
+    return True
+
+
+def memlock_before() -> tuple[int, int] | None:
+    """The locked-memory limit this process had before `_lift_memlock` (None: never lifted), for
+    the command's process to take back before it executes."""
+    return _memlock_before
 
 
 def _check(ret: int, what: str) -> None:

@@ -30,8 +30,8 @@ ABSENT_BY_KERNEL = "absent_by_kernel"
 LOST = "lost"
 KALLSYMS = Path("/proc/kallsyms")
 MIN_KERNEL = (5, 8)
-"""The oldest kernel the monitor loads on: the BPF ring buffer (5.8) and
-bpf_get_current_ancestor_cgroup_id (5.7)."""
+"""The oldest kernel the monitor loads on: the BPF ring buffer (5.8); the network policy's
+cgroup programs call bpf_get_current_ancestor_cgroup_id (5.7)."""
 SYSCALL_SINCE = {"close_range": (5, 9), "fchmodat2": (6, 6), "setxattrat": (6, 13), "removexattrat": (6, 13)}
 """Hooked syscalls younger than MIN_KERNEL: the kernel where each appeared (for `doctor`)."""
 OPTIONAL_FIELDS = {("sched", "sched_process_exit", "group_dead"): "NO_GROUP_DEAD"}

@@ -22,16 +22,19 @@ def bcc_found() -> str:
     return f"bcc {getattr(bcc, '__version__', '?')} ({Path(bcc.__file__).parent})"
 
 
-# The BPF features the monitor relies on, in one small program: a syscall
-# tracepoint, the ring buffer and the ancestor-cgroup helper.
+# The BPF features the monitor's tracepoint programs rely on, in one small
+# program: a syscall tracepoint, the current task's ids and the ring buffer. Not
+# bpf_get_current_ancestor_cgroup_id: the network policy's cgroup programs
+# use it (5.7), the monitor never does, and older kernels refuse it in a
+# tracepoint program (Debian 11's 5.10 does, and runs the monitor).
 _BPF_PROBE = r"""
 BPF_RINGBUF_OUTPUT(rb, 1);
 TRACEPOINT_PROBE(syscalls, sys_enter_getppid)
 {
     if ((bpf_get_current_pid_tgid() >> 32) != TGID)
         return 0;
-    u64 cgroup = bpf_get_current_ancestor_cgroup_id(1);
-    rb.ringbuf_output(&cgroup, sizeof(cgroup), 0);
+    u64 stamp = bpf_ktime_get_ns();
+    rb.ringbuf_output(&stamp, sizeof(stamp), 0);
     return 0;
 }
 """

@@ -1,6 +1,6 @@
 """`make kernel-matrix`: the monitor on the kernels people run, each booted for real.
 
-    .venv/bin/python scripts/kernel_matrix.py [--kernels host,debian-6.1,debian-6.12]
+    .venv/bin/python scripts/kernel_matrix.py [--kernels host,debian-5.10,debian-6.1,debian-6.12]
                                               [--tests smoke|full] [--json FILE]
 
 `host` runs on this machine's own kernel; every other name is a Debian kernel
@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
-KERNELS = ("host", "debian-6.1", "debian-6.12")
+KERNELS = ("host", "debian-5.10", "debian-6.1", "debian-6.12")
 TESTS = {
     # one observed run: its exec, open, write and connect lines, health, validation; one file opened
     # under five names, and files on an overlayfs, and the path each line names (kernel paths where

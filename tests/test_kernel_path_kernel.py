@@ -3,7 +3,7 @@ and files on an overlayfs, whose real files the kernel opens a second time on a 
 
 A /proc/self/root alias, a symlink made before the run, a bind mount in a user namespace, an
 io_uring open and a racing thread swapping the path buffer. Where this kernel lets the monitor
-run its security_file_open program (ebpf/kpaths.py: fentry; Debian's 6.1 and 6.12 in the kernel
+run its security_file_open program (ebpf/kpaths.py: fentry; Debian's 5.10, 6.1 and 6.12 in the kernel
 matrix's guests), every one of them must name the real file: health says `path_source=kernel`.
 Where it does not (our Firecracker host), health must say `path_source=user_memory`, and the lines
 are the strings the program passed, aliases included: what the note warns of. Both sides assert

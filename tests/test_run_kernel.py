@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import resource
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support import Archive, assay, run_observed
+from tests.support import CLI, Archive, assay, run_observed, runner_env
 
 pytestmark = pytest.mark.kernel
 
@@ -121,3 +123,21 @@ def test_normalize_spool_reproduces_the_archive(example, tmp_path: Path) -> None
     proc = assay("normalize", spool, "--out", again)
     assert proc.returncode == 0, proc.stderr
     assert again.read_bytes() == archive.path.read_bytes()
+
+
+def test_a_small_locked_memory_limit_loads_the_monitor_and_stays_the_commands(tmp_path: Path) -> None:
+    """Before Linux 5.11, BPF maps count against RLIMIT_MEMLOCK (Debian 11's 5.10 refused the
+    monitor's maps under its usual 8 MiB): the runner lifts the limit for itself where the kernel
+    refuses, and the command still runs under the limit it was started with."""
+    limit = 64 * 1024
+
+    def small_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, limit))
+
+    show = "import resource; print(*resource.getrlimit(resource.RLIMIT_MEMLOCK))"
+    proc = subprocess.run([*CLI, "run", "--out", tmp_path, "--run-id", "memlock", "--", PY, "-c", show],
+                          capture_output=True, text=True, timeout=300, env=runner_env(),
+                          stdin=subprocess.DEVNULL, preexec_fn=small_limit)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(limit), str(limit)]
+    assert Archive(tmp_path / "memlock.tar.gz").health["kernel_layer"] == "complete"

@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ebpf.loader import memlock_before
 from runner.capture.cgroup import RunCgroup
 from runner.display import printable
 from runner.enforce.identity import Credentials
@@ -226,6 +227,8 @@ def _exec_command(spec: CommandSpec) -> None:
         for signum in (signal.SIGINT, signal.SIGQUIT, *FORWARDED):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        if (memlock := memlock_before()) is not None:  # lifted for the monitor's maps, not the command's
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, memlock)
         if spec.caller is not None:
             _take_callers_process(spec.caller)
         else:
