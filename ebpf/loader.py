@@ -157,12 +157,17 @@ def _lift_memlock() -> bool:
     if _memlock_before is not None:
         return False
     before = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    try:
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    except (OSError, ValueError):
-        return False
-    _memlock_before = before
-    return True
+    # unlimited needs CAP_SYS_RESOURCE (a container's root may lack it); else up to the hard limit
+    for lifted in ((resource.RLIM_INFINITY, resource.RLIM_INFINITY), (before[1], before[1])):
+        if lifted == before:
+            return False
+        try:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, lifted)
+        except (OSError, ValueError):
+            continue
+        _memlock_before = before
+        return True
+    return False
 
 
 def memlock_before() -> tuple[int, int] | None:
@@ -373,6 +378,9 @@ def _create_map(spec: MapSpec) -> int:
     struct.pack_into("16s", attr, 28, spec.name.encode()[:OBJ_NAME_LEN - 1])
     try:
         return _bpf(BPF_MAP_CREATE, attr)
+    except PermissionError as exc:
+        raise LoadError(f"cannot create map {spec.name}: {exc.strerror} (before Linux 5.11 maps count "
+                        "against the locked-memory limit: run with 'ulimit -l unlimited')") from exc
     except OSError as exc:
         raise LoadError(f"cannot create map {spec.name}: {exc.strerror}") from exc
 
