@@ -24,6 +24,7 @@ import ctypes
 import hashlib
 import importlib.util
 import os
+import resource
 import stat
 import struct
 import tempfile
@@ -189,10 +190,17 @@ def compile_with_bcc(text: str, cflags: list[str]) -> BpfObject:
             """Nothing: loading and attaching are ebpf/loader.py's."""
 
     _declare(lib)
+    # BCC creates its maps to compile, and where the kernel refuses one (before 5.11: the
+    # locked-memory limit) it lifts RLIMIT_MEMLOCK to unlimited for good; the command forked
+    # later would inherit that. Only ebpf/loader.py lifts it, and keeps what to give back.
+    memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     try:
         bpf = CompileOnly(text=text.encode(), cflags=cflags)
     except Exception as exc:
         raise CompileError(str(exc)) from exc
+    finally:
+        if resource.getrlimit(resource.RLIMIT_MEMLOCK) != memlock:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, memlock)
     try:
         module = bpf.module
         maps: list[MapSpec] = []
