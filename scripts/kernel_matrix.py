@@ -35,13 +35,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 KERNELS = ("host", "debian-5.10", "debian-6.1", "debian-6.12")
+SMOKE = ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py", "tests/test_witness_kernel.py")
+"""One observed run: its exec, open, write and connect lines, health, validation, under a small
+locked-memory limit; one file opened under five names, files on an overlayfs, and the path each
+line names (kernel paths where the kernel offers them); a git + python job under strace, every
+call it saw one line."""
 TESTS = {
-    # one observed run: its exec, open, write and connect lines, health, validation; one file opened
-    # under five names, and files on an overlayfs, and the path each line names (kernel paths where
-    # the kernel offers them); a git + python job under strace, every call it saw a line
-    "smoke": ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py", "tests/test_witness_kernel.py"),
-    "full": ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py", "tests/test_witness_kernel.py",
-             "tests/test_fs_ops_kernel.py",
+    "smoke": SMOKE,
+    "full": (*SMOKE, "tests/test_fs_ops_kernel.py",
              "tests/test_observe_kernel.py::test_command_log_equals_what_strace_saw"),
 }
 """Kernel tests each kernel runs: `full` adds the strace witnesses of file operations and execs."""

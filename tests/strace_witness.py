@@ -21,6 +21,9 @@ _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\{[^}]*\}|[^,]+')
 _FD = re.compile(r"^(?:-?\d+|AT_FDCWD)<(.*)>$")
 SETID = 0o6000
 UTIMES_NOW, UTIMES_GIVEN = 174, 175
+FORKS = ("clone", "clone3", "fork", "vfork")
+DIRECTORY_CALLS = ("chdir", "fchdir", *FORKS)
+"""What `calls` needs traced besides the calls a test compares, to know each process's directory."""
 
 
 @dataclass(frozen=True)
@@ -74,11 +77,11 @@ def joined(path: Path) -> list[str]:
 def calls(path: Path, start: str = "") -> list[Call]:
     """Every complete call of an strace output file (-f -qq -y).
 
-    With `start` (the first process's directory; trace chdir, fchdir and clone, clone3, fork,
-    vfork too), each call carries its process's directory, so a path a plain syscall (mkdir,
-    unlink, ...) was given relative to it is made absolute as the kernel did. A child starts in
-    its parent's directory; its first calls may come before the parent's clone returns, and the
-    parent cannot move while inside clone, so it takes the parent's directory when first seen.
+    With `start` (the first process's directory; trace DIRECTORY_CALLS too), each call carries
+    its process's directory, so a path a plain syscall (mkdir, unlink, ...) was given relative to
+    it is made absolute as the kernel did. A child starts in its parent's directory; its first
+    calls may come before the parent's clone returns, and the parent cannot move while inside
+    clone, so it takes the parent's directory when first seen.
     """
     parsed = []
     for line in joined(path):
@@ -89,7 +92,7 @@ def calls(path: Path, start: str = "") -> list[Call]:
         parsed.append(Call(int(pid), name, [t.strip() for t in _TOKEN.findall(args)], int(ret), ret_path))
     if not start:
         return parsed
-    parent = {c.ret: c.pid for c in parsed if c.name in ("clone", "clone3", "fork", "vfork") and c.ret > 0}
+    parent = {c.ret: c.pid for c in parsed if c.name in FORKS and c.ret > 0}
     cwd: dict[int, str] = {}
     out = []
     for c in parsed:

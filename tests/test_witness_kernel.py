@@ -29,7 +29,7 @@ import pytest
 
 from normalizer.fsops import FAILED
 from tests.recount import is_telemetry_path
-from tests.strace_witness import Call, calls, expected
+from tests.strace_witness import DIRECTORY_CALLS, Call, calls, expected
 from tests.support import Archive, run_observed, unique_run_id
 
 pytestmark = pytest.mark.kernel
@@ -38,7 +38,7 @@ JOB = Path(__file__).resolve().parent / "programs" / "transient" / "git_job.sh"
 OPENS = ("open", "openat", "openat2", "creat")
 FS_OPS = ("mkdir,mkdirat,unlink,unlinkat,rmdir,rename,renameat,renameat2,link,linkat,symlink,symlinkat,"
           "mknod,mknodat,truncate,chmod,fchmod,fchmodat,utimensat")
-TRACED = f"{','.join(OPENS)},execve,execveat,{FS_OPS},chdir,fchdir,clone,clone3,fork,vfork"
+TRACED = ",".join((*OPENS, "execve", "execveat", FS_OPS, *DIRECTORY_CALLS))
 """The claimed calls, and those that give each process its directory (tests/strace_witness.py)."""
 OPENAT, EXEC, TABLE_CHANGE = 1, 4, 83
 CHANGES = ("O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_TMPFILE")
@@ -73,7 +73,7 @@ def implied(witness: list[Call], kernel_paths: bool) -> Counter[Line]:
     for call in witness:
         if call.name in OPENS:
             lines = [line] if (line := open_line(call, kernel_paths)) else []
-        elif call.name in ("chdir", "fchdir", "clone", "clone3", "fork", "vfork"):
+        elif call.name in DIRECTORY_CALLS:
             continue
         elif call.name in ("execve", "execveat") and call.ret >= 0:
             lines = [(EXEC, call.path(None, 0) if call.name == "execve" else call.path(0, 1), False)]
