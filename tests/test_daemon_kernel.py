@@ -215,7 +215,7 @@ def test_ctrl_c_and_disconnect_end_the_run(world: World) -> None:
         client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
                              "--run-id", label, "--", "sleep", "60"], cwd=work)
         archive = work / "out" / f"{label}.tar.gz"
-        _wait_for_run(world.daemon.socket, label)
+        _wait_for_run(world.daemon, label, client)
         client.send_signal(signum)
         _, err = client.communicate(timeout=60)
         deadline = time.monotonic() + 60
@@ -234,17 +234,25 @@ def _until_exists(path: Path) -> list[str]:
     return ["sh", "-c", f"while [ ! -e {path} ]; do sleep 0.05; done"]
 
 
-def _wait_for_run(socket: Path, run_id: str) -> None:
-    """Until the daemon on `socket` lists `run_id` with events (its command is running, observed)."""
+def _wait_for_run(service: DaemonProcess, run_id: str, client: subprocess.Popen[str]) -> None:
+    """Until `service` lists `run_id` with events (its command is running, observed); a client that
+    ends first, or a run never listed, fails with what the client, the status and the daemon said."""
     deadline = time.monotonic() + 60
+    said = ""
     while time.monotonic() < deadline:
-        status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", socket],
+        if client.poll() is not None:
+            out, err = client.communicate()
+            raise AssertionError(f"the client of run {run_id} ended ({client.returncode}) before it was "
+                                 f"listed: {out}{err}\ndaemon log:\n{service.logs()[-4000:]}")
+        status = subprocess.run([*CLI, "daemon", "status", "--json", "--socket", service.socket],
                                 capture_output=True, text=True)
+        said = status.stdout + status.stderr
         if status.returncode == 0 and any(r["run_id"] == run_id and r["events"] > 0
                                           for r in json.loads(status.stdout)["runs"]):
             return
         time.sleep(0.2)
-    raise AssertionError(f"run {run_id} never showed up in daemon status")
+    raise AssertionError(f"run {run_id} never showed up in daemon status: {said}\n"
+                         f"daemon log:\n{service.logs()[-4000:]}")
 
 
 def _status(world: World) -> dict:
@@ -259,7 +267,7 @@ def test_status_lists_active_runs(world: World) -> None:
     go = work / "go"  # the run lasts until the test has seen it listed
     client = user.popen([*CLI, "run", "--socket", world.daemon.socket, "--out", work / "out",
                          "--run-id", "watched", "--", *_until_exists(go)], cwd=work)
-    _wait_for_run(world.daemon.socket, "watched")
+    _wait_for_run(world.daemon, "watched", client)
     text = subprocess.run([*CLI, "daemon", "status", "--socket", world.daemon.socket],
                           capture_output=True, text=True, check=True).stdout
     programs = _status(world)["bpf_programs"]
@@ -299,7 +307,7 @@ def test_sigterm_ends_runs_and_writes_their_archives(world: World) -> None:
         work = user.workspace(world.root, "work-term")
         client = user.popen([*CLI, "run", "--socket", service.socket, "--out", work / "out",
                              "--run-id", "term", "--", "sleep", "60"], cwd=work)
-        _wait_for_run(service.socket, "term")
+        _wait_for_run(service, "term", client)
         assert service.stop() == 0
         _, err = client.communicate(timeout=60)
     assert client.returncode == 137, err
@@ -492,7 +500,7 @@ def test_runs_beyond_the_limit_are_refused_not_queued(world: World) -> None:
         go = work / "go"  # the first run lasts until the test has asked for the second
         first = user.popen([*base, "--out", work / "out", "--run-id", "first", "--", *_until_exists(go)],
                            cwd=work)
-        _wait_for_run(service.socket, "first")
+        _wait_for_run(service, "first", first)
         second = user.run([*base, "--out", work / "out2", "--run-id", "second", "--", "/bin/true"], cwd=work)
         go.touch()
         assert second.returncode == 125
