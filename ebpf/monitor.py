@@ -334,14 +334,16 @@ class Monitor:
         if len(net.rules) > NET_RULES_MAX:
             raise MonitorError(f"at most {NET_RULES_MAX} network rules, got {len(net.rules)}")
         table = self._obj.maps["net_rules"]
+        rules = table.Leaf()
         for i, rule in enumerate(net.rules):
-            leaf = table.Leaf()
+            leaf = rules.rule[i]
             leaf.family, leaf.proto = rule.family, rule.protocol
+            leaf.proto_mask = 0xFFFFFFFF if rule.protocol else 0  # 0: any protocol
             leaf.port_lo, leaf.port_hi = rule.port_lo, rule.port_hi
             addr, mask = rule.words()
             for j in range(4):
                 leaf.addr[j], leaf.mask[j] = addr[j], mask[j]
-            table[table.Key(slot * NET_RULES_MAX + i)] = leaf
+        table[table.Key(slot)] = rules
         header.enforce, header.n_rules, header.default_allow = 1, len(net.rules), int(net.default_allow)
         policies[policies.Key(slot)] = header
 

@@ -14,7 +14,7 @@
  * by lineage, its entry in `tasks` (monitor.c), or else its ancestor cgroup at
  * RUN_CGROUP_LEVEL in `run_cgroups` (a task the full `tasks` map could not
  * take); a task that is in no run of ours is not ours to police and passes.
- * A run's rules are `net_rules[slot * NET_RULES_MAX ...]`, `net_runs[slot]`
+ * A run's rules are `net_rules[slot]`, `net_runs[slot]`
  * says how many and the default (ebpf/monitor.py fills both before the run
  * starts).
  */
@@ -22,6 +22,7 @@
 struct net_rule {
     u32 family;   /* 2 (AF_INET) or 10 (AF_INET6) */
     u32 proto;    /* 0 any, IPPROTO_TCP, IPPROTO_UDP */
+    u32 proto_mask;  /* 0 when proto is 0 (any), else all ones */
     u32 port_lo;  /* host order */
     u32 port_hi;
     u32 addr[4];  /* network order, already masked */
@@ -41,20 +42,24 @@ struct net_block_rec {
     u8 data[28];
 };
 
-BPF_ARRAY(net_rules, struct net_rule, RUN_SLOTS * NET_RULES_MAX);
+/* A run's rules, one element: looked up once, not once per rule inside the loop. */
+struct net_rule_set {
+    struct net_rule rule[NET_RULES_MAX];
+};
+
+BPF_ARRAY(net_rules, struct net_rule_set, RUN_SLOTS);
 BPF_ARRAY(net_runs, struct net_run, RUN_SLOTS);
 
-static __always_inline int rule_matches(struct net_rule *r, u32 family, u32 proto, u32 port,
-                                        u32 ip[4])
+/* Nonzero unless `r` matches: every field folded into one value, tested once by the caller. */
+static __always_inline u64 rule_misses(struct net_rule *r, u32 family, u32 proto, u32 port, u32 ip[4])
 {
-    if (r->family != family || (r->proto && r->proto != proto))
-        return 0;
-    if (port < r->port_lo || port > r->port_hi)
-        return 0;
+    u64 miss = r->family ^ family;
+    miss |= (proto ^ r->proto) & r->proto_mask;
+    miss |= ((u64)port - r->port_lo) >> 32;  /* port below the range: the difference wraps */
+    miss |= ((u64)r->port_hi - port) >> 32;  /* port above it */
     for (int i = 0; i < 4; i++)
-        if ((ip[i] & r->mask[i]) != r->addr[i])
-            return 0;
-    return 1;
+        miss |= (ip[i] & r->mask[i]) ^ r->addr[i];
+    return miss;
 }
 
 #define ASSAY_AF_INET 2
@@ -90,12 +95,15 @@ static __always_inline int net_decide(struct bpf_sock_addr *ctx, u32 family, u32
     u32 port = __builtin_bswap16((u16)ctx->user_port);
     u32 proto = ctx->protocol;
     int allow = policy->default_allow;
-    for (u32 i = 0; i < NET_RULES_MAX; i++) {
+    struct net_rule_set *rules = net_rules.lookup(&slot);
+    for (u32 i = 0; rules && i < NET_RULES_MAX; i++) {
+        /* `i` hidden from clang: it would merge the two exits into one on min(n_rules, 64), a
+         * bound the verifier of Linux 6.1 cannot see ("The sequence of 8193 jumps is too
+         * complex"); kept apart, the first exit is a constant the verifier walks to. */
+        asm volatile("" : "+r"(i));
         if (i >= n_rules)
             break;
-        u32 key = slot * NET_RULES_MAX + i;
-        struct net_rule *r = net_rules.lookup(&key);
-        if (r && rule_matches(r, family, proto, port, ip)) {
+        if (!rule_misses(&rules->rule[i], family, proto, port, ip)) {
             allow = 1;
             break;
         }

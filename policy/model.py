@@ -146,7 +146,7 @@ class NetRule(msgspec.Struct, frozen=True):
     protocol: int
 
     def matches(self, family: int, address: bytes, port: int, protocol: int) -> bool:
-        """The program's `rule_matches`, for a 16-byte address laid out the same way."""
+        """Whether the program's `rule_misses` is zero, for a 16-byte address laid out the same way."""
         if self.family != family or (self.protocol and self.protocol != protocol):
             return False
         if not self.port_lo <= port <= self.port_hi:

@@ -35,11 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 KERNELS = ("host", "debian-5.10", "debian-6.1", "debian-6.12")
-SMOKE = ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py", "tests/test_witness_kernel.py")
+SMOKE = ("tests/test_run_kernel.py", "tests/test_kernel_path_kernel.py", "tests/test_witness_kernel.py",
+         "tests/test_netpolicy_rules_kernel.py")
 """One observed run: its exec, open, write and connect lines, health, validation, under a small
 locked-memory limit; one file opened under five names, files on an overlayfs, and the path each
 line names (kernel paths where the kernel offers them); a git + python job under strace, every
-call it saw one line."""
+call it saw one line; the network policy's programs loaded, each edge of its rules given the
+policy model's verdict."""
 TESTS = {
     "smoke": SMOKE,
     "full": (*SMOKE, "tests/test_fs_ops_kernel.py",
