@@ -176,8 +176,16 @@ def test_landlock_abi_is_reported() -> None:
     assert not check.required
     abi = checks.landlock_abi()
     assert check.ok == (abi is not None)
-    if abi is not None:
+    if abi is not None and abi >= 3:
         assert check.detail == f"ABI {abi}"
+
+
+def test_a_landlock_too_old_for_write_rules_is_a_warning_that_says_so() -> None:
+    """Debian 12's 6.1 has ABI 2: doctor must say that policies restricting writes are refused."""
+    check = checks.check_landlock(2)
+    assert (check.status, check.required) == ("warn", False)
+    assert check.detail.startswith("ABI 2: a --policy that restricts writes is refused here")
+    assert checks.check_landlock(3).status == "ok"
 
 
 def test_native_check_says_the_c_pieces_make_setup_built_are_in_use() -> None:

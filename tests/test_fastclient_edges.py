@@ -152,7 +152,10 @@ def raw_replies(*messages: dict[str, object]) -> Script:
     """Replies written as given, field order and types included (not through protocol's structs)."""
     def reply(conn: socket.socket, _seen: object) -> None:
         for m in messages:
-            conn.sendall(frame(m))
+            try:
+                conn.sendall(frame(m))
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client hung up on a bad reply, as it should: the rest has no reader
     return reply
 
 

@@ -22,6 +22,7 @@ import struct
 from dataclasses import dataclass
 
 from runner.errors import RunnerError
+from runner.host.checks import LANDLOCK_WRITES_ABI
 
 SYS_CREATE_RULESET = 444
 SYS_ADD_RULE = 445
@@ -94,7 +95,7 @@ def require_enforceable(policy: FilePolicy, abi: int) -> None:
             "the policy needs Landlock, which this kernel does not offer "
             "(enable CONFIG_SECURITY_LANDLOCK and lsm=landlock); refusing to run unconfined"
         )
-    if policy.restricts_writes and abi < 3 and not policy.cgroups_only:
+    if policy.restricts_writes and abi < LANDLOCK_WRITES_ABI and not policy.cgroups_only:
         raise RunnerError(
             f"the policy restricts writes, but this kernel's Landlock ABI {abi} cannot restrict "
             "truncate(2) (needs ABI 3, Linux 6.2); refusing to run with an unenforceable policy"

@@ -48,6 +48,9 @@ CLONE_NEWPID = 0x20000000
 # landlock_create_ruleset is 444 on x86_64, aarch64 and every other arch using
 # the unified syscall table (all new syscalls since 5.1 share one number).
 SYS_LANDLOCK_CREATE_RULESET = 444
+LANDLOCK_WRITES_ABI = 3
+"""The Landlock ABI that can restrict truncate(2) (Linux 6.2): below it a policy restricting writes
+is refused (runner/enforce/landlock.py), never run half-enforced."""
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 
 NOT_ROOT = "assay-runner run needs root for eBPF; use sudo, or the daemon"
@@ -242,15 +245,22 @@ def landlock_abi() -> int | None:
     return abi if abi > 0 else None
 
 
-def check_landlock() -> Check:
-    """Landlock enforces file policy; runs without a policy do not need it."""
-    abi = landlock_abi()
+def check_landlock(abi: int | None = None) -> Check:
+    """Landlock enforces file policy; runs without a policy do not need it. `abi`: this kernel's
+    unless given."""
+    abi = abi if abi is not None else landlock_abi()
     if abi is None:
         return Check(
             "landlock", False, "Landlock unavailable",
             "only --policy file rules need it; boot with lsm=...,landlock "
             "(CONFIG_SECURITY_LANDLOCK=y)",
             required=False,
+        )
+    if abi < LANDLOCK_WRITES_ABI:
+        return Check(
+            "landlock", False, f"ABI {abi}: a --policy that restricts writes is refused here (Landlock "
+            f"ABI {LANDLOCK_WRITES_ABI}, Linux 6.2, restricts truncate(2)); read and network rules work",
+            "run policies that restrict writes on Linux 6.2 or later", required=False,
         )
     return Check("landlock", True, f"ABI {abi}", required=False)
 
