@@ -176,7 +176,7 @@ def test_landlock_abi_is_reported() -> None:
     assert not check.required
     abi = checks.landlock_abi()
     assert check.ok == (abi is not None)
-    if abi is not None and abi >= 3:
+    if abi is not None and abi >= checks.LANDLOCK_WRITES_ABI:
         assert check.detail == f"ABI {abi}"
 
 

@@ -22,7 +22,7 @@ import socket
 from pathlib import Path
 
 from policy.load import load_policy
-from policy.model import resolve
+from policy.model import ResolvedPolicy, resolve
 from runner.host.checks import landlock_abi
 from tests.support import ROOT, Archive, assay
 
@@ -42,17 +42,13 @@ allow = [
 """
 
 
-def _cases() -> list[tuple[int, str, int, str, str]]:
-    """Each rule's edges, for both protocols and both ways of sending."""
-    edges = [
-        ("10.20.30.0/24", 1000, 1010), ("127.0.0.1/32", 7000, 7000), ("192.0.2.128/25", 20, 21),
-        ("fd00:1:2:3::/64", 443, 444), ("::1/128", 9000, 9000),
-    ]
+def _cases(policy: ResolvedPolicy) -> list[tuple[int, str, int, str, str]]:
+    """Each allow rule's edges, for both protocols and both ways of sending."""
     cases = []
-    for cidr, lo, hi in edges:
-        net = ipaddress.ip_network(cidr)
+    for rule in policy.network.allow:
+        net = ipaddress.ip_network(rule.cidr)
         family = int(socket.AF_INET if net.version == 4 else socket.AF_INET6)
-        addresses = {net[0], net[-1], net[0] - 1, net[-1] + 1}
+        (lo, hi), addresses = rule.ports, {net[0], net[-1], net[0] - 1, net[-1] + 1}
         for address in sorted(addresses):
             for port in sorted({lo - 1, lo, hi, hi + 1}):
                 for protocol in ("tcp", "udp"):
@@ -65,7 +61,7 @@ def test_every_edge_case_gets_the_verdict_the_policy_model_gives(tmp_path: Path)
     (tmp_path / "policy.toml").write_text(POLICY)
     policy = resolve(load_policy(tmp_path / "policy.toml"), workspace=str(tmp_path), home="/root",
                      tmpdir="/tmp")
-    cases = _cases()
+    cases = _cases(policy)
     program = ROOT / "tests/programs/policy/net_cases.py"
     proc = assay("run", "--out", tmp_path, "--run-id", "netcases", "--workdir", tmp_path,
                  "--policy", tmp_path / "policy.toml", "--net", "isolated",

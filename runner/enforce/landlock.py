@@ -97,8 +97,8 @@ def require_enforceable(policy: FilePolicy, abi: int) -> None:
         )
     if policy.restricts_writes and abi < LANDLOCK_WRITES_ABI and not policy.cgroups_only:
         raise RunnerError(
-            f"the policy restricts writes, but this kernel's Landlock ABI {abi} cannot restrict "
-            "truncate(2) (needs ABI 3, Linux 6.2); refusing to run with an unenforceable policy"
+            f"the policy restricts writes, but this kernel's Landlock ABI {abi} cannot restrict truncate(2) "
+            f"(needs ABI {LANDLOCK_WRITES_ABI}, Linux 6.2); refusing to run with an unenforceable policy"
         )
 
 
